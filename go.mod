@@ -1,0 +1,3 @@
+module github.com/anvilproj/anvil
+
+go 1.26

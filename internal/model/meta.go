@@ -1,0 +1,155 @@
+// Package model owns Anvil's resource types — Hardware, Template and Workflow in
+// Tinkerbell's tinkerbell.org/v1alpha1 shape — and the parsing and validation of
+// the manifests users apply.
+//
+// It must not touch storage, the network or the clock: everything here is a
+// pure function of its input, so the same rules hold whichever transport or
+// store carries an object. Our own additions to Tinkerbell's shapes live in
+// extra, optional fields; an object written by Tinkerbell tooling decodes
+// unchanged and encodes back to the same JSON.
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// APIVersion is the group/version of every kind in this package.
+const APIVersion = "tinkerbell.org/v1alpha1"
+
+// The kinds this package defines.
+const (
+	KindHardware = "Hardware"
+	KindTemplate = "Template"
+	KindWorkflow = "Workflow"
+)
+
+// DefaultNamespace is the namespace of an object whose manifest names none.
+const DefaultNamespace = "default"
+
+// TypeMeta is the apiVersion/kind pair every manifest starts with.
+type TypeMeta struct {
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+}
+
+// ObjectMeta is the Kubernetes-style metadata of a stored object. Name and
+// Namespace identify it; UID, ResourceVersion, Generation and
+// CreationTimestamp are set by the store and ignored on input.
+type ObjectMeta struct {
+	Name              string            `json:"name,omitempty"`
+	Namespace         string            `json:"namespace,omitempty"`
+	UID               string            `json:"uid,omitempty"`
+	ResourceVersion   string            `json:"resourceVersion,omitempty"`
+	Generation        int64             `json:"generation,omitempty"`
+	CreationTimestamp *time.Time        `json:"creationTimestamp,omitempty"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+}
+
+// Key returns "namespace/name", the identity of an object within its kind.
+func (m *ObjectMeta) Key() string { return m.Namespace + "/" + m.Name }
+
+// Object is implemented by every stored kind. The accessors return pointers
+// into the object so stores can stamp versions without knowing the kind.
+type Object interface {
+	GetTypeMeta() *TypeMeta
+	GetObjectMeta() *ObjectMeta
+}
+
+// GetTypeMeta implements Object.
+func (t *TypeMeta) GetTypeMeta() *TypeMeta { return t }
+
+// GetObjectMeta implements Object.
+func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
+
+// Kinds lists every kind in the order an apply writes them: a Workflow may
+// refer to a Hardware and a Template in the same file.
+var Kinds = []string{KindHardware, KindTemplate, KindWorkflow}
+
+// New returns an empty object of the kind with its TypeMeta set.
+func New(kind string) (Object, error) {
+	var o Object
+	switch kind {
+	case KindHardware:
+		o = &Hardware{}
+	case KindTemplate:
+		o = &Template{}
+	case KindWorkflow:
+		o = &Workflow{}
+	default:
+		return nil, fmt.Errorf("unknown kind %q (known kinds: Hardware, Template, Workflow)", kind)
+	}
+	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersion, Kind: kind}
+	return o, nil
+}
+
+// KindOf returns the kind of o from its Go type, whatever its TypeMeta says.
+func KindOf(o Object) string {
+	switch o.(type) {
+	case *Hardware:
+		return KindHardware
+	case *Template:
+		return KindTemplate
+	case *Workflow:
+		return KindWorkflow
+	}
+	return ""
+}
+
+// ParseKind maps the names users type on the command line ("hw", "workflows",
+// "Template") to a kind.
+func ParseKind(s string) (string, error) {
+	switch s {
+	case "hardware", "hardwares", "hw", "Hardware":
+		return KindHardware, nil
+	case "template", "templates", "tpl", "Template":
+		return KindTemplate, nil
+	case "workflow", "workflows", "wf", "Workflow":
+		return KindWorkflow, nil
+	}
+	return "", fmt.Errorf("unknown kind %q (want hardware, template or workflow)", s)
+}
+
+// DeepCopy returns an independent copy of o. It round-trips through JSON,
+// which every kind supports by construction, so a new field can never be
+// forgotten by a hand-written copier.
+func DeepCopy[T Object](o T) T {
+	b, err := json.Marshal(o)
+	if err != nil {
+		panic(fmt.Sprintf("model: marshal %T: %v", o, err))
+	}
+	n, err := New(KindOf(o))
+	if err != nil {
+		panic(err)
+	}
+	if err := json.Unmarshal(b, n); err != nil {
+		panic(fmt.Sprintf("model: unmarshal %T: %v", o, err))
+	}
+	return n.(T)
+}
+
+// Decode builds an object of the given kind from its JSON encoding.
+func Decode(kind string, b []byte) (Object, error) {
+	o, err := New(kind)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, o); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", kind, err)
+	}
+	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersion, Kind: kind}
+	return o, nil
+}
+
+// Bool returns a pointer to b, for the optional booleans of the spec types.
+func Bool(b bool) *bool { return &b }
+
+// BoolValue returns *p, or def when p is nil.
+func BoolValue(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
+}

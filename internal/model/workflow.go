@@ -1,0 +1,214 @@
+package model
+
+import "time"
+
+// Template holds a workflow definition as a Go text/template in spec.data.
+type Template struct {
+	TypeMeta   `json:",inline"`
+	ObjectMeta `json:"metadata,omitempty"`
+	Spec       TemplateSpec   `json:"spec,omitempty"`
+	Status     TemplateStatus `json:"status,omitempty"`
+}
+
+// TemplateSpec is Tinkerbell's Template spec.
+type TemplateSpec struct {
+	Data *string `json:"data,omitempty"`
+}
+
+// TemplateStatus is Tinkerbell's Template status.
+type TemplateStatus struct {
+	State string `json:"state,omitempty"`
+}
+
+// Workflow runs a Template against a Hardware.
+type Workflow struct {
+	TypeMeta   `json:",inline"`
+	ObjectMeta `json:"metadata,omitempty"`
+	Spec       WorkflowSpec   `json:"spec,omitempty"`
+	Status     WorkflowStatus `json:"status,omitempty"`
+}
+
+// WorkflowSpec is Tinkerbell's Workflow spec.
+type WorkflowSpec struct {
+	TemplateRef string            `json:"templateRef,omitempty"`
+	HardwareRef string            `json:"hardwareRef,omitempty"`
+	HardwareMap map[string]string `json:"hardwareMap,omitempty"`
+	Disabled    *bool             `json:"disabled,omitempty"`
+	BootOptions *BootOptions      `json:"bootOptions,omitempty"`
+}
+
+// BootOptions says how the machine is to be booted for the workflow.
+type BootOptions struct {
+	ToggleAllowNetboot bool   `json:"toggleAllowNetboot,omitempty"`
+	BootMode           string `json:"bootMode,omitempty"`
+	ISOURL             string `json:"isoURL,omitempty"`
+}
+
+// Workflow and action states. Tinkerbell's older releases wrote them with a
+// STATE_ prefix; NormalizeState accepts both.
+const (
+	StatePending = "PENDING"
+	StateRunning = "RUNNING"
+	StateSuccess = "SUCCESS"
+	StateFailed  = "FAILED"
+	StateTimeout = "TIMEOUT"
+)
+
+// WorkflowStatus is Tinkerbell's Workflow status plus Anvil's history.
+type WorkflowStatus struct {
+	State               string        `json:"state,omitempty"`
+	CurrentState        *CurrentState `json:"currentState,omitempty"`
+	GlobalTimeout       int64         `json:"globalTimeout,omitempty"`
+	GlobalExecutionStop *time.Time    `json:"globalExecutionStop,omitempty"`
+	TemplateRendering   string        `json:"templateRendering,omitempty"`
+	Tasks               []Task        `json:"tasks,omitempty"`
+	Conditions          []Condition   `json:"conditions,omitempty"`
+
+	// Anvil additions.
+
+	// StartTime is when the first action started.
+	StartTime *time.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the workflow reached a final state.
+	CompletionTime *time.Time `json:"completionTime,omitempty"`
+	// History records every state change and every action report, with its
+	// time, oldest first. It is capped at MaxHistory entries; HistoryDropped
+	// counts the oldest entries dropped to stay under the cap.
+	History        []HistoryEvent `json:"history,omitempty"`
+	HistoryDropped int64          `json:"historyDropped,omitempty"`
+}
+
+// MaxHistory caps WorkflowStatus.History so a chatty agent cannot grow a
+// workflow without bound (Kubernetes refuses objects over ~1.5 MiB).
+const MaxHistory = 500
+
+// CurrentState points at the action being run (or last run).
+type CurrentState struct {
+	AgentID    string `json:"agentID,omitempty"`
+	TaskID     string `json:"taskID,omitempty"`
+	ActionID   string `json:"actionID,omitempty"`
+	State      string `json:"state,omitempty"`
+	ActionName string `json:"actionName,omitempty"`
+	TaskName   string `json:"taskName,omitempty"`
+}
+
+// Task is one rendered task: the actions one agent runs in order.
+type Task struct {
+	ID          string            `json:"id,omitempty"`
+	Name        string            `json:"name"`
+	AgentID     string            `json:"agentID"`
+	Actions     []Action          `json:"actions"`
+	Volumes     []string          `json:"volumes,omitempty"`
+	Environment map[string]string `json:"environment,omitempty"`
+}
+
+// Action is one rendered action and how its run went.
+type Action struct {
+	ID                string            `json:"id,omitempty"`
+	Name              string            `json:"name"`
+	Image             string            `json:"image"`
+	Timeout           int64             `json:"timeout"`
+	Command           []string          `json:"command,omitempty"`
+	Volumes           []string          `json:"volumes,omitempty"`
+	Pid               string            `json:"pid,omitempty"`
+	Environment       map[string]string `json:"environment,omitempty"`
+	State             string            `json:"state,omitempty"`
+	ExecutionStart    *time.Time        `json:"executionStart,omitempty"`
+	ExecutionStop     *time.Time        `json:"executionStop,omitempty"`
+	ExecutionDuration string            `json:"executionDuration,omitempty"`
+	Message           string            `json:"message,omitempty"`
+
+	// Anvil additions.
+
+	// Retries is how many more times a failed or timed-out run is tried
+	// before the workflow fails (from the template's per-action `retries`).
+	Retries int `json:"retries,omitempty"`
+	// Attempt counts runs started, from 1.
+	Attempt int `json:"attempt,omitempty"`
+	// RetryAfter holds a retry back until this time.
+	RetryAfter *time.Time `json:"retryAfter,omitempty"`
+	// Progress is the last progress the agent reported, if any.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is an action's self-reported progress.
+type Progress struct {
+	Bytes       int64   `json:"bytes,omitempty"`
+	TotalBytes  int64   `json:"totalBytes,omitempty"`
+	BytesPerSec float64 `json:"bytesPerSec,omitempty"`
+	Percent     float64 `json:"percent,omitempty"`
+}
+
+// Condition is a Kubernetes-style condition.
+type Condition struct {
+	Type    string     `json:"type"`
+	Status  string     `json:"status"`
+	Reason  string     `json:"reason,omitempty"`
+	Message string     `json:"message,omitempty"`
+	Time    *time.Time `json:"time,omitempty"`
+}
+
+// HistoryEvent is one entry of a workflow's history: a state change of the
+// workflow or an action, or an agent's report.
+type HistoryEvent struct {
+	Time time.Time `json:"time"`
+	// Type is "workflow" for a workflow state change, "action" for an
+	// action's, "report" for an agent report that changed no state (progress).
+	Type     string    `json:"type"`
+	Task     string    `json:"task,omitempty"`
+	Action   string    `json:"action,omitempty"`
+	AgentID  string    `json:"agentID,omitempty"`
+	State    string    `json:"state,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Attempt  int       `json:"attempt,omitempty"`
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// NormalizeState maps Tinkerbell's STATE_X spelling to X.
+func NormalizeState(s string) string {
+	if len(s) > 6 && s[:6] == "STATE_" {
+		return s[6:]
+	}
+	return s
+}
+
+// IsFinal reports whether a workflow or action state is terminal.
+func IsFinal(state string) bool {
+	switch NormalizeState(state) {
+	case StateSuccess, StateFailed, StateTimeout:
+		return true
+	}
+	return false
+}
+
+// WorkflowDefinition is the YAML a Template's data renders to.
+type WorkflowDefinition struct {
+	Version       string           `yaml:"version" json:"version"`
+	Name          string           `yaml:"name" json:"name"`
+	GlobalTimeout int64            `yaml:"global_timeout" json:"global_timeout"`
+	Tasks         []TaskDefinition `yaml:"tasks" json:"tasks"`
+}
+
+// TaskDefinition is one task of a WorkflowDefinition.
+type TaskDefinition struct {
+	Name        string             `yaml:"name" json:"name"`
+	Worker      string             `yaml:"worker" json:"worker"`
+	Volumes     []string           `yaml:"volumes,omitempty" json:"volumes,omitempty"`
+	Environment map[string]string  `yaml:"environment,omitempty" json:"environment,omitempty"`
+	Actions     []ActionDefinition `yaml:"actions" json:"actions"`
+}
+
+// ActionDefinition is one action of a TaskDefinition.
+type ActionDefinition struct {
+	Name        string            `yaml:"name" json:"name"`
+	Image       string            `yaml:"image" json:"image"`
+	Timeout     int64             `yaml:"timeout" json:"timeout"`
+	Command     []string          `yaml:"command,omitempty" json:"command,omitempty"`
+	OnTimeout   []string          `yaml:"on-timeout,omitempty" json:"on-timeout,omitempty"`
+	OnFailure   []string          `yaml:"on-failure,omitempty" json:"on-failure,omitempty"`
+	Volumes     []string          `yaml:"volumes,omitempty" json:"volumes,omitempty"`
+	Environment map[string]string `yaml:"environment,omitempty" json:"environment,omitempty"`
+	Pid         string            `yaml:"pid,omitempty" json:"pid,omitempty"`
+	// Retries is Anvil's addition: how many more times to run the action
+	// after a failure or timeout before failing the workflow.
+	Retries int `yaml:"retries,omitempty" json:"retries,omitempty"`
+}

@@ -1,0 +1,176 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// FieldRequirement is one field-selector term: Field = Value, or != when Not.
+type FieldRequirement struct {
+	Field string
+	Value string
+	Not   bool
+}
+
+// ParseFieldSelector parses "a=b,c!=d" (also "a==b") into requirements and
+// checks that each field is one FieldValue knows for kind.
+func ParseFieldSelector(kind, s string) ([]FieldRequirement, error) {
+	var out []FieldRequirement
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	for _, term := range strings.Split(s, ",") {
+		term = strings.TrimSpace(term)
+		var r FieldRequirement
+		switch {
+		case strings.Contains(term, "!="):
+			f, v, _ := strings.Cut(term, "!=")
+			r = FieldRequirement{Field: f, Value: v, Not: true}
+		case strings.Contains(term, "=="):
+			f, v, _ := strings.Cut(term, "==")
+			r = FieldRequirement{Field: f, Value: v}
+		case strings.Contains(term, "="):
+			f, v, _ := strings.Cut(term, "=")
+			r = FieldRequirement{Field: f, Value: v}
+		default:
+			return nil, fmt.Errorf("field selector %q: want field=value or field!=value", term)
+		}
+		r.Field, r.Value = strings.TrimSpace(r.Field), strings.TrimSpace(r.Value)
+		if _, ok := FieldValues(kind, nil, r.Field); !ok {
+			return nil, fmt.Errorf("field selector %q: %s has no selectable field %q (have: %s)",
+				term, kind, r.Field, strings.Join(SelectableFields(kind), ", "))
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// selectable lists, per kind, the fields a field selector may name.
+var selectable = map[string][]string{
+	model.KindHardware: {"metadata.name", "metadata.namespace", "spec.interfaces.dhcp.mac",
+		"spec.interfaces.dhcp.ip.address", "spec.metadata.instance.id", "spec.agentID"},
+	model.KindTemplate: {"metadata.name", "metadata.namespace"},
+	model.KindWorkflow: {"metadata.name", "metadata.namespace", "spec.templateRef",
+		"spec.hardwareRef", "status.state"},
+}
+
+// SelectableFields lists the fields of kind a field selector may name.
+func SelectableFields(kind string) []string { return selectable[kind] }
+
+// FieldValues returns the values of a selectable field of obj (a list field
+// may have several) and whether the field is selectable for kind at all. With
+// obj nil it only answers the second question.
+func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
+	found := false
+	for _, f := range selectable[kind] {
+		if f == field {
+			found = true
+		}
+	}
+	if !found || obj == nil {
+		return nil, found
+	}
+	meta := obj.GetObjectMeta()
+	switch field {
+	case "metadata.name":
+		return []string{meta.Name}, true
+	case "metadata.namespace":
+		return []string{meta.Namespace}, true
+	}
+	switch o := obj.(type) {
+	case *model.Hardware:
+		switch field {
+		case "spec.interfaces.dhcp.mac":
+			return o.MACs(), true
+		case "spec.interfaces.dhcp.ip.address":
+			return o.IPs(), true
+		case "spec.metadata.instance.id":
+			return []string{o.InstanceID()}, true
+		case "spec.agentID":
+			return []string{o.Spec.AgentID}, true
+		}
+	case *model.Workflow:
+		switch field {
+		case "spec.templateRef":
+			return []string{o.Spec.TemplateRef}, true
+		case "spec.hardwareRef":
+			return []string{o.Spec.HardwareRef}, true
+		case "status.state":
+			return []string{o.Status.State}, true
+		}
+	}
+	return nil, true
+}
+
+// MatchFields reports whether obj satisfies every requirement. A list field
+// matches "=" when any value equals, and "!=" when none does.
+func MatchFields(kind string, obj model.Object, reqs []FieldRequirement) bool {
+	for _, r := range reqs {
+		vals, _ := FieldValues(kind, obj, r.Field)
+		has := false
+		for _, v := range vals {
+			if v == r.Value {
+				has = true
+				break
+			}
+		}
+		if has == r.Not {
+			return false
+		}
+	}
+	return true
+}
+
+// IndexValues returns the values obj holds in the named index, and whether
+// the index exists for its kind. Store implementations maintain their
+// indexes with it so that every store indexes the same way.
+func IndexValues(obj model.Object, index string) ([]string, bool) {
+	switch o := obj.(type) {
+	case *model.Hardware:
+		switch index {
+		case IndexMAC:
+			return o.MACs(), true
+		case IndexIP:
+			return o.IPs(), true
+		case IndexAgentID:
+			return o.AgentIDs(), true
+		case IndexInstanceID:
+			if id := o.InstanceID(); id != "" {
+				return []string{id}, true
+			}
+			return nil, true
+		}
+	case *model.Workflow:
+		switch index {
+		case IndexHardwareRef:
+			if o.Spec.HardwareRef != "" {
+				return []string{o.Spec.HardwareRef}, true
+			}
+			return nil, true
+		case IndexAgentID:
+			var out []string
+			seen := map[string]bool{}
+			for _, t := range o.Status.Tasks {
+				if t.AgentID != "" && !seen[t.AgentID] {
+					seen[t.AgentID] = true
+					out = append(out, t.AgentID)
+				}
+			}
+			return out, true
+		}
+	}
+	return nil, false
+}
+
+// Indexes lists the index names of kind.
+func Indexes(kind string) []string {
+	switch kind {
+	case model.KindHardware:
+		return []string{IndexMAC, IndexIP, IndexAgentID, IndexInstanceID}
+	case model.KindWorkflow:
+		return []string{IndexHardwareRef, IndexAgentID}
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+// Package store defines the Store interface through which everything in Anvil
+// reads and writes Hardware, Template and Workflow objects, and the indexes,
+// selectors and watch events that go with it.
+//
+// The interface is Kubernetes-shaped on purpose — namespaced names, string
+// resource versions with optimistic concurrency, label and field selectors,
+// watches that resume from a version — so that store/bolt (embedded, the
+// default) and a later store on the Kubernetes API (CRDs) are interchangeable
+// without touching callers. Implementations live in sub-packages; this package
+// holds no state and must not import any of them.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/anvilproj/anvil/internal/labels"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// Errors returned by every implementation. Callers test with errors.Is; the
+// wrapping error names the object.
+var (
+	// ErrNotFound: no object of that kind, namespace and name.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: Create of a name that is taken.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrConflict: Update or Delete with a resourceVersion that is no longer
+	// current. Re-read and retry.
+	ErrConflict = errors.New("conflict: the object has been modified; re-read it and retry")
+	// ErrGone: Watch from a resourceVersion older than the store remembers.
+	// List again and watch from the list's version.
+	ErrGone = errors.New("resource version too old")
+	// ErrInvalid: the object cannot be stored (bad name, wrong kind, …).
+	ErrInvalid = errors.New("invalid object")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// Index names. Hardware is indexed by MAC, IP, agent ID and instance ID;
+// Workflow by the hardware it runs on and the agent IDs of its tasks. Index
+// values are compared exactly; MACs are lower-case, colon-separated.
+const (
+	IndexMAC         = "mac"         // Hardware: spec.interfaces[].dhcp.mac
+	IndexIP          = "ip"          // Hardware: spec.interfaces[].dhcp.ip.address
+	IndexAgentID     = "agentID"     // Hardware: Hardware.AgentIDs(); Workflow: status.tasks[].agentID
+	IndexInstanceID  = "instanceID"  // Hardware: spec.metadata.instance.id
+	IndexHardwareRef = "hardwareRef" // Workflow: spec.hardwareRef
+)
+
+// Reader reads objects. Returned objects are the caller's to modify.
+type Reader interface {
+	// Get returns one object, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, kind, namespace, name string) (model.Object, error)
+	// List returns the objects that match opts, ordered by namespace then
+	// name, and the store's resource version at the time of the list (watch
+	// from it to see every later change exactly once).
+	List(ctx context.Context, kind string, opts ListOptions) ([]model.Object, string, error)
+}
+
+// Writer changes objects. Every method returns only after the change is
+// durable, and returns the object as stored (with its new resourceVersion).
+type Writer interface {
+	// Create stores a new object; its resourceVersion must be empty. The
+	// namespace defaults to "default"; UID, creationTimestamp, generation and
+	// resourceVersion are set by the store.
+	Create(ctx context.Context, obj model.Object) (model.Object, error)
+	// Update replaces an object. If obj's resourceVersion is set it must be
+	// the current one (else ErrConflict); if empty, the update is
+	// unconditional. UID and creationTimestamp are kept from the stored
+	// object; generation increments when the spec changes.
+	Update(ctx context.Context, obj model.Object) (model.Object, error)
+	// Delete removes an object. A non-empty resourceVersion is a
+	// precondition, as for Update.
+	Delete(ctx context.Context, kind, namespace, name, resourceVersion string) error
+	// Apply creates or updates every object in one atomic, durable step:
+	// either all are stored or none is. An object that exists is updated
+	// unconditionally (its status is kept unless the given one is non-zero).
+	Apply(ctx context.Context, objs []model.Object) ([]model.Object, error)
+}
+
+// Watcher streams changes.
+type Watcher interface {
+	// Watch sends the changes to objects of kind that match opts. With
+	// opts.ResourceVersion empty it first sends every current object as
+	// Added, then live changes; with a version it sends every change after
+	// that version (ErrGone if the store no longer remembers so far back).
+	// The channel is closed when ctx ends or the store closes; a watcher
+	// that falls too far behind receives an Error event (ErrGone) and the
+	// channel is closed.
+	Watch(ctx context.Context, kind string, opts WatchOptions) (<-chan Event, error)
+}
+
+// Indexer finds objects by an index value.
+type Indexer interface {
+	// ByIndex returns the objects of kind whose index holds value, ordered
+	// by namespace then name. An unknown index is an error.
+	ByIndex(ctx context.Context, kind, index, value string) ([]model.Object, error)
+}
+
+// Store is the whole storage interface.
+type Store interface {
+	Reader
+	Writer
+	Watcher
+	Indexer
+	// Close releases the store. Pending writes either complete or fail.
+	Close() error
+}
+
+// ListOptions filters a List.
+type ListOptions struct {
+	// Namespace limits the list to one namespace; empty means all.
+	Namespace string
+	// Labels must match the object's labels; nil matches everything.
+	Labels labels.Selector
+	// Fields are "path=value" or "path!=value" terms on the fields
+	// FieldValue knows; all must hold.
+	Fields []FieldRequirement
+}
+
+// WatchOptions filters a Watch.
+type WatchOptions struct {
+	Namespace       string
+	Labels          labels.Selector
+	Fields          []FieldRequirement
+	ResourceVersion string
+}
+
+// EventType says what happened to an object.
+type EventType string
+
+// Event types, as in Kubernetes.
+const (
+	Added    EventType = "ADDED"
+	Modified EventType = "MODIFIED"
+	Deleted  EventType = "DELETED"
+	Error    EventType = "ERROR"
+)
+
+// Event is one change. For Deleted, Object is the last stored state with the
+// deletion's resourceVersion. For Error, Err says why the watch ended.
+type Event struct {
+	Type   EventType
+	Object model.Object
+	Err    error
+}
+
+// NotFoundError returns an error wrapping ErrNotFound that names the object.
+func NotFoundError(kind, namespace, name string) error {
+	return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
+}
