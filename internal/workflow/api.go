@@ -1,0 +1,67 @@
+// Package workflow turns a Template and a Hardware into a running Workflow:
+// it renders templates, advances the workflow state machine on agent reports,
+// enforces action and global timeouts on the server clock, and decides which
+// action an agent runs next.
+//
+// It reads and writes objects only through store.Store and must not know about
+// transports (gRPC, HTTP) or the boot path.
+package workflow
+
+import (
+	"errors"
+	"time"
+
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// NextAction is the action an agent is to run next.
+type NextAction struct {
+	WorkflowID  string // "namespace/name"
+	TaskID      string
+	ActionID    string
+	TaskName    string
+	Name        string
+	Image       string
+	Timeout     int64 // seconds
+	Command     []string
+	Volumes     []string
+	Environment map[string]string
+	Pid         string
+	Attempt     int
+}
+
+// ActionReport is an agent's report about one action: its start (State
+// RUNNING the first time), progress (RUNNING again), or end (SUCCESS, FAILED,
+// TIMEOUT).
+type ActionReport struct {
+	WorkflowID     string // "namespace/name"
+	AgentID        string
+	TaskID         string
+	ActionID       string
+	ActionName     string
+	State          string // model.State*
+	ExecutionStart *time.Time
+	ExecutionStop  *time.Time
+	Message        string
+	Progress       *model.Progress
+}
+
+// Errors the engine returns to the agent API, mapped to codes at the
+// transport.
+var (
+	// ErrNoAction: nothing for this agent to run now.
+	ErrNoAction = errors.New("no action for this agent")
+	// ErrUnknownWorkflow: the report names a workflow that does not exist.
+	ErrUnknownWorkflow = errors.New("unknown workflow")
+	// ErrBadReport: the report does not fit the workflow (wrong agent,
+	// action or order, or the workflow already ended).
+	ErrBadReport = errors.New("report does not match the workflow")
+)
+
+// Clock is the engine's source of time; tests inject a fake.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine after d. Stop on the result
+	// cancels it.
+	AfterFunc(d time.Duration, f func()) interface{ Stop() bool }
+}
