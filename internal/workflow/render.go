@@ -1,0 +1,383 @@
+package workflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/Masterminds/sprig/v3"
+	yamlv3 "gopkg.in/yaml.v3"
+	k8syaml "sigs.k8s.io/yaml"
+
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// MaxRenderedSize caps the output of a template rendering (256 KiB).
+const MaxRenderedSize = 256 << 10
+
+// ErrRenderedTooLarge is returned (wrapped) when a template renders to more
+// than MaxRenderedSize bytes.
+var ErrRenderedTooLarge = fmt.Errorf("rendered template exceeds the %d KiB output limit", MaxRenderedSize>>10)
+
+// LegacyHardware is the template data Tinkerbell exposes as `.Hardware`:
+// disks as plain device paths, plus the interfaces, user data and metadata.
+type LegacyHardware struct {
+	Disks      []string
+	Interfaces []model.Interface
+	UserData   string
+	Metadata   model.HardwareMetadata
+	VendorData string
+}
+
+// FuncMap returns the functions templates may call: Sprig's hermetic set plus
+// formatPartition, netmaskToPrefixLength, toYaml and fromYaml.
+func FuncMap() template.FuncMap {
+	f := sprig.HermeticTxtFuncMap()
+	f["formatPartition"] = formatPartition
+	f["netmaskToPrefixLength"] = netmaskToPrefixLength
+	f["toYaml"] = toYaml
+	f["fromYaml"] = fromYaml
+	return f
+}
+
+// formatPartition returns the device path of partition n of dev: "/dev/sda",1
+// → "/dev/sda1"; a device whose name ends in a digit gets a "p" separator
+// ("/dev/nvme0n1",1 → "/dev/nvme0n1p1"; "/dev/mmcblk0",2 → "/dev/mmcblk0p2").
+func formatPartition(dev string, n any) (string, error) {
+	var num int64
+	switch v := n.(type) {
+	case int:
+		num = int64(v)
+	case int64:
+		num = v
+	case int32:
+		num = int64(v)
+	case uint:
+		num = int64(v)
+	case uint64:
+		num = int64(v)
+	case float64:
+		num = int64(v)
+		if float64(num) != v {
+			return "", fmt.Errorf("formatPartition: partition number %v is not an integer", v)
+		}
+	case string:
+		i, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("formatPartition: partition number %q is not an integer", v)
+		}
+		num = i
+	default:
+		return "", fmt.Errorf("formatPartition: partition number of type %T", n)
+	}
+	if num < 1 {
+		return "", fmt.Errorf("formatPartition: partition number %d must be at least 1", num)
+	}
+	if dev == "" {
+		return "", errors.New("formatPartition: empty device")
+	}
+	if last := dev[len(dev)-1]; last >= '0' && last <= '9' {
+		return dev + "p" + strconv.FormatInt(num, 10), nil
+	}
+	return dev + strconv.FormatInt(num, 10), nil
+}
+
+// netmaskToPrefixLength converts a dotted IPv4 netmask to its prefix length
+// ("255.255.255.0" → 24). A non-contiguous mask is an error.
+func netmaskToPrefixLength(mask string) (int, error) {
+	ip := net.ParseIP(strings.TrimSpace(mask))
+	if ip == nil || ip.To4() == nil {
+		return 0, fmt.Errorf("netmaskToPrefixLength: %q is not an IPv4 netmask", mask)
+	}
+	ones, bits := net.IPMask(ip.To4()).Size()
+	if bits == 0 {
+		return 0, fmt.Errorf("netmaskToPrefixLength: %q is not a contiguous netmask", mask)
+	}
+	return ones, nil
+}
+
+// toYaml renders v as YAML (through its JSON encoding, so JSON field names
+// apply), without the trailing newline.
+func toYaml(v any) (string, error) {
+	b, err := k8syaml.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("toYaml: %w", err)
+	}
+	return strings.TrimSuffix(string(b), "\n"), nil
+}
+
+// fromYaml parses a YAML mapping.
+func fromYaml(s string) (map[string]any, error) {
+	m := map[string]any{}
+	if err := k8syaml.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("fromYaml: %w", err)
+	}
+	return m, nil
+}
+
+// limitWriter fails once more than n bytes have been written.
+type limitWriter struct {
+	buf bytes.Buffer
+	n   int
+}
+
+func (w *limitWriter) Write(p []byte) (int, error) {
+	if w.buf.Len()+len(p) > w.n {
+		return 0, ErrRenderedTooLarge
+	}
+	return w.buf.Write(p)
+}
+
+// TemplateData builds the data a template is executed with: every key of the
+// workflow's hardwareMap at the top level, `.Hardware` (LegacyHardware) and
+// `.hardware` (the Hardware spec as a generic map with its JSON names). hw may
+// be nil.
+func TemplateData(wf *model.Workflow, hw *model.Hardware) (map[string]any, error) {
+	data := map[string]any{}
+	if wf != nil {
+		for k, v := range wf.Spec.HardwareMap {
+			if k == "hardware" || k == "Hardware" {
+				return nil, fmt.Errorf("hardwareMap key %q is reserved (it would hide the Hardware data)", k)
+			}
+			data[k] = v
+		}
+	}
+	legacy := LegacyHardware{}
+	generic := map[string]any{}
+	if hw != nil {
+		for _, d := range hw.Spec.Disks {
+			legacy.Disks = append(legacy.Disks, d.Device)
+		}
+		legacy.Interfaces = hw.Spec.Interfaces
+		if hw.Spec.UserData != nil {
+			legacy.UserData = *hw.Spec.UserData
+		}
+		if hw.Spec.VendorData != nil {
+			legacy.VendorData = *hw.Spec.VendorData
+		}
+		if hw.Spec.Metadata != nil {
+			legacy.Metadata = *hw.Spec.Metadata
+		}
+		b, err := json.Marshal(hw.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("encode hardware spec: %w", err)
+		}
+		if err := json.Unmarshal(b, &generic); err != nil {
+			return nil, fmt.Errorf("decode hardware spec: %w", err)
+		}
+	}
+	data["Hardware"] = legacy
+	data["hardware"] = generic
+	return data, nil
+}
+
+// Render executes the Template's data against the workflow's hardwareMap and
+// the Hardware (nil when the workflow has none), parses the result as a
+// workflow definition and validates it. Errors carry the template engine's own
+// message so the workflow can show it.
+func Render(tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*model.WorkflowDefinition, error) {
+	if tmpl == nil || tmpl.Spec.Data == nil || strings.TrimSpace(*tmpl.Spec.Data) == "" {
+		return nil, errors.New("template has no spec.data")
+	}
+	name := tmpl.Name
+	if name == "" {
+		name = "template"
+	}
+	t, err := template.New(name).Option("missingkey=error").Funcs(FuncMap()).Parse(*tmpl.Spec.Data)
+	if err != nil {
+		return nil, fmt.Errorf("parse template: %w", err)
+	}
+	data, err := TemplateData(wf, hw)
+	if err != nil {
+		return nil, err
+	}
+	w := &limitWriter{n: MaxRenderedSize}
+	if err := t.Execute(w, data); err != nil {
+		if errors.Is(err, ErrRenderedTooLarge) {
+			return nil, fmt.Errorf("execute template: %w", ErrRenderedTooLarge)
+		}
+		return nil, fmt.Errorf("execute template: %w", err)
+	}
+	return ParseDefinition(w.buf.Bytes())
+}
+
+// ParseDefinition parses rendered template output and validates it.
+func ParseDefinition(b []byte) (*model.WorkflowDefinition, error) {
+	def := &model.WorkflowDefinition{}
+	if err := yamlv3.Unmarshal(b, def); err != nil {
+		return nil, fmt.Errorf("parse rendered template as YAML: %w", err)
+	}
+	if err := ValidateDefinition(def); err != nil {
+		return nil, err
+	}
+	return def, nil
+}
+
+// ValidateDefinition checks a rendered definition: at least one task, unique
+// task names, unique action names within a task, every action named and with
+// an image, every task with a worker, no negative timeout or retry count.
+func ValidateDefinition(def *model.WorkflowDefinition) error {
+	var errs []error
+	if len(def.Tasks) == 0 {
+		errs = append(errs, errors.New("the workflow has no tasks"))
+	}
+	if def.GlobalTimeout < 0 {
+		errs = append(errs, fmt.Errorf("global_timeout %d is negative", def.GlobalTimeout))
+	}
+	tasks := map[string]bool{}
+	for i, t := range def.Tasks {
+		tn := t.Name
+		if tn == "" {
+			errs = append(errs, fmt.Errorf("task %d has no name", i+1))
+			tn = fmt.Sprintf("#%d", i+1)
+		} else if tasks[tn] {
+			errs = append(errs, fmt.Errorf("duplicate task name %q", tn))
+		}
+		tasks[tn] = true
+		if strings.TrimSpace(t.Worker) == "" {
+			errs = append(errs, fmt.Errorf("task %q has an empty worker", tn))
+		}
+		if len(t.Actions) == 0 {
+			errs = append(errs, fmt.Errorf("task %q has no actions", tn))
+		}
+		actions := map[string]bool{}
+		for j, a := range t.Actions {
+			an := a.Name
+			if an == "" {
+				errs = append(errs, fmt.Errorf("task %q: action %d has no name", tn, j+1))
+				an = fmt.Sprintf("#%d", j+1)
+			} else if actions[an] {
+				errs = append(errs, fmt.Errorf("task %q: duplicate action name %q", tn, an))
+			}
+			actions[an] = true
+			if strings.TrimSpace(a.Image) == "" {
+				errs = append(errs, fmt.Errorf("task %q: action %q has no image", tn, an))
+			}
+			if a.Timeout < 0 {
+				errs = append(errs, fmt.Errorf("task %q: action %q: timeout %d is negative", tn, an, a.Timeout))
+			}
+			if a.Retries < 0 {
+				errs = append(errs, fmt.Errorf("task %q: action %q: retries %d is negative", tn, an, a.Retries))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid workflow definition: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// templateAction matches one {{ ... }} action, across lines.
+var templateAction = regexp.MustCompile(`(?s)\{\{.*?\}\}`)
+
+// placeholder replaces template actions in CheckTemplateStatic.
+const placeholder = "ANVIL_TEMPLATE_PLACEHOLDER"
+
+// CheckTemplateStatic is a best-effort check of a Template's data at apply
+// time, before any rendering: it replaces every {{...}} action with a
+// placeholder, parses the result as YAML and reports duplicate task names and
+// duplicate action names within a task (names that contain a template action
+// are ignored). Each error names the duplicate and its line in data. If the
+// substitution leaves YAML that does not parse, it returns nil: render time
+// will catch problems.
+func CheckTemplateStatic(data string) []error {
+	// Build the substituted text and, for each of its lines, the line of
+	// data it starts on (an action spanning lines collapses them).
+	var sb strings.Builder
+	lineOf := []int{1}
+	line := 1
+	last := 0
+	emit := func(s string) {
+		for _, r := range s {
+			if r == '\n' {
+				line++
+				sb.WriteByte('\n')
+				lineOf = append(lineOf, line)
+				continue
+			}
+			sb.WriteRune(r)
+		}
+	}
+	for _, m := range templateAction.FindAllStringIndex(data, -1) {
+		emit(data[last:m[0]])
+		sb.WriteString(placeholder)
+		line += strings.Count(data[m[0]:m[1]], "\n")
+		last = m[1]
+	}
+	emit(data[last:])
+
+	var root yamlv3.Node
+	if err := yamlv3.Unmarshal([]byte(sb.String()), &root); err != nil {
+		return nil
+	}
+	orig := func(l int) int {
+		if l >= 1 && l <= len(lineOf) {
+			return lineOf[l-1]
+		}
+		return l
+	}
+	doc := &root
+	if doc.Kind == yamlv3.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	var errs []error
+	tasks := mappingValue(doc, "tasks")
+	if tasks == nil || tasks.Kind != yamlv3.SequenceNode {
+		return nil
+	}
+	seenTask := map[string]int{}
+	for _, t := range tasks.Content {
+		tn := mappingValue(t, "name")
+		taskName := ""
+		if tn != nil && tn.Kind == yamlv3.ScalarNode && !strings.Contains(tn.Value, placeholder) {
+			taskName = tn.Value
+			if first, ok := seenTask[taskName]; ok {
+				errs = append(errs, fmt.Errorf("line %d: duplicate task name %q (first used on line %d)",
+					orig(tn.Line), taskName, first))
+			} else {
+				seenTask[taskName] = orig(tn.Line)
+			}
+		}
+		actions := mappingValue(t, "actions")
+		if actions == nil || actions.Kind != yamlv3.SequenceNode {
+			continue
+		}
+		seenAction := map[string]int{}
+		for _, a := range actions.Content {
+			an := mappingValue(a, "name")
+			if an == nil || an.Kind != yamlv3.ScalarNode || strings.Contains(an.Value, placeholder) {
+				continue
+			}
+			if first, ok := seenAction[an.Value]; ok {
+				where := "a task"
+				if taskName != "" {
+					where = fmt.Sprintf("task %q", taskName)
+				}
+				errs = append(errs, fmt.Errorf("line %d: duplicate action name %q in %s (first used on line %d)",
+					orig(an.Line), an.Value, where, first))
+			} else {
+				seenAction[an.Value] = orig(an.Line)
+			}
+		}
+	}
+	return errs
+}
+
+// mappingValue returns the value node of key in a mapping node, or nil.
+func mappingValue(n *yamlv3.Node, key string) *yamlv3.Node {
+	if n == nil || n.Kind != yamlv3.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
