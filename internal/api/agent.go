@@ -1,0 +1,197 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/workflow"
+)
+
+// logBatch is how many streamed lines StreamLogs buffers before appending.
+const logBatch = 256
+
+type agentService struct{ s *Services }
+
+// GetAction long-polls the engine for agent_id's next action.
+func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.GetActionRequest]) (*connect.Response[v1.GetActionResponse], error) {
+	s := a.s
+	if s.cfg.Engine == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the workflow engine is not running"))
+	}
+	agentID := req.Msg.GetAgentId()
+	if agentID == "" {
+		return nil, invalid("missing agent_id")
+	}
+	wait := req.Msg.GetWait().AsDuration()
+	if req.Msg.GetWait() == nil || wait < 0 {
+		wait = 0
+	}
+	wait = min(wait, s.cfg.MaxWait)
+	na, err := s.cfg.Engine.GetAction(ctx, agentID, wait)
+	if errors.Is(err, workflow.ErrNoAction) {
+		return nil, connect.NewError(connect.CodeNotFound,
+			fmt.Errorf("no action for agent %q (waited %s): %w", agentID, wait, err))
+	}
+	if err != nil {
+		return nil, s.toConnect(fmt.Errorf("get action for agent %q: %w", agentID, err))
+	}
+	return connect.NewResponse(&v1.GetActionResponse{
+		WorkflowId:  na.WorkflowID,
+		TaskId:      na.TaskID,
+		ActionId:    na.ActionID,
+		TaskName:    na.TaskName,
+		Name:        na.Name,
+		Image:       na.Image,
+		Timeout:     na.Timeout,
+		Command:     na.Command,
+		Volumes:     na.Volumes,
+		Environment: na.Environment,
+		Pid:         na.Pid,
+		Attempt:     int32(na.Attempt),
+	}), nil
+}
+
+// actionStates maps the wire's ActionState to the model's states.
+var actionStates = map[v1.ActionState]string{
+	v1.ActionState_ACTION_STATE_PENDING: model.StatePending,
+	v1.ActionState_ACTION_STATE_RUNNING: model.StateRunning,
+	v1.ActionState_ACTION_STATE_SUCCESS: model.StateSuccess,
+	v1.ActionState_ACTION_STATE_FAILED:  model.StateFailed,
+	v1.ActionState_ACTION_STATE_TIMEOUT: model.StateTimeout,
+}
+
+// ReportActionStatus passes the report to the engine; the engine answers
+// only once the report is durable.
+func (a agentService) ReportActionStatus(ctx context.Context, req *connect.Request[v1.ReportActionStatusRequest]) (*connect.Response[v1.ReportActionStatusResponse], error) {
+	s := a.s
+	if s.cfg.Engine == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the workflow engine is not running"))
+	}
+	m := req.Msg
+	state, ok := actionStates[m.GetActionState()]
+	if !ok {
+		return nil, invalid("action_state %v: want RUNNING, SUCCESS, FAILED or TIMEOUT", m.GetActionState())
+	}
+	if m.GetWorkflowId() == "" {
+		return nil, invalid("missing workflow_id")
+	}
+	r := workflow.ActionReport{
+		WorkflowID:     m.GetWorkflowId(),
+		AgentID:        m.GetAgentId(),
+		TaskID:         m.GetTaskId(),
+		ActionID:       m.GetActionId(),
+		ActionName:     m.GetActionName(),
+		State:          state,
+		ExecutionStart: timePtr(m.GetExecutionStart()),
+		ExecutionStop:  timePtr(m.GetExecutionStop()),
+		Message:        m.GetMessage(),
+	}
+	if p := m.GetProgress(); p != nil {
+		r.Progress = &model.Progress{Bytes: p.GetBytes(), TotalBytes: p.GetTotalBytes(),
+			BytesPerSec: p.GetBytesPerSec(), Percent: p.GetPercent()}
+	}
+	wfState, err := s.cfg.Engine.ReportActionStatus(ctx, r)
+	if err != nil {
+		return nil, s.toConnect(fmt.Errorf("report on workflow %s action %q: %w", r.WorkflowID, r.ActionName, err))
+	}
+	return connect.NewResponse(&v1.ReportActionStatusResponse{WorkflowState: wfState}), nil
+}
+
+func timePtr(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime()
+	return &t
+}
+
+// StreamLogs appends the streamed lines to the log store in batches. Lines
+// received before an error are kept; lines_accepted counts them.
+func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStream[v1.LogLine]) (*connect.Response[v1.StreamLogsResponse], error) {
+	s := a.s
+	if s.cfg.Logs == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the log store is not open"))
+	}
+	var (
+		batch    []logstore.Line
+		accepted int64
+	)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := s.cfg.Logs.Append(batch...); err != nil {
+			return s.toConnect(fmt.Errorf("store logs: %w", err))
+		}
+		accepted += int64(len(batch))
+		batch = batch[:0]
+		return nil
+	}
+	for stream.Receive() {
+		l := stream.Msg()
+		if l.GetWorkflowId() == "" && l.GetAgentId() == "" {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			return nil, invalid("log line %d names neither a workflow nor an agent", accepted+1)
+		}
+		t := time.Now()
+		if l.GetTime() != nil {
+			t = l.GetTime().AsTime()
+		}
+		batch = append(batch, logstore.Line{
+			WorkflowID: l.GetWorkflowId(), AgentID: l.GetAgentId(),
+			TaskName: l.GetTaskName(), ActionName: l.GetActionName(),
+			Time: t, Stream: l.GetStream(), Line: l.GetLine(),
+		})
+		if len(batch) >= logBatch {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&v1.StreamLogsResponse{LinesAccepted: accepted}), nil
+}
+
+type logService struct{ s *Services }
+
+// GetLogs reads a workflow's or an agent's lines.
+func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogsRequest]) (*connect.Response[v1.GetLogsResponse], error) {
+	s := l.s
+	if s.cfg.Logs == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the log store is not open"))
+	}
+	m := req.Msg
+	if m.GetWorkflowId() == "" && m.GetAgentId() == "" {
+		return nil, invalid("name a workflow_id or an agent_id")
+	}
+	if m.GetTail() < 0 {
+		return nil, invalid("tail %d: want 0 (all) or more", m.GetTail())
+	}
+	lines, err := s.cfg.Logs.Read(m.GetWorkflowId(), m.GetAgentId(), int(m.GetTail()))
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	out := &v1.GetLogsResponse{Lines: make([]*v1.LogLine, 0, len(lines))}
+	for _, x := range lines {
+		out.Lines = append(out.Lines, &v1.LogLine{
+			WorkflowId: x.WorkflowID, AgentId: x.AgentID, TaskName: x.TaskName,
+			ActionName: x.ActionName, Time: timestamppb.New(x.Time), Stream: x.Stream, Line: x.Line,
+		})
+	}
+	return connect.NewResponse(out), nil
+}

@@ -1,0 +1,146 @@
+// Package api implements every anvil.v1 service (Hardware, Template, Workflow,
+// Manifest, Agent, Log) as connect handlers over store.Store, the workflow
+// engine and the log store.
+//
+// It owns the translation between the wire (proto messages, connect codes)
+// and the model: converting objects, parsing selectors, mapping errors to
+// codes. It must not hold state of its own, open listeners or decide policy —
+// the store, the engine and the model's validation decide; internal/server
+// mounts the handlers and serves them.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/workflow"
+)
+
+// DefaultMaxWait caps GetAction's long poll when Config.MaxWait is 0.
+const DefaultMaxWait = 30 * time.Second
+
+// Engine is what the agent service needs from the workflow engine.
+// *workflow.Engine implements it.
+type Engine interface {
+	GetAction(ctx context.Context, agentID string, wait time.Duration) (*workflow.NextAction, error)
+	ReportActionStatus(ctx context.Context, r workflow.ActionReport) (string, error)
+}
+
+// LogStore is what the agent and log services need from the log store.
+// *logstore.Store implements it.
+type LogStore interface {
+	Append(lines ...logstore.Line) error
+	Read(workflowID, agentID string, tail int) ([]logstore.Line, error)
+}
+
+// Config configures the services.
+type Config struct {
+	// Store holds the objects. Required.
+	Store store.Store
+	// Engine serves the agent service. If nil, AgentService answers
+	// UNAVAILABLE for GetAction and ReportActionStatus.
+	Engine Engine
+	// Logs keeps agent output. If nil, StreamLogs and GetLogs answer
+	// UNAVAILABLE.
+	Logs LogStore
+	// MaxWait caps the long poll of GetAction. If 0, uses DefaultMaxWait.
+	MaxWait time.Duration
+	// Logger receives internal errors (those answered as INTERNAL). If
+	// nil, uses slog.Default().
+	Logger *slog.Logger
+}
+
+// Services implements every anvil.v1 service. It is safe for concurrent use.
+type Services struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns the services for cfg.
+func New(cfg Config) *Services {
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultMaxWait
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Services{cfg: cfg, log: cfg.Logger}
+}
+
+// ServiceNames lists the fully-qualified names of the services Mount
+// serves, for server reflection.
+func ServiceNames() []string {
+	return []string{
+		anvilv1connect.HardwareServiceName,
+		anvilv1connect.TemplateServiceName,
+		anvilv1connect.WorkflowServiceName,
+		anvilv1connect.ManifestServiceName,
+		anvilv1connect.AgentServiceName,
+		anvilv1connect.LogServiceName,
+	}
+}
+
+// Mount registers every service on mux. Each speaks gRPC, gRPC-Web and the
+// Connect protocol (binary and JSON), connect's defaults.
+func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
+	mux.Handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
+	mux.Handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))
+	mux.Handle(anvilv1connect.NewWorkflowServiceHandler(newWorkflowService(s), opts...))
+	mux.Handle(anvilv1connect.NewManifestServiceHandler(manifestService{s}, opts...))
+	mux.Handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
+	mux.Handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))
+}
+
+// toConnect maps an error from the store, the engine or the model to a
+// connect error with the matching code, keeping the message (which names
+// the object). Unexpected errors become INTERNAL and are logged.
+func (s *Services) toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	var list model.ErrorList
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, store.ErrNotFound),
+		errors.Is(err, workflow.ErrNoAction),
+		errors.Is(err, workflow.ErrUnknownWorkflow):
+		code = connect.CodeNotFound
+	case errors.Is(err, store.ErrAlreadyExists):
+		code = connect.CodeAlreadyExists
+	case errors.Is(err, store.ErrConflict):
+		code = connect.CodeAborted
+	case errors.Is(err, store.ErrInvalid), errors.As(err, &list):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, store.ErrGone):
+		code = connect.CodeOutOfRange
+	case errors.Is(err, workflow.ErrBadReport):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, store.ErrClosed), errors.Is(err, logstore.ErrClosed):
+		code = connect.CodeUnavailable
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	default:
+		s.log.Error("api: internal error", "err", err)
+	}
+	return connect.NewError(code, err)
+}
+
+// invalid returns an INVALID_ARGUMENT error.
+func invalid(format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, errorf(format, args...))
+}

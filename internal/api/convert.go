@@ -1,0 +1,159 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// objectParts is an object in the wire's shape: typed metadata, spec and
+// status as JSON objects.
+type objectParts struct {
+	APIVersion string
+	Kind       string
+	Meta       *v1.ObjectMeta
+	Spec       *structpb.Struct
+	Status     *structpb.Struct
+}
+
+// wireMessage is what Hardware, Template and Workflow messages have in common.
+type wireMessage interface {
+	GetApiVersion() string
+	GetKind() string
+	GetMetadata() *v1.ObjectMeta
+	GetSpec() *structpb.Struct
+	GetStatus() *structpb.Struct
+}
+
+// toParts converts a model object to its wire parts through its JSON
+// encoding, so spec and status carry exactly the manifest's field names.
+// Numbers travel as JSON numbers (float64): integers above 2^53 lose
+// precision, which no field of the model holds in practice.
+func toParts(obj model.Object) (objectParts, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return objectParts{}, fmt.Errorf("encode %s: %w", model.KindOf(obj), err)
+	}
+	var raw struct {
+		Spec   map[string]any `json:"spec"`
+		Status map[string]any `json:"status"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return objectParts{}, fmt.Errorf("encode %s: %w", model.KindOf(obj), err)
+	}
+	p := objectParts{
+		APIVersion: model.APIVersion,
+		Kind:       model.KindOf(obj),
+		Meta:       metaToProto(obj.GetObjectMeta()),
+	}
+	if p.Spec, err = structpb.NewStruct(orEmpty(raw.Spec)); err != nil {
+		return objectParts{}, fmt.Errorf("encode %s spec: %w", p.Kind, err)
+	}
+	if len(raw.Status) > 0 {
+		if p.Status, err = structpb.NewStruct(raw.Status); err != nil {
+			return objectParts{}, fmt.Errorf("encode %s status: %w", p.Kind, err)
+		}
+	}
+	return p, nil
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+// fromWire converts a wire message to a model object of kind. Unknown
+// fields in spec or status are an error naming the field: unlike a manifest
+// (where they are warnings), an API call has no channel for warnings, and
+// silently dropping a field would lose what the caller meant.
+func fromWire(kind string, m wireMessage) (model.Object, error) {
+	if m == nil {
+		return nil, invalid("missing %s", kind)
+	}
+	if k := m.GetKind(); k != "" && k != kind {
+		return nil, invalid("kind %q in a %s request", k, kind)
+	}
+	if av := m.GetApiVersion(); av != "" && av != model.APIVersion {
+		return nil, invalid("apiVersion %q is not %q", av, model.APIVersion)
+	}
+	obj, err := model.New(kind)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	*obj.GetObjectMeta() = metaFromProto(m.GetMetadata())
+	meta := obj.GetObjectMeta()
+	if meta.Namespace == "" {
+		meta.Namespace = model.DefaultNamespace
+	}
+	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
+	for _, part := range []struct {
+		field string
+		s     *structpb.Struct
+	}{{"spec", m.GetSpec()}, {"status", m.GetStatus()}} {
+		if part.s == nil {
+			continue
+		}
+		b, err := json.Marshal(map[string]any{part.field: part.s.AsMap()})
+		if err != nil {
+			return nil, invalid("%s: %s: %v", name, part.field, err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(obj); err != nil {
+			return nil, invalid("%s: %s: %v", name, part.field, err)
+		}
+	}
+	// Decoding may not touch metadata, but keep TypeMeta authoritative.
+	*obj.GetTypeMeta() = model.TypeMeta{APIVersion: model.APIVersion, Kind: kind}
+	return obj, nil
+}
+
+func metaToProto(m *model.ObjectMeta) *v1.ObjectMeta {
+	p := &v1.ObjectMeta{
+		Name:            m.Name,
+		Namespace:       m.Namespace,
+		Uid:             m.UID,
+		ResourceVersion: m.ResourceVersion,
+		Generation:      m.Generation,
+		Labels:          m.Labels,
+		Annotations:     m.Annotations,
+	}
+	if m.CreationTimestamp != nil {
+		p.CreationTimestamp = timestamppb.New(*m.CreationTimestamp)
+	}
+	return p
+}
+
+func metaFromProto(p *v1.ObjectMeta) model.ObjectMeta {
+	if p == nil {
+		return model.ObjectMeta{}
+	}
+	m := model.ObjectMeta{
+		Name:            p.GetName(),
+		Namespace:       p.GetNamespace(),
+		UID:             p.GetUid(),
+		ResourceVersion: p.GetResourceVersion(),
+		Generation:      p.GetGeneration(),
+	}
+	if len(p.GetLabels()) > 0 {
+		m.Labels = p.GetLabels()
+	}
+	if len(p.GetAnnotations()) > 0 {
+		m.Annotations = p.GetAnnotations()
+	}
+	if p.GetCreationTimestamp() != nil {
+		t := p.GetCreationTimestamp().AsTime()
+		m.CreationTimestamp = &t
+	}
+	return m
+}
