@@ -1,0 +1,735 @@
+package workflow
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+)
+
+// Config configures an Engine.
+type Config struct {
+	Store store.Store
+	// Clock is the engine's time source; nil means the real clock.
+	Clock  Clock
+	Logger *slog.Logger
+	// MaxWait caps how long GetAction waits for work; 0 means 30s.
+	MaxWait time.Duration
+}
+
+// DefaultMaxWait is the GetAction long-poll cap when Config.MaxWait is 0.
+const DefaultMaxWait = 30 * time.Second
+
+// reconcileWorkers is the size of the controller's worker pool.
+const reconcileWorkers = 4
+
+// maxConflictRetries bounds the re-read-and-retry loop on store.ErrConflict.
+const maxConflictRetries = 50
+
+// errorRequeueDelay is how long a reconcile that failed on a store error waits
+// before it is tried again.
+const errorRequeueDelay = time.Second
+
+// Engine runs workflows: the controller (Run) renders new workflows, keeps one
+// active workflow per hardware, toggles netboot and enforces deadlines; the
+// agent API (GetAction, ReportActionStatus) hands out actions and records
+// reports. Workflows are identified by "namespace/name".
+type Engine struct {
+	store   store.Store
+	clock   Clock
+	log     *slog.Logger
+	maxWait time.Duration
+
+	queue *workQueue
+
+	nmu     sync.Mutex
+	waiters map[string]chan struct{} // per agent, closed on a relevant change
+
+	tmu    sync.Mutex
+	timers map[string]*deadlineTimer
+}
+
+type deadlineTimer struct {
+	at time.Time
+	t  interface{ Stop() bool }
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+func (realClock) AfterFunc(d time.Duration, f func()) interface{ Stop() bool } {
+	return time.AfterFunc(d, f)
+}
+
+// New returns an Engine. GetAction and ReportActionStatus work without Run;
+// rendering, waiting, netboot toggling and server-side timeouts need Run.
+func New(cfg Config) *Engine {
+	e := &Engine{
+		store:   cfg.Store,
+		clock:   cfg.Clock,
+		log:     cfg.Logger,
+		maxWait: cfg.MaxWait,
+		queue:   newWorkQueue(),
+		waiters: map[string]chan struct{}{},
+		timers:  map[string]*deadlineTimer{},
+	}
+	if e.clock == nil {
+		e.clock = realClock{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.maxWait <= 0 {
+		e.maxWait = DefaultMaxWait
+	}
+	return e
+}
+
+// WorkflowID returns the ID of a workflow as used in NextAction and
+// ActionReport: "namespace/name".
+func WorkflowID(wf *model.Workflow) string { return wf.Namespace + "/" + wf.Name }
+
+func splitKey(id string) (ns, name string, ok bool) {
+	ns, name, ok = strings.Cut(id, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", false
+	}
+	return ns, name, true
+}
+
+// ---------------------------------------------------------------------------
+// Controller
+
+// Run is the controller. It lists and watches Workflows (re-listing when the
+// watch ends or falls behind) and reconciles every changed workflow through a
+// de-duplicating queue served by a small pool of workers; the same workflow is
+// never reconciled twice at once. It returns when ctx ends (nil) or the store
+// is closed.
+func (e *Engine) Run(ctx context.Context) error {
+	e.queue.reopen()
+	var wg sync.WaitGroup
+	for range reconcileWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				key, ok := e.queue.get()
+				if !ok {
+					return
+				}
+				if err := e.reconcile(ctx, key); err != nil && ctx.Err() == nil {
+					e.log.Warn("workflow reconcile failed; will retry", "workflow", key, "err", err)
+					e.clock.AfterFunc(errorRequeueDelay, func() { e.queue.add(key) })
+				}
+				e.queue.done(key)
+			}
+		}()
+	}
+	err := e.watch(ctx)
+	e.queue.shutdown()
+	wg.Wait()
+	e.tmu.Lock()
+	for k, t := range e.timers {
+		t.t.Stop()
+		delete(e.timers, k)
+	}
+	e.tmu.Unlock()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// watch feeds the queue from a list and a watch, re-listing whenever the
+// watch ends.
+func (e *Engine) watch(ctx context.Context) error {
+	for ctx.Err() == nil {
+		objs, rv, err := e.store.List(ctx, model.KindWorkflow, store.ListOptions{})
+		if err == nil {
+			for _, o := range objs {
+				e.queue.add(o.GetObjectMeta().Key())
+			}
+			var ch <-chan store.Event
+			ch, err = e.store.Watch(ctx, model.KindWorkflow, store.WatchOptions{ResourceVersion: rv})
+			if err == nil {
+				for ev := range ch {
+					if ev.Type == store.Error {
+						e.log.Info("workflow watch ended; re-listing", "err", ev.Err)
+						break
+					}
+					wf, ok := ev.Object.(*model.Workflow)
+					if !ok {
+						continue
+					}
+					key := wf.Key()
+					e.queue.add(key)
+					if ev.Type == store.Deleted {
+						e.cancelTimer(key)
+						e.notifyWorkflowAgents(wf)
+						e.enqueueSiblings(ctx, wf)
+					}
+				}
+				continue
+			}
+		}
+		if errors.Is(err, store.ErrClosed) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !errors.Is(err, store.ErrGone) {
+			e.log.Warn("workflow list/watch failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(errorRequeueDelay):
+			}
+		}
+	}
+	return nil
+}
+
+// reconcile brings one workflow forward, re-reading it on write conflicts.
+func (e *Engine) reconcile(ctx context.Context, key string) error {
+	ns, name, ok := splitKey(key)
+	if !ok {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		obj, err := e.store.Get(ctx, model.KindWorkflow, ns, name)
+		if errors.Is(err, store.ErrNotFound) {
+			e.cancelTimer(key)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		err = e.reconcileOnce(ctx, obj.(*model.Workflow))
+		if errors.Is(err, store.ErrConflict) && attempt < maxConflictRetries {
+			continue
+		}
+		return err
+	}
+}
+
+func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
+	key := wf.Key()
+	now := e.clock.Now()
+	st := &wf.Status
+	changed := false
+
+	// (a) Render a new workflow.
+	if st.State == "" {
+		def, err := e.render(ctx, wf)
+		if err != nil {
+			var rerr *renderError
+			if !errors.As(err, &rerr) {
+				return err // the store failed; try again later
+			}
+			RenderFailedStatus(st, err, now)
+			e.log.Info("workflow template rendering failed", "workflow", key, "err", err)
+		} else {
+			*st = InitialStatus(wf, def, now)
+		}
+		changed = true
+	}
+
+	// (d) Deadlines.
+	if c, _ := CheckDeadlines(st, now); c {
+		changed = true
+	}
+
+	final := model.IsFinal(st.State)
+	disabled := model.BoolValue(wf.Spec.Disabled, false)
+
+	// (b) One active workflow per hardware.
+	waitingFor := ""
+	if !final && !disabled && wf.Spec.HardwareRef != "" {
+		var err error
+		if waitingFor, err = e.activeSibling(ctx, wf); err != nil {
+			return err
+		}
+	}
+	if !final {
+		if waitingFor != "" {
+			msg := fmt.Sprintf("waiting for workflow %s to finish on hardware %s", waitingFor, wf.Spec.HardwareRef)
+			if SetCondition(st, model.Condition{Type: ConditionWaiting, Status: "True", Reason: "HardwareBusy",
+				Message: msg, Time: &now}) {
+				AddHistory(st, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: st.State, Message: msg})
+				changed = true
+			}
+		} else if !disabled && RemoveCondition(st, ConditionWaiting) {
+			AddHistory(st, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: st.State,
+				Message: "no longer waiting: this workflow is now active on its hardware"})
+			changed = true
+		}
+	}
+
+	// (c) toggleAllowNetboot.
+	if wf.Spec.BootOptions != nil && wf.Spec.BootOptions.ToggleAllowNetboot && wf.Spec.HardwareRef != "" {
+		c := FindCondition(st, ConditionAllowNetboot)
+		switch {
+		case !final && !disabled && waitingFor == "" && c == nil:
+			if e.toggleNetboot(ctx, wf, true, now) {
+				changed = true
+			}
+		case st.State == model.StateSuccess && (c == nil || c.Status == "True"):
+			if e.toggleNetboot(ctx, wf, false, now) {
+				changed = true
+			}
+		}
+	}
+
+	if changed {
+		obj, err := e.store.Update(ctx, wf)
+		if err != nil {
+			return err
+		}
+		wf = obj.(*model.Workflow)
+	}
+	e.schedule(key, NextDeadline(&wf.Status))
+	if model.IsFinal(wf.Status.State) || disabled {
+		e.enqueueSiblings(ctx, wf)
+	}
+	e.notifyWorkflowAgents(wf)
+	return nil
+}
+
+// renderError marks an error that is the workflow's fault (template,
+// hardware, rendering), as opposed to the store's.
+type renderError struct{ err error }
+
+func (r *renderError) Error() string { return r.err.Error() }
+func (r *renderError) Unwrap() error { return r.err }
+
+func (e *Engine) render(ctx context.Context, wf *model.Workflow) (*model.WorkflowDefinition, error) {
+	if wf.Spec.TemplateRef == "" {
+		return nil, &renderError{errors.New("spec.templateRef is empty")}
+	}
+	obj, err := e.store.Get(ctx, model.KindTemplate, wf.Namespace, wf.Spec.TemplateRef)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &renderError{fmt.Errorf("template %s/%s not found", wf.Namespace, wf.Spec.TemplateRef)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	tmpl := obj.(*model.Template)
+	var hw *model.Hardware
+	if wf.Spec.HardwareRef != "" {
+		obj, err := e.store.Get(ctx, model.KindHardware, wf.Namespace, wf.Spec.HardwareRef)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, &renderError{fmt.Errorf("hardware %s/%s not found", wf.Namespace, wf.Spec.HardwareRef)}
+		}
+		if err != nil {
+			return nil, err
+		}
+		hw = obj.(*model.Hardware)
+	}
+	def, err := Render(tmpl, wf, hw)
+	if err != nil {
+		return nil, &renderError{fmt.Errorf("template %s: %w", tmpl.Key(), err)}
+	}
+	return def, nil
+}
+
+// contenders returns the workflows of wf's namespace on wf's hardware that
+// are neither final nor disabled (wf itself as given, not as stored), the
+// active one first: a RUNNING one, else the oldest by creationTimestamp, then
+// name.
+func (e *Engine) contenders(ctx context.Context, wf *model.Workflow) ([]*model.Workflow, error) {
+	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
+	if err != nil {
+		return nil, err
+	}
+	var out []*model.Workflow
+	self := false
+	for _, o := range objs {
+		w := o.(*model.Workflow)
+		if w.Namespace != wf.Namespace {
+			continue
+		}
+		if w.Name == wf.Name {
+			w, self = wf, true
+		}
+		if model.IsFinal(w.Status.State) || model.BoolValue(w.Spec.Disabled, false) {
+			continue
+		}
+		out = append(out, w)
+	}
+	if !self && !model.IsFinal(wf.Status.State) && !model.BoolValue(wf.Spec.Disabled, false) {
+		out = append(out, wf)
+	}
+	slices.SortFunc(out, compareActive)
+	return out, nil
+}
+
+func compareActive(a, b *model.Workflow) int {
+	ar, br := model.NormalizeState(a.Status.State) == model.StateRunning, model.NormalizeState(b.Status.State) == model.StateRunning
+	if ar != br {
+		if ar {
+			return -1
+		}
+		return 1
+	}
+	var at, bt time.Time
+	if a.CreationTimestamp != nil {
+		at = *a.CreationTimestamp
+	}
+	if b.CreationTimestamp != nil {
+		bt = *b.CreationTimestamp
+	}
+	if c := at.Compare(bt); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Name, b.Name)
+}
+
+// activeSibling returns the name of the workflow wf waits for, or "" when wf
+// is the active one on its hardware.
+func (e *Engine) activeSibling(ctx context.Context, wf *model.Workflow) (string, error) {
+	c, err := e.contenders(ctx, wf)
+	if err != nil {
+		return "", err
+	}
+	if len(c) == 0 || c[0].Name == wf.Name {
+		return "", nil
+	}
+	return c[0].Name, nil
+}
+
+// enqueueSiblings queues the unfinished workflows on wf's hardware, so that
+// the next one becomes active when wf ends, is disabled or is deleted.
+func (e *Engine) enqueueSiblings(ctx context.Context, wf *model.Workflow) {
+	if wf.Spec.HardwareRef == "" {
+		return
+	}
+	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		w := o.(*model.Workflow)
+		if w.Namespace == wf.Namespace && w.Name != wf.Name && !model.IsFinal(w.Status.State) {
+			e.queue.add(w.Key())
+		}
+	}
+}
+
+// toggleNetboot sets allowPXE on every interface of the workflow's hardware
+// (only where it differs) and records it on the workflow. It reports whether
+// the workflow's status changed.
+func (e *Engine) toggleNetboot(ctx context.Context, wf *model.Workflow, allow bool, now time.Time) bool {
+	n, err := e.setAllowPXE(ctx, wf.Namespace, wf.Spec.HardwareRef, allow)
+	status, reason := "True", "WorkflowStarted"
+	if !allow {
+		status, reason = "False", "WorkflowSucceeded"
+	}
+	msg := fmt.Sprintf("toggleAllowNetboot: allowPXE set to %t on hardware %s (%d interface(s) changed)", allow, wf.Spec.HardwareRef, n)
+	if err != nil {
+		msg = fmt.Sprintf("toggleAllowNetboot: could not set allowPXE to %t on hardware %s: %v", allow, wf.Spec.HardwareRef, err)
+		e.log.Warn("toggleAllowNetboot failed", "workflow", wf.Key(), "err", err)
+	}
+	SetCondition(&wf.Status, model.Condition{Type: ConditionAllowNetboot, Status: status, Reason: reason, Message: msg, Time: &now})
+	AddHistory(&wf.Status, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: wf.Status.State, Message: msg})
+	return true
+}
+
+func (e *Engine) setAllowPXE(ctx context.Context, ns, name string, allow bool) (int, error) {
+	for attempt := 0; ; attempt++ {
+		obj, err := e.store.Get(ctx, model.KindHardware, ns, name)
+		if err != nil {
+			return 0, err
+		}
+		hw := obj.(*model.Hardware)
+		n := 0
+		for i := range hw.Spec.Interfaces {
+			ifc := &hw.Spec.Interfaces[i]
+			if ifc.Netboot == nil {
+				ifc.Netboot = &model.Netboot{}
+			}
+			if ifc.Netboot.AllowPXE == nil || *ifc.Netboot.AllowPXE != allow {
+				ifc.Netboot.AllowPXE = model.Bool(allow)
+				n++
+			}
+		}
+		if n == 0 {
+			return 0, nil
+		}
+		_, err = e.store.Update(ctx, hw)
+		if errors.Is(err, store.ErrConflict) && attempt < maxConflictRetries {
+			continue
+		}
+		return n, err
+	}
+}
+
+// schedule arranges for key to be reconciled at `at` (zero: never).
+func (e *Engine) schedule(key string, at time.Time) {
+	e.tmu.Lock()
+	defer e.tmu.Unlock()
+	old := e.timers[key]
+	if at.IsZero() {
+		if old != nil {
+			old.t.Stop()
+			delete(e.timers, key)
+		}
+		return
+	}
+	if old != nil {
+		if old.at.Equal(at) {
+			return
+		}
+		old.t.Stop()
+	}
+	d := at.Sub(e.clock.Now())
+	if d < 0 {
+		d = 0
+	}
+	dt := &deadlineTimer{at: at}
+	e.timers[key] = dt
+	dt.t = e.clock.AfterFunc(d, func() {
+		e.tmu.Lock()
+		if e.timers[key] == dt {
+			delete(e.timers, key)
+		}
+		e.tmu.Unlock()
+		e.queue.add(key)
+	})
+}
+
+func (e *Engine) cancelTimer(key string) { e.schedule(key, time.Time{}) }
+
+// ---------------------------------------------------------------------------
+// Agent notifications
+
+// waitChan returns a channel closed at the next change relevant to agent.
+func (e *Engine) waitChan(agent string) <-chan struct{} {
+	e.nmu.Lock()
+	defer e.nmu.Unlock()
+	ch := e.waiters[agent]
+	if ch == nil {
+		ch = make(chan struct{})
+		e.waiters[agent] = ch
+	}
+	return ch
+}
+
+func (e *Engine) notify(agent string) {
+	e.nmu.Lock()
+	if ch := e.waiters[agent]; ch != nil {
+		close(ch)
+		delete(e.waiters, agent)
+	}
+	e.nmu.Unlock()
+}
+
+func (e *Engine) notifyWorkflowAgents(wf *model.Workflow) {
+	for i := range wf.Status.Tasks {
+		if a := wf.Status.Tasks[i].AgentID; a != "" && (i == 0 || a != wf.Status.Tasks[i-1].AgentID) {
+			e.notify(a)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Agent API
+
+// GetAction returns the next action for agentID. If there is none now, it
+// waits up to min(wait, MaxWait) for a change to a workflow of this agent and
+// looks again; ErrNoAction when the wait ends with nothing to run.
+func (e *Engine) GetAction(ctx context.Context, agentID string, wait time.Duration) (*NextAction, error) {
+	if wait > e.maxWait {
+		wait = e.maxWait
+	}
+	var expired chan struct{}
+	for {
+		ch := e.waitChan(agentID) // before looking, so no change is missed
+		na, err := e.nextAction(ctx, agentID)
+		if err != nil || na != nil {
+			return na, err
+		}
+		if wait <= 0 {
+			return nil, ErrNoAction
+		}
+		if expired == nil {
+			expired = make(chan struct{})
+			t := e.clock.AfterFunc(wait, func() { close(expired) })
+			defer t.Stop()
+		}
+		select {
+		case <-ch:
+		case <-expired:
+			return nil, ErrNoAction
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// nextAction looks once, through the agent index.
+func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, error) {
+	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexAgentID, agentID)
+	if err != nil {
+		return nil, err
+	}
+	var cands []*model.Workflow
+	for _, o := range objs {
+		w := o.(*model.Workflow)
+		switch model.NormalizeState(w.Status.State) {
+		case model.StatePending, model.StateRunning:
+		default:
+			continue
+		}
+		if model.BoolValue(w.Spec.Disabled, false) || FindCondition(&w.Status, ConditionWaiting) != nil {
+			continue
+		}
+		cands = append(cands, w)
+	}
+	if len(cands) > 1 {
+		slices.SortFunc(cands, compareActive)
+	}
+	now := e.clock.Now()
+	for _, w := range cands {
+		if na := NextActionFor(&w.Status, WorkflowID(w), agentID, now); na != nil {
+			return na, nil
+		}
+	}
+	return nil, nil
+}
+
+// ReportActionStatus records an agent's report and returns the workflow's
+// state after it. It returns only once the change is durable in the store.
+// Errors: ErrUnknownWorkflow, ErrBadReport (wrapped with the reason), or the
+// store's.
+func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string, error) {
+	ns, name, ok := splitKey(r.WorkflowID)
+	if !ok {
+		return "", fmt.Errorf("%w: %q (want namespace/name)", ErrUnknownWorkflow, r.WorkflowID)
+	}
+	for attempt := 0; ; attempt++ {
+		obj, err := e.store.Get(ctx, model.KindWorkflow, ns, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return "", fmt.Errorf("%w: %s", ErrUnknownWorkflow, r.WorkflowID)
+		}
+		if err != nil {
+			return "", err
+		}
+		wf := obj.(*model.Workflow)
+		if c := FindCondition(&wf.Status, ConditionWaiting); c != nil && !model.IsFinal(wf.Status.State) {
+			return wf.Status.State, fmt.Errorf("%w: %s", ErrBadReport, c.Message)
+		}
+		changed, err := ApplyReport(&wf.Status, r, e.clock.Now())
+		if err != nil {
+			return wf.Status.State, err
+		}
+		if !changed {
+			return wf.Status.State, nil
+		}
+		obj, err = e.store.Update(ctx, wf)
+		if errors.Is(err, store.ErrConflict) && attempt < maxConflictRetries {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		wf = obj.(*model.Workflow)
+		e.notifyWorkflowAgents(wf)
+		e.queue.add(wf.Key())
+		return wf.Status.State, nil
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Work queue
+
+// workQueue is a de-duplicating FIFO of keys: a key is queued at most once,
+// and a key added while it is being processed is queued again when done.
+type workQueue struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	items      []string
+	queued     map[string]bool
+	processing map[string]bool
+	dirty      map[string]bool
+	closed     bool
+}
+
+func newWorkQueue() *workQueue {
+	q := &workQueue{queued: map[string]bool{}, processing: map[string]bool{}, dirty: map[string]bool{}}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *workQueue) add(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.queued[key] {
+		return
+	}
+	if q.processing[key] {
+		q.dirty[key] = true
+		return
+	}
+	q.queued[key] = true
+	q.items = append(q.items, key)
+	q.cond.Signal()
+}
+
+func (q *workQueue) get() (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return "", false
+	}
+	key := q.items[0]
+	q.items[0] = ""
+	q.items = q.items[1:]
+	delete(q.queued, key)
+	q.processing[key] = true
+	return key, true
+}
+
+func (q *workQueue) done(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.processing, key)
+	if q.dirty[key] {
+		delete(q.dirty, key)
+		if !q.queued[key] {
+			q.queued[key] = true
+			q.items = append(q.items, key)
+			q.cond.Signal()
+		}
+	}
+}
+
+func (q *workQueue) shutdown() {
+	q.mu.Lock()
+	q.closed = true
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+func (q *workQueue) reopen() {
+	q.mu.Lock()
+	q.closed = false
+	q.mu.Unlock()
+}
+
+// Len returns how many keys wait in the queue (for tests and metrics).
+func (q *workQueue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
