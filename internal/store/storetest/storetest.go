@@ -1,0 +1,989 @@
+// Package storetest is the contract test suite for store.Store
+// implementations. Every implementation's tests call Run; the suite uses
+// nothing but the store interface, so it holds for the embedded bbolt store
+// and for a store on the Kubernetes API alike.
+//
+// The suite assumes resource versions are decimal integers that grow with
+// every write (as both bbolt revisions and etcd revisions are) and never
+// waits on the wall clock: watch tests write a sentinel object and read
+// events up to it.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anvilproj/anvil/internal/labels"
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+)
+
+// Run runs the whole suite. open must return a new, empty store for each
+// call and arrange (with t.Cleanup) for it to be closed. Run does not close
+// stores itself except in tests that are about Close.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"CreateGetUpdateDelete", testCRUD},
+		{"AlreadyExists", testAlreadyExists},
+		{"NotFound", testNotFound},
+		{"ConflictOnStaleVersion", testConflict},
+		{"UnconditionalUpdate", testUnconditionalUpdate},
+		{"Generation", testGeneration},
+		{"DefaultNamespace", testDefaultNamespace},
+		{"InvalidObjects", testInvalid},
+		{"ListOrderAndSelectors", testList},
+		{"IndexesHardware", testIndexesHardware},
+		{"IndexesWorkflow", testIndexesWorkflow},
+		{"IndexMaintenance", testIndexMaintenance},
+		{"UnknownIndex", testUnknownIndex},
+		{"ApplyCreatesAndUpdates", testApply},
+		{"ApplyAtomic", testApplyAtomic},
+		{"WatchFromEmpty", testWatchFromEmpty},
+		{"WatchFromVersion", testWatchFromVersion},
+		{"WatchFromListVersion", testWatchFromListVersion},
+		{"WatchTooOld", testWatchTooOld},
+		{"WatchFilters", testWatchFilters},
+		{"WatchContextCancel", testWatchCancel},
+		{"ReturnedObjectsAreCopies", testCopies},
+		{"ConcurrentWriters", testConcurrentWriters},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(t, open(t))
+		})
+	}
+}
+
+// ---- object builders ----
+
+// Hardware returns a Hardware with one interface per MAC (and IP, if given).
+func Hardware(ns, name string, macs ...string) *model.Hardware {
+	h := &model.Hardware{ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name}}
+	for _, m := range macs {
+		h.Spec.Interfaces = append(h.Spec.Interfaces, model.Interface{DHCP: &model.DHCP{MAC: m}})
+	}
+	return h
+}
+
+// Workflow returns a Workflow on hardware hw whose tasks run on agents.
+func Workflow(ns, name, hw string, agents ...string) *model.Workflow {
+	w := &model.Workflow{ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name}}
+	w.Spec.HardwareRef = hw
+	w.Spec.TemplateRef = "tpl"
+	for i, a := range agents {
+		w.Status.Tasks = append(w.Status.Tasks, model.Task{Name: fmt.Sprintf("t%d", i), AgentID: a})
+	}
+	return w
+}
+
+func ctx(t *testing.T) context.Context { return t.Context() }
+
+func rvOf(t *testing.T, o model.Object) uint64 {
+	t.Helper()
+	rv := o.GetObjectMeta().ResourceVersion
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q of %s is not a decimal integer", rv, o.GetObjectMeta().Key())
+	}
+	return n
+}
+
+func parseRV(t *testing.T, rv string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q is not a decimal integer", rv)
+	}
+	return n
+}
+
+func mustCreate(t *testing.T, s store.Store, o model.Object) model.Object {
+	t.Helper()
+	got, err := s.Create(ctx(t), o)
+	if err != nil {
+		t.Fatalf("Create %s: %v", o.GetObjectMeta().Key(), err)
+	}
+	return got
+}
+
+func mustGet(t *testing.T, s store.Store, kind, ns, name string) model.Object {
+	t.Helper()
+	got, err := s.Get(ctx(t), kind, ns, name)
+	if err != nil {
+		t.Fatalf("Get %s %s/%s: %v", kind, ns, name, err)
+	}
+	return got
+}
+
+func keys(objs []model.Object) []string {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		out[i] = o.GetObjectMeta().Key()
+	}
+	return out
+}
+
+func wantKeys(t *testing.T, what string, objs []model.Object, want ...string) {
+	t.Helper()
+	got := keys(objs)
+	if want == nil {
+		want = []string{}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s = %q, want %q", what, got, want)
+	}
+}
+
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("%s: error %v, want one wrapping %q", what, err, target)
+	}
+}
+
+// ---- CRUD ----
+
+func testCRUD(t *testing.T, s store.Store) {
+	in := Hardware("ns1", "m1", "aa:bb:cc:dd:ee:01")
+	in.Labels = map[string]string{"rack": "r1"}
+	created := mustCreate(t, s, in).(*model.Hardware)
+	m := created.ObjectMeta
+	if m.UID == "" || m.ResourceVersion == "" || m.Generation != 1 || m.CreationTimestamp == nil {
+		t.Fatalf("created metadata = %+v; want uid, resourceVersion, generation 1, creationTimestamp", m)
+	}
+	if created.Kind != model.KindHardware || created.APIVersion != model.APIVersion {
+		t.Errorf("created TypeMeta = %+v", created.TypeMeta)
+	}
+	if in.ResourceVersion != "" || in.UID != "" {
+		t.Errorf("Create modified its argument: %+v", in.ObjectMeta)
+	}
+
+	got := mustGet(t, s, model.KindHardware, "ns1", "m1").(*model.Hardware)
+	if got.UID != m.UID || got.ResourceVersion != m.ResourceVersion || got.Labels["rack"] != "r1" ||
+		len(got.Spec.Interfaces) != 1 || got.Spec.Interfaces[0].DHCP.MAC != "aa:bb:cc:dd:ee:01" {
+		t.Fatalf("Get = %+v, want what Create returned (%+v)", got, created)
+	}
+	if !got.CreationTimestamp.Equal(*m.CreationTimestamp) {
+		t.Errorf("creationTimestamp %v, created %v", got.CreationTimestamp, m.CreationTimestamp)
+	}
+
+	got.Labels["rack"] = "r2"
+	got.Status.State = "in-use"
+	updated, err := s.Update(ctx(t), got)
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	um := updated.GetObjectMeta()
+	if rvOf(t, updated) <= rvOf(t, created) {
+		t.Errorf("update resourceVersion %s not after create's %s", um.ResourceVersion, m.ResourceVersion)
+	}
+	if um.UID != m.UID || !um.CreationTimestamp.Equal(*m.CreationTimestamp) {
+		t.Errorf("update changed uid/creationTimestamp: %+v vs %+v", um, m)
+	}
+	got2 := mustGet(t, s, model.KindHardware, "ns1", "m1").(*model.Hardware)
+	if got2.Labels["rack"] != "r2" || got2.Status.State != "in-use" || got2.ResourceVersion != um.ResourceVersion {
+		t.Errorf("after update Get = %+v", got2.ObjectMeta)
+	}
+
+	if err := s.Delete(ctx(t), model.KindHardware, "ns1", "m1", ""); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	_, err = s.Get(ctx(t), model.KindHardware, "ns1", "m1")
+	wantErr(t, "Get after Delete", err, store.ErrNotFound)
+
+	// A name can be reused after deletion, and gets a new UID.
+	again := mustCreate(t, s, Hardware("ns1", "m1"))
+	if again.GetObjectMeta().UID == m.UID {
+		t.Errorf("recreated object kept the old UID %s", m.UID)
+	}
+	if rvOf(t, again) <= rvOf(t, updated) {
+		t.Errorf("recreate resourceVersion %d not after %d", rvOf(t, again), rvOf(t, updated))
+	}
+	// Other kinds are independent namespaces of names.
+	tpl := &model.Template{ObjectMeta: model.ObjectMeta{Namespace: "ns1", Name: "m1"}}
+	mustCreate(t, s, tpl)
+	mustCreate(t, s, Workflow("ns1", "m1", "m1"))
+}
+
+func testAlreadyExists(t *testing.T, s store.Store) {
+	mustCreate(t, s, Hardware("default", "m1"))
+	_, err := s.Create(ctx(t), Hardware("default", "m1"))
+	wantErr(t, "second Create", err, store.ErrAlreadyExists)
+	_, err = s.Create(ctx(t), Hardware("", "m1"))
+	wantErr(t, "Create with defaulted namespace", err, store.ErrAlreadyExists)
+	mustCreate(t, s, Hardware("other", "m1"))
+}
+
+func testNotFound(t *testing.T, s store.Store) {
+	_, err := s.Get(ctx(t), model.KindHardware, "default", "nope")
+	wantErr(t, "Get", err, store.ErrNotFound)
+	if err != nil && !strings.Contains(err.Error(), "nope") {
+		t.Errorf("Get error %q does not name the object", err)
+	}
+	_, err = s.Update(ctx(t), Hardware("default", "nope"))
+	wantErr(t, "Update", err, store.ErrNotFound)
+	err = s.Delete(ctx(t), model.KindHardware, "default", "nope", "")
+	wantErr(t, "Delete", err, store.ErrNotFound)
+	mustCreate(t, s, Hardware("default", "m1"))
+	_, err = s.Get(ctx(t), model.KindWorkflow, "default", "m1")
+	wantErr(t, "Get of another kind", err, store.ErrNotFound)
+}
+
+func testConflict(t *testing.T, s store.Store) {
+	v1 := mustCreate(t, s, Hardware("default", "m1")).(*model.Hardware)
+	stale := model.DeepCopy(v1)
+	v1.Labels = map[string]string{"a": "1"}
+	v2, err := s.Update(ctx(t), v1)
+	if err != nil {
+		t.Fatalf("Update with current resourceVersion: %v", err)
+	}
+	stale.Labels = map[string]string{"a": "2"}
+	_, err = s.Update(ctx(t), stale)
+	wantErr(t, "Update with stale resourceVersion", err, store.ErrConflict)
+	err = s.Delete(ctx(t), model.KindHardware, "default", "m1", stale.ResourceVersion)
+	wantErr(t, "Delete with stale resourceVersion", err, store.ErrConflict)
+	if got := mustGet(t, s, model.KindHardware, "default", "m1"); got.GetObjectMeta().Labels["a"] != "1" {
+		t.Errorf("a conflicting write changed the object: %v", got.GetObjectMeta().Labels)
+	}
+	if err := s.Delete(ctx(t), model.KindHardware, "default", "m1", v2.GetObjectMeta().ResourceVersion); err != nil {
+		t.Fatalf("Delete with current resourceVersion: %v", err)
+	}
+}
+
+func testUnconditionalUpdate(t *testing.T, s store.Store) {
+	v1 := mustCreate(t, s, Hardware("default", "m1")).(*model.Hardware)
+	v1.Labels = map[string]string{"a": "1"}
+	if _, err := s.Update(ctx(t), v1); err != nil {
+		t.Fatal(err)
+	}
+	blind := Hardware("default", "m1", "aa:bb:cc:dd:ee:ff")
+	got, err := s.Update(ctx(t), blind)
+	if err != nil {
+		t.Fatalf("Update with empty resourceVersion: %v", err)
+	}
+	if got.GetObjectMeta().UID != v1.UID {
+		t.Errorf("unconditional update changed UID")
+	}
+	if got.GetObjectMeta().Labels != nil {
+		t.Errorf("Update replaces the object, but labels %v survived", got.GetObjectMeta().Labels)
+	}
+}
+
+func testGeneration(t *testing.T, s store.Store) {
+	h := mustCreate(t, s, Hardware("default", "m1", "aa:aa:aa:aa:aa:01")).(*model.Hardware)
+	if h.Generation != 1 {
+		t.Fatalf("generation after create = %d, want 1", h.Generation)
+	}
+	step := func(what string, change func(h *model.Hardware), want int64) {
+		t.Helper()
+		change(h)
+		got, err := s.Update(ctx(t), h)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		h = got.(*model.Hardware)
+		if h.Generation != want {
+			t.Errorf("generation after %s = %d, want %d", what, h.Generation, want)
+		}
+	}
+	step("label change", func(h *model.Hardware) { h.Labels = map[string]string{"x": "y"} }, 1)
+	step("status change", func(h *model.Hardware) { h.Status.State = "busy" }, 1)
+	step("spec change", func(h *model.Hardware) { h.Spec.AgentID = "agent-1" }, 2)
+	step("no change", func(h *model.Hardware) {}, 2)
+	step("another spec change", func(h *model.Hardware) { h.Spec.Interfaces = nil }, 3)
+	// A client-supplied generation is ignored.
+	step("forged generation", func(h *model.Hardware) { h.Generation = 99 }, 3)
+}
+
+func testDefaultNamespace(t *testing.T, s store.Store) {
+	got := mustCreate(t, s, Hardware("", "m1"))
+	if ns := got.GetObjectMeta().Namespace; ns != model.DefaultNamespace {
+		t.Errorf("namespace = %q, want %q", ns, model.DefaultNamespace)
+	}
+	mustGet(t, s, model.KindHardware, model.DefaultNamespace, "m1")
+	objs, _, err := s.List(ctx(t), model.KindHardware, store.ListOptions{Namespace: model.DefaultNamespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "List default", objs, "default/m1")
+}
+
+func testInvalid(t *testing.T, s store.Store) {
+	long := strings.Repeat("a", 254)
+	for _, tc := range []struct{ ns, name string }{
+		{"default", ""},
+		{"default", "Upper"},
+		{"default", "-lead"},
+		{"default", "trail-"},
+		{"default", "under_score"},
+		{"default", "sla/sh"},
+		{"default", "sp ace"},
+		{"default", long},
+		{"Upper", "ok"},
+		{"dot.ted", "ok"},
+		{strings.Repeat("n", 64), "ok"},
+		{"-ns", "ok"},
+	} {
+		_, err := s.Create(ctx(t), Hardware(tc.ns, tc.name))
+		wantErr(t, fmt.Sprintf("Create %q/%q", tc.ns, tc.name), err, store.ErrInvalid)
+		if err != nil && tc.name != "" && tc.name != long && !strings.Contains(err.Error(), tc.name) && !strings.Contains(err.Error(), tc.ns) {
+			t.Errorf("error %q does not name the bad value", err)
+		}
+	}
+	// Longest valid names are fine.
+	mustCreate(t, s, Hardware(strings.Repeat("n", 63), strings.Repeat("a", 253)))
+	mustCreate(t, s, Hardware("default", "a.b-c.0"))
+
+	// Create with a resourceVersion, and a TypeMeta that contradicts the type.
+	h := Hardware("default", "rv-set")
+	h.ResourceVersion = "5"
+	_, err := s.Create(ctx(t), h)
+	wantErr(t, "Create with resourceVersion", err, store.ErrInvalid)
+	h = Hardware("default", "wrong-kind")
+	h.Kind = model.KindWorkflow
+	_, err = s.Create(ctx(t), h)
+	wantErr(t, "Create with contradicting TypeMeta", err, store.ErrInvalid)
+	if _, err := s.Get(ctx(t), model.KindHardware, "default", "wrong-kind"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("invalid object was stored (Get: %v)", err)
+	}
+}
+
+// ---- List ----
+
+func testList(t *testing.T, s store.Store) {
+	mk := func(ns, name string, lbl map[string]string, macs ...string) {
+		h := Hardware(ns, name, macs...)
+		h.Labels = lbl
+		mustCreate(t, s, h)
+	}
+	// Namespaces "a" and "a-b" order differently by "ns/name" string than
+	// by (namespace, name): the contract is the latter.
+	mk("a-b", "x", map[string]string{"env": "prod"}, "00:00:00:00:00:01")
+	mk("a", "z", map[string]string{"env": "prod", "gpu": "1"}, "00:00:00:00:00:02")
+	mk("a", "b.1", map[string]string{"env": "dev"})
+	mk("a", "b", nil, "00:00:00:00:00:03", "00:00:00:00:00:04")
+	mk("b", "a", map[string]string{"env": "prod"})
+	mustCreate(t, s, Workflow("a", "w", "z"))
+
+	list := func(opts store.ListOptions) []model.Object {
+		t.Helper()
+		objs, rv, err := s.List(ctx(t), model.KindHardware, opts)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", opts, err)
+		}
+		parseRV(t, rv)
+		return objs
+	}
+	sel := func(s string) labels.Selector {
+		l, err := labels.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	fields := func(s string) []store.FieldRequirement {
+		f, err := store.ParseFieldSelector(model.KindHardware, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	wantKeys(t, "List all", list(store.ListOptions{}), "a/b", "a/b.1", "a/z", "a-b/x", "b/a")
+	wantKeys(t, "List ns a", list(store.ListOptions{Namespace: "a"}), "a/b", "a/b.1", "a/z")
+	wantKeys(t, "List ns none", list(store.ListOptions{Namespace: "nothing"}))
+	wantKeys(t, "List env=prod", list(store.ListOptions{Labels: sel("env=prod")}), "a/z", "a-b/x", "b/a")
+	wantKeys(t, "List env=prod,!gpu", list(store.ListOptions{Labels: sel("env=prod,!gpu")}), "a-b/x", "b/a")
+	wantKeys(t, "List env in (dev,prod) ns a", list(store.ListOptions{Namespace: "a", Labels: sel("env in (dev,prod)")}), "a/b.1", "a/z")
+	wantKeys(t, "List mac field", list(store.ListOptions{Fields: fields("spec.interfaces.dhcp.mac=00:00:00:00:00:04")}), "a/b")
+	wantKeys(t, "List name!=", list(store.ListOptions{Fields: fields("metadata.name!=b,metadata.namespace=a")}), "a/b.1", "a/z")
+	wantKeys(t, "List all three", list(store.ListOptions{Namespace: "a", Labels: sel("env"), Fields: fields("metadata.name=z")}), "a/z")
+
+	wfs, _, err := s.List(ctx(t), model.KindWorkflow, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "List workflows", wfs, "a/w")
+	f, err := store.ParseFieldSelector(model.KindWorkflow, "spec.hardwareRef=z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wfs, _, err = s.List(ctx(t), model.KindWorkflow, store.ListOptions{Fields: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "List workflows by hardwareRef", wfs, "a/w")
+}
+
+// ---- indexes ----
+
+func byIndex(t *testing.T, s store.Store, kind, index, value string) []model.Object {
+	t.Helper()
+	objs, err := s.ByIndex(ctx(t), kind, index, value)
+	if err != nil {
+		t.Fatalf("ByIndex(%s, %s, %s): %v", kind, index, value, err)
+	}
+	return objs
+}
+
+func testIndexesHardware(t *testing.T, s store.Store) {
+	h := Hardware("ns", "m1", "AA:BB:CC:DD:EE:01", "aa:bb:cc:dd:ee:02")
+	h.Spec.Interfaces[0].DHCP.IP = &model.IP{Address: "10.0.0.1"}
+	h.Spec.Interfaces[1].DHCP.IP = &model.IP{Address: "10.0.0.2"}
+	h.Spec.Metadata = &model.HardwareMetadata{Instance: &model.MetadataInstance{ID: "inst-1"}}
+	h.Spec.AgentID = "agent-1"
+	mustCreate(t, s, h)
+	mustCreate(t, s, Hardware("aa", "m2", "aa:bb:cc:dd:ee:03"))
+	mustCreate(t, s, Hardware("zz", "m3", "aa:bb:cc:dd:ee:02")) // shares a MAC with m1
+
+	k := model.KindHardware
+	wantKeys(t, "mac (lower-cased)", byIndex(t, s, k, store.IndexMAC, "aa:bb:cc:dd:ee:01"), "ns/m1")
+	wantKeys(t, "mac upper", byIndex(t, s, k, store.IndexMAC, "AA:BB:CC:DD:EE:01"))
+	wantKeys(t, "shared mac", byIndex(t, s, k, store.IndexMAC, "aa:bb:cc:dd:ee:02"), "ns/m1", "zz/m3")
+	wantKeys(t, "ip", byIndex(t, s, k, store.IndexIP, "10.0.0.2"), "ns/m1")
+	wantKeys(t, "agentID spec", byIndex(t, s, k, store.IndexAgentID, "agent-1"), "ns/m1")
+	wantKeys(t, "agentID first mac", byIndex(t, s, k, store.IndexAgentID, "aa:bb:cc:dd:ee:01"), "ns/m1")
+	wantKeys(t, "agentID first mac of m2", byIndex(t, s, k, store.IndexAgentID, "aa:bb:cc:dd:ee:03"), "aa/m2")
+	wantKeys(t, "instanceID", byIndex(t, s, k, store.IndexInstanceID, "inst-1"), "ns/m1")
+	wantKeys(t, "instanceID empty", byIndex(t, s, k, store.IndexInstanceID, ""))
+	wantKeys(t, "unknown value", byIndex(t, s, k, store.IndexMAC, "ff:ff:ff:ff:ff:ff"))
+}
+
+func testIndexesWorkflow(t *testing.T, s store.Store) {
+	mustCreate(t, s, Workflow("ns", "w1", "m1", "agent-a", "agent-b", "agent-a"))
+	mustCreate(t, s, Workflow("ns", "w2", "m1", "agent-b"))
+	mustCreate(t, s, Workflow("ns", "w3", "m2"))
+	k := model.KindWorkflow
+	wantKeys(t, "hardwareRef m1", byIndex(t, s, k, store.IndexHardwareRef, "m1"), "ns/w1", "ns/w2")
+	wantKeys(t, "hardwareRef m2", byIndex(t, s, k, store.IndexHardwareRef, "m2"), "ns/w3")
+	wantKeys(t, "agentID a", byIndex(t, s, k, store.IndexAgentID, "agent-a"), "ns/w1")
+	wantKeys(t, "agentID b", byIndex(t, s, k, store.IndexAgentID, "agent-b"), "ns/w1", "ns/w2")
+}
+
+func testIndexMaintenance(t *testing.T, s store.Store) {
+	h := mustCreate(t, s, Hardware("default", "m1", "00:00:00:00:00:01")).(*model.Hardware)
+	h.Spec.Interfaces[0].DHCP.MAC = "00:00:00:00:00:02"
+	if _, err := s.Update(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+	k := model.KindHardware
+	wantKeys(t, "old mac after update", byIndex(t, s, k, store.IndexMAC, "00:00:00:00:00:01"))
+	wantKeys(t, "new mac after update", byIndex(t, s, k, store.IndexMAC, "00:00:00:00:00:02"), "default/m1")
+	wantKeys(t, "old agentID after update", byIndex(t, s, k, store.IndexAgentID, "00:00:00:00:00:01"))
+
+	w := mustCreate(t, s, Workflow("default", "w1", "m1", "agent-a")).(*model.Workflow)
+	w.Status.Tasks[0].AgentID = "agent-b"
+	w.Spec.HardwareRef = "m2"
+	if _, err := s.Update(ctx(t), w); err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "old task agent", byIndex(t, s, model.KindWorkflow, store.IndexAgentID, "agent-a"))
+	wantKeys(t, "new task agent", byIndex(t, s, model.KindWorkflow, store.IndexAgentID, "agent-b"), "default/w1")
+	wantKeys(t, "old hardwareRef", byIndex(t, s, model.KindWorkflow, store.IndexHardwareRef, "m1"))
+	wantKeys(t, "new hardwareRef", byIndex(t, s, model.KindWorkflow, store.IndexHardwareRef, "m2"), "default/w1")
+
+	if err := s.Delete(ctx(t), k, "default", "m1", ""); err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "mac after delete", byIndex(t, s, k, store.IndexMAC, "00:00:00:00:00:02"))
+	if err := s.Delete(ctx(t), model.KindWorkflow, "default", "w1", ""); err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "agent after delete", byIndex(t, s, model.KindWorkflow, store.IndexAgentID, "agent-b"))
+}
+
+func testUnknownIndex(t *testing.T, s store.Store) {
+	if _, err := s.ByIndex(ctx(t), model.KindHardware, "colour", "red"); err == nil {
+		t.Error("ByIndex with an unknown index succeeded")
+	}
+	if _, err := s.ByIndex(ctx(t), model.KindWorkflow, store.IndexMAC, "x"); err == nil {
+		t.Error("ByIndex(Workflow, mac) succeeded; Workflow has no mac index")
+	}
+	if _, err := s.ByIndex(ctx(t), model.KindTemplate, store.IndexHardwareRef, "x"); err == nil {
+		t.Error("ByIndex(Template, hardwareRef) succeeded; Template has no indexes")
+	}
+}
+
+// ---- Apply ----
+
+func testApply(t *testing.T, s store.Store) {
+	existing := Workflow("default", "w1", "m1", "agent-a")
+	existing.Status.State = model.StateRunning
+	old := mustCreate(t, s, existing)
+
+	data := "version: 0.1"
+	in := []model.Object{
+		Hardware("default", "m1", "00:00:00:00:00:01"),
+		&model.Template{ObjectMeta: model.ObjectMeta{Name: "tpl"}, Spec: model.TemplateSpec{Data: &data}},
+		Workflow("default", "w1", "m1"), // no status: the stored one is kept
+	}
+	in[2].(*model.Workflow).Labels = map[string]string{"applied": "yes"}
+	out, err := s.Apply(ctx(t), in)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if len(out) != 3 {
+		t.Fatalf("Apply returned %d objects, want 3", len(out))
+	}
+	wantKeys(t, "Apply result", out, "default/m1", "default/tpl", "default/w1")
+	last := uint64(0)
+	for _, o := range out {
+		if rv := rvOf(t, o); rv <= last {
+			t.Errorf("Apply results' resourceVersions not increasing: %s", o.GetObjectMeta().ResourceVersion)
+		} else {
+			last = rv
+		}
+	}
+	w := mustGet(t, s, model.KindWorkflow, "default", "w1").(*model.Workflow)
+	if w.Status.State != model.StateRunning || len(w.Status.Tasks) != 1 {
+		t.Errorf("Apply with empty status dropped the stored status: %+v", w.Status)
+	}
+	if w.Labels["applied"] != "yes" || w.UID != old.GetObjectMeta().UID {
+		t.Errorf("applied workflow = %+v", w.ObjectMeta)
+	}
+	wantKeys(t, "status kept: agent index", byIndex(t, s, model.KindWorkflow, store.IndexAgentID, "agent-a"), "default/w1")
+
+	// A non-zero status replaces the stored one.
+	w2 := Workflow("default", "w1", "m1", "agent-z")
+	w2.Status.State = model.StateSuccess
+	if _, err := s.Apply(ctx(t), []model.Object{w2}); err != nil {
+		t.Fatal(err)
+	}
+	w = mustGet(t, s, model.KindWorkflow, "default", "w1").(*model.Workflow)
+	if w.Status.State != model.StateSuccess {
+		t.Errorf("Apply with a status kept the old one: %+v", w.Status)
+	}
+	wantKeys(t, "status replaced: old agent", byIndex(t, s, model.KindWorkflow, store.IndexAgentID, "agent-a"))
+	wantKeys(t, "status replaced: new agent", byIndex(t, s, model.KindWorkflow, store.IndexAgentID, "agent-z"), "default/w1")
+
+	// Apply ignores a stale resourceVersion: it is unconditional.
+	stale := Hardware("default", "m1", "00:00:00:00:00:09")
+	stale.ResourceVersion = "1"
+	if _, err := s.Apply(ctx(t), []model.Object{stale}); err != nil {
+		t.Errorf("Apply with a stale resourceVersion: %v", err)
+	}
+	if out, err := s.Apply(ctx(t), nil); err != nil || len(out) != 0 {
+		t.Errorf("Apply(nil) = %v, %v", out, err)
+	}
+}
+
+func testApplyAtomic(t *testing.T, s store.Store) {
+	before, rv0, err := s.List(ctx(t), model.KindHardware, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Apply(ctx(t), []model.Object{
+		Hardware("default", "good-1"),
+		Hardware("default", "Bad_Name"),
+		Hardware("default", "good-2"),
+	})
+	wantErr(t, "Apply with an invalid object", err, store.ErrInvalid)
+	after, rv1, err := s.List(ctx(t), model.KindHardware, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("failed Apply stored %q", keys(after))
+	}
+	if rv1 != rv0 {
+		t.Errorf("failed Apply moved the store's version from %s to %s", rv0, rv1)
+	}
+	out, err := s.Apply(ctx(t), []model.Object{Hardware("default", "good-1"), Hardware("default", "good-2")})
+	if err != nil || len(out) != 2 {
+		t.Fatalf("Apply of valid objects: %v", err)
+	}
+}
+
+// ---- Watch ----
+
+// watch starts a watch that ends with the test.
+func watch(t *testing.T, s store.Store, kind string, opts store.WatchOptions) <-chan store.Event {
+	t.Helper()
+	ch, err := s.Watch(ctx(t), kind, opts)
+	if err != nil {
+		t.Fatalf("Watch(%s, %+v): %v", kind, opts, err)
+	}
+	return ch
+}
+
+// next receives one event. The timeout only turns a hang into a failure; no
+// test depends on timing.
+func next(t *testing.T, ch <-chan store.Event) store.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("watch channel closed, want an event")
+		}
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatal("no watch event in 30s")
+	}
+	return store.Event{}
+}
+
+type evSummary struct {
+	Type store.EventType
+	Key  string
+}
+
+func (e evSummary) String() string { return string(e.Type) + " " + e.Key }
+
+// until reads events up to and including the Added event of sentinel key
+// and returns those before it.
+func until(t *testing.T, ch <-chan store.Event, sentinel string) []evSummary {
+	t.Helper()
+	var out []evSummary
+	for {
+		ev := next(t, ch)
+		if ev.Type == store.Error {
+			t.Fatalf("watch error: %v", ev.Err)
+		}
+		k := ev.Object.GetObjectMeta().Key()
+		if ev.Type == store.Added && k == sentinel {
+			return out
+		}
+		out = append(out, evSummary{ev.Type, k})
+	}
+}
+
+func wantEvents(t *testing.T, what string, got []evSummary, want ...evSummary) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: events %v, want %v", what, got, want)
+	}
+}
+
+func testWatchFromEmpty(t *testing.T, s store.Store) {
+	a := mustCreate(t, s, Hardware("default", "a"))
+	mustCreate(t, s, Hardware("default", "b"))
+	ch := watch(t, s, model.KindHardware, store.WatchOptions{})
+	seen := map[string]bool{}
+	for range 2 {
+		ev := next(t, ch)
+		if ev.Type != store.Added {
+			t.Fatalf("initial event %s, want ADDED", ev.Type)
+		}
+		seen[ev.Object.GetObjectMeta().Key()] = true
+	}
+	if !seen["default/a"] || !seen["default/b"] {
+		t.Fatalf("initial events for %v, want default/a and default/b", seen)
+	}
+	a.GetObjectMeta().Labels = map[string]string{"x": "1"}
+	upd, err := s.Update(ctx(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := next(t, ch)
+	if ev.Type != store.Modified || ev.Object.GetObjectMeta().Key() != "default/a" ||
+		ev.Object.GetObjectMeta().ResourceVersion != upd.GetObjectMeta().ResourceVersion ||
+		ev.Object.GetObjectMeta().Labels["x"] != "1" {
+		t.Fatalf("after update: %s %+v", ev.Type, ev.Object)
+	}
+	if err := s.Delete(ctx(t), model.KindHardware, "default", "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	ev = next(t, ch)
+	if ev.Type != store.Deleted || ev.Object.GetObjectMeta().Key() != "default/a" {
+		t.Fatalf("after delete: %s %+v", ev.Type, ev.Object)
+	}
+	if ev.Object.GetObjectMeta().Labels["x"] != "1" {
+		t.Errorf("Deleted event does not carry the last state: %+v", ev.Object.GetObjectMeta())
+	}
+	if rvOf(t, ev.Object) <= rvOf(t, upd) {
+		t.Errorf("Deleted event resourceVersion %s, want the deletion's (after %s)",
+			ev.Object.GetObjectMeta().ResourceVersion, upd.GetObjectMeta().ResourceVersion)
+	}
+	_, listRV, err := s.List(ctx(t), model.KindHardware, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rvOf(t, ev.Object) > parseRV(t, listRV) {
+		t.Errorf("deletion resourceVersion %d is after the list's %s", rvOf(t, ev.Object), listRV)
+	}
+	// Other kinds' changes are not on this watch.
+	mustCreate(t, s, Workflow("default", "w", "a"))
+	mustCreate(t, s, Hardware("default", "sentinel"))
+	wantEvents(t, "after other kind", until(t, ch, "default/sentinel"))
+}
+
+func testWatchFromVersion(t *testing.T, s store.Store) {
+	a := mustCreate(t, s, Hardware("default", "a"))
+	rv0 := a.GetObjectMeta().ResourceVersion
+	a.GetObjectMeta().Labels = map[string]string{"v": "2"}
+	if _, err := s.Update(ctx(t), a); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, Hardware("default", "b"))
+	mustCreate(t, s, Workflow("default", "w", "a")) // another kind
+	if err := s.Delete(ctx(t), model.KindHardware, "default", "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	ch := watch(t, s, model.KindHardware, store.WatchOptions{ResourceVersion: rv0})
+	mustCreate(t, s, Hardware("default", "sentinel"))
+	wantEvents(t, "watch from create's version", until(t, ch, "default/sentinel"),
+		evSummary{store.Modified, "default/a"},
+		evSummary{store.Added, "default/b"},
+		evSummary{store.Deleted, "default/a"})
+
+	// Replayed events carry the versions the changes had, increasing.
+	ch = watch(t, s, model.KindHardware, store.WatchOptions{ResourceVersion: rv0})
+	last := parseRV(t, rv0)
+	for range 3 {
+		ev := next(t, ch)
+		if rv := rvOf(t, ev.Object); rv <= last {
+			t.Errorf("replayed %s %s at %d, not after %d", ev.Type, ev.Object.GetObjectMeta().Key(), rv, last)
+		} else {
+			last = rv
+		}
+	}
+}
+
+func testWatchFromListVersion(t *testing.T, s store.Store) {
+	mustCreate(t, s, Hardware("default", "a"))
+	_, rv, err := s.List(ctx(t), model.KindHardware, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := watch(t, s, model.KindHardware, store.WatchOptions{ResourceVersion: rv})
+	mustCreate(t, s, Hardware("default", "b"))
+	mustCreate(t, s, Hardware("default", "sentinel"))
+	wantEvents(t, "watch from list version", until(t, ch, "default/sentinel"),
+		evSummary{store.Added, "default/b"})
+}
+
+// testWatchTooOld writes until the version of the first write is forgotten.
+// Stores remember a bounded history; one that remembers more than the
+// writes this test is willing to make is skipped (configure a small history
+// in the test that calls Run).
+func testWatchTooOld(t *testing.T, s store.Store) {
+	first := mustCreate(t, s, Hardware("default", "first"))
+	rv := first.GetObjectMeta().ResourceVersion
+	const burst, maxWrites = 100, 3000
+	for n := 0; n < maxWrites; n += burst {
+		var wg sync.WaitGroup
+		errs := make(chan error, burst)
+		for i := range burst {
+			wg.Go(func() {
+				if _, err := s.Create(ctx(t), Hardware("default", fmt.Sprintf("h-%d", n+i))); err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx(t))
+		_, err := s.Watch(wctx, model.KindHardware, store.WatchOptions{ResourceVersion: rv})
+		cancel()
+		if errors.Is(err, store.ErrGone) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("Watch from %s: %v, want nil or ErrGone", rv, err)
+		}
+	}
+	t.Skipf("store still remembers version %s after %d writes", rv, maxWrites)
+}
+
+func testWatchFilters(t *testing.T, s store.Store) {
+	sel, err := labels.Parse("app=web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields, err := store.ParseFieldSelector(model.KindHardware, "spec.agentID!=skip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(ns, name, app, agent string) model.Object {
+		h := Hardware(ns, name)
+		h.Labels = map[string]string{"app": app}
+		h.Spec.AgentID = agent
+		return mustCreate(t, s, h)
+	}
+	pre := mk("ns1", "pre", "web", "x") // matches: initial ADDED
+	mk("ns1", "pre-db", "db", "x")
+	mk("ns2", "pre-other", "web", "x")
+
+	opts := store.WatchOptions{Namespace: "ns1", Labels: sel, Fields: fields}
+	ch := watch(t, s, model.KindHardware, opts)
+	ev := next(t, ch)
+	if ev.Type != store.Added || ev.Object.GetObjectMeta().Key() != "ns1/pre" {
+		t.Fatalf("initial event %s %s, want ADDED ns1/pre", ev.Type, ev.Object.GetObjectMeta().Key())
+	}
+	_, rv, err := s.List(ctx(t), model.KindHardware, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mk("ns1", "web-1", "web", "x")     // yes
+	mk("ns1", "db-1", "db", "x")       // wrong label
+	mk("ns2", "web-2", "web", "x")     // wrong namespace
+	mk("ns1", "skipped", "web", "skip") // excluded by field
+	p := pre.(*model.Hardware)
+	p.Spec.AgentID = "y"
+	if _, err := s.Update(ctx(t), p); err != nil { // yes: Modified
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx(t), model.KindHardware, "ns1", "db-1", ""); err != nil { // no
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx(t), model.KindHardware, "ns1", "web-1", ""); err != nil { // yes
+		t.Fatal(err)
+	}
+	mk("ns1", "sentinel", "web", "x")
+	want := []evSummary{
+		{store.Added, "ns1/web-1"},
+		{store.Modified, "ns1/pre"},
+		{store.Deleted, "ns1/web-1"},
+	}
+	wantEvents(t, "filtered live events", until(t, ch, "ns1/sentinel"), want...)
+
+	// The same filter applies to replayed history.
+	ch = watch(t, s, model.KindHardware, store.WatchOptions{Namespace: "ns1", Labels: sel, Fields: fields, ResourceVersion: rv})
+	wantEvents(t, "filtered replay", until(t, ch, "ns1/sentinel"), want...)
+}
+
+func testWatchCancel(t *testing.T, s store.Store) {
+	mustCreate(t, s, Hardware("default", "a"))
+	wctx, cancel := context.WithCancel(ctx(t))
+	ch, err := s.Watch(wctx, model.KindHardware, store.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	// The channel closes (possibly after the initial event) once ctx ends.
+	for range ch {
+	}
+	// The store keeps working with a cancelled watch around.
+	mustCreate(t, s, Hardware("default", "b"))
+}
+
+// ---- copies ----
+
+func testCopies(t *testing.T, s store.Store) {
+	in := Hardware("default", "m1", "00:00:00:00:00:01")
+	in.Labels = map[string]string{"k": "v"}
+	created := mustCreate(t, s, in).(*model.Hardware)
+	ch := watch(t, s, model.KindHardware, store.WatchOptions{})
+	ev := next(t, ch)
+
+	// Mutate everything we were given, and our input.
+	in.Labels["k"] = "input"
+	in.Spec.Interfaces[0].DHCP.MAC = "ff:ff:ff:ff:ff:ff"
+	created.Labels["k"] = "created"
+	created.Spec.Interfaces[0].DHCP.MAC = "ff:ff:ff:ff:ff:fe"
+	ev.Object.GetObjectMeta().Labels["k"] = "event"
+	got := mustGet(t, s, model.KindHardware, "default", "m1").(*model.Hardware)
+	got.Labels["k"] = "get"
+	got.Spec.Interfaces[0].DHCP.MAC = "ff:ff:ff:ff:ff:fd"
+	list, _, err := s.List(ctx(t), model.KindHardware, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list[0].GetObjectMeta().Labels["k"] = "list"
+	idx := byIndex(t, s, model.KindHardware, store.IndexMAC, "00:00:00:00:00:01")
+	idx[0].GetObjectMeta().Labels["k"] = "index"
+
+	check := func(what string) {
+		t.Helper()
+		h := mustGet(t, s, model.KindHardware, "default", "m1").(*model.Hardware)
+		if h.Labels["k"] != "v" || h.Spec.Interfaces[0].DHCP.MAC != "00:00:00:00:00:01" {
+			t.Errorf("%s: stored object changed: labels %v, mac %s", what, h.Labels, h.Spec.Interfaces[0].DHCP.MAC)
+		}
+	}
+	check("after mutating returned objects")
+	wantKeys(t, "index after mutating returned objects", byIndex(t, s, model.KindHardware, store.IndexMAC, "00:00:00:00:00:01"), "default/m1")
+
+	// Two watchers get independent objects.
+	ch2 := watch(t, s, model.KindHardware, store.WatchOptions{ResourceVersion: created.ResourceVersion})
+	h := mustGet(t, s, model.KindHardware, "default", "m1")
+	h.GetObjectMeta().Labels["k"] = "v2"
+	if _, err := s.Update(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+	e1, e2 := next(t, ch), next(t, ch2)
+	e1.Object.GetObjectMeta().Labels["k"] = "mutated"
+	if e2.Object.GetObjectMeta().Labels["k"] != "v2" {
+		t.Errorf("watchers share objects: second sees %v", e2.Object.GetObjectMeta().Labels)
+	}
+}
+
+// ---- concurrency ----
+
+func testConcurrentWriters(t *testing.T, s store.Store) {
+	const writers, each = 32, 20
+	type result struct {
+		rvs []uint64
+		err error
+	}
+	results := make([]result, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			r := &results[w]
+			for i := range each {
+				name := fmt.Sprintf("w%d-%d", w, i)
+				o, err := s.Create(ctx(t), Hardware("default", name))
+				if err != nil {
+					r.err = err
+					return
+				}
+				rv, err := strconv.ParseUint(o.GetObjectMeta().ResourceVersion, 10, 64)
+				if err != nil {
+					r.err = err
+					return
+				}
+				r.rvs = append(r.rvs, rv)
+				o.GetObjectMeta().Labels = map[string]string{"i": strconv.Itoa(i)}
+				o, err = s.Update(ctx(t), o)
+				if err != nil {
+					r.err = err
+					return
+				}
+				rv, _ = strconv.ParseUint(o.GetObjectMeta().ResourceVersion, 10, 64)
+				r.rvs = append(r.rvs, rv)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[uint64]bool{}
+	for w, r := range results {
+		if r.err != nil {
+			t.Fatalf("writer %d: %v", w, r.err)
+		}
+		for i, rv := range r.rvs {
+			if seen[rv] {
+				t.Errorf("resourceVersion %d handed out twice", rv)
+			}
+			seen[rv] = true
+			if i > 0 && rv <= r.rvs[i-1] {
+				t.Errorf("writer %d: resourceVersion %d after %d", w, rv, r.rvs[i-1])
+			}
+		}
+	}
+	objs, rv, err := s.List(ctx(t), model.KindHardware, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != writers*each {
+		t.Errorf("List has %d objects, want %d", len(objs), writers*each)
+	}
+	listRV := parseRV(t, rv)
+	for v := range seen {
+		if v > listRV {
+			t.Errorf("list version %d is before write %d", listRV, v)
+		}
+	}
+}
