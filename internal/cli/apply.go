@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+func newApplyCmd() *cobra.Command {
+	var files []string
+	var recursive, dryRun bool
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE|DIR|-",
+		Short: "Create or update Hardware, Templates and Workflows from YAML manifests",
+		Long: `Apply sends each manifest file to the server, which validates every document
+and stores all of them or none (apply is all-or-nothing per file). A directory
+applies its *.yaml, *.yml and *.json files in name order; "-" reads standard input.`,
+		Example: `  anvil apply -f examples/
+  anvil apply -f hardware.yaml -f workflow.yaml
+  cat node.yaml | anvil apply -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return errors.New("apply needs -f FILE, -f DIR or -f -")
+			}
+			var paths []string
+			for _, f := range files {
+				p, err := expandManifestPaths(f, recursive)
+				if err != nil {
+					return err
+				}
+				paths = append(paths, p...)
+			}
+			c := newClients(cmd)
+			failed := 0
+			for _, p := range paths {
+				if err := applyFile(cmd, c, p, dryRun); err != nil {
+					var unreachable bool
+					err, unreachable = c.explain(err), isNetError(err)
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s\n", err)
+					if unreachable {
+						return &ExitError{Code: 1, Err: errors.New("nothing applied")}
+					}
+					failed++
+				}
+			}
+			if failed > 0 {
+				return &ExitError{Code: 1, Err: fmt.Errorf("%d of %d files not applied", failed, len(paths))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory, or - for standard input (repeatable)")
+	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "descend into subdirectories")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate and show what would change; store nothing")
+	return cmd
+}
+
+// expandManifestPaths turns a -f argument into the files it names.
+func expandManifestPaths(arg string, recursive bool) ([]string, error) {
+	if arg == "-" {
+		return []string{"-"}, nil
+	}
+	st, err := os.Stat(arg)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return []string{arg}, nil
+	}
+	var out []string
+	err = filepath.WalkDir(arg, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != arg && !recursive {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+			out = append(out, p)
+		}
+		return nil
+	})
+	sort.Strings(out)
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("%s: no *.yaml, *.yml or *.json files", arg)
+	}
+	return out, err
+}
+
+func applyFile(cmd *cobra.Command, c *clients, path string, dryRun bool) error {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), model.MaxManifestBytes+1))
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return err
+	}
+	resp, err := c.manifests.Apply(ctx(cmd), connect.NewRequest(&v1.ApplyRequest{
+		Source: path, Content: string(data), DryRun: dryRun,
+	}))
+	if err != nil {
+		return err
+	}
+	for _, w := range resp.Msg.GetWarnings() {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+	}
+	suffix := ""
+	if dryRun {
+		suffix = " (dry run)"
+	}
+	for _, o := range resp.Msg.GetObjects() {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s/%s %s%s\n", strings.ToLower(o.GetKind()), o.GetName(), o.GetAction(), suffix)
+	}
+	return nil
+}

@@ -1,0 +1,257 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+func newDescribeCmd() *cobra.Command {
+	var sc scope
+	var history int
+	cmd := &cobra.Command{
+		Use:   "describe hardware|template|workflow NAME",
+		Short: "Show one object in detail: for a workflow, every action's state, duration and message",
+		Example: `  anvil describe workflow rack1-node07-install
+  anvil describe hardware rack1-node07`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := model.ParseKind(args[0])
+			if err != nil {
+				return err
+			}
+			c := newClients(cmd)
+			o, err := c.ops(kind).get(ctx(cmd), sc.namespace, args[1])
+			if err != nil {
+				return c.explain(err)
+			}
+			w := cmd.OutOrStdout()
+			now := time.Now()
+			switch x := o.(type) {
+			case *model.Workflow:
+				describeWorkflow(w, x, history, now)
+			case *model.Hardware:
+				wfs, err := c.ops(model.KindWorkflow).list(ctx(cmd), &v1.ListRequest{
+					Namespace: x.Namespace, FieldSelector: "spec.hardwareRef=" + x.Name})
+				if err != nil {
+					return c.explain(err)
+				}
+				describeHardware(w, x, wfs, now)
+			case *model.Template:
+				describeMeta(w, &x.ObjectMeta, now)
+				if x.Spec.Data != nil {
+					fmt.Fprintf(w, "Data:\n%s\n", indent(*x.Spec.Data, "  "))
+				}
+			}
+			return nil
+		},
+	}
+	sc.add(cmd, false)
+	cmd.Flags().IntVar(&history, "history", 20, "workflow history entries to show (0: all)")
+	return cmd
+}
+
+func describeMeta(w io.Writer, m *model.ObjectMeta, now time.Time) {
+	fmt.Fprintf(w, "Name:        %s\nNamespace:   %s\n", m.Name, m.Namespace)
+	if len(m.Labels) > 0 {
+		fmt.Fprintf(w, "Labels:      %s\n", formatLabels(m.Labels))
+	}
+	if m.CreationTimestamp != nil {
+		fmt.Fprintf(w, "Created:     %s (%s ago)\n", m.CreationTimestamp.Format(time.RFC3339), humanAge(m.CreationTimestamp, now))
+	}
+}
+
+func formatLabels(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + l[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func describeWorkflow(w io.Writer, x *model.Workflow, history int, now time.Time) {
+	describeMeta(w, &x.ObjectMeta, now)
+	st := &x.Status
+	fmt.Fprintf(w, "Template:    %s\nHardware:    %s\nState:       %s\n", x.Spec.TemplateRef, orDash(x.Spec.HardwareRef),
+		orDash(model.NormalizeState(st.State)))
+	if st.StartTime != nil {
+		fmt.Fprintf(w, "Started:     %s\nDuration:    %s\n", st.StartTime.Format(time.RFC3339), workflowDuration(x, now))
+	}
+	if st.GlobalTimeout > 0 {
+		fmt.Fprintf(w, "Timeout:     %ds (whole workflow)\n", st.GlobalTimeout)
+	}
+	if len(st.Tasks) > 0 {
+		fmt.Fprintln(w, "Actions:")
+		writeActionTable(w, x, now)
+	}
+	if len(st.Conditions) > 0 {
+		fmt.Fprintln(w, "Conditions:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tMESSAGE")
+		for _, c := range st.Conditions {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.Type, c.Status, orDash(c.Reason), c.Message)
+		}
+		tw.Flush()
+	}
+	if len(st.History) > 0 {
+		events := st.History
+		if history > 0 && len(events) > history {
+			events = events[len(events)-history:]
+		}
+		fmt.Fprintf(w, "History (%d of %d):\n", len(events), int64(len(st.History))+st.HistoryDropped)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, e := range events {
+			what := joinNonEmpty("/", e.Task, e.Action)
+			if what == "" {
+				what = "workflow"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), what, orDash(e.State), e.Message)
+		}
+		tw.Flush()
+	}
+}
+
+// writeActionTable prints one row per action: state, attempt, duration and
+// message (or progress while running).
+func writeActionTable(w io.Writer, x *model.Workflow, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TASK\tACTION\tSTATE\tATTEMPT\tDURATION\tMESSAGE")
+	for _, t := range x.Status.Tasks {
+		for _, a := range t.Actions {
+			msg := a.Message
+			if model.NormalizeState(a.State) == model.StateRunning && a.Progress != nil {
+				msg = formatProgress(a.Progress)
+			}
+			attempt := "-"
+			if a.Attempt > 0 {
+				attempt = fmt.Sprint(a.Attempt)
+				if a.Retries > 0 {
+					attempt += fmt.Sprintf("/%d", a.Retries+1)
+				}
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", t.Name, a.Name, orDash(model.NormalizeState(a.State)), attempt,
+				actionDuration(&a, now), oneLine(msg))
+		}
+	}
+	tw.Flush()
+}
+
+func actionDuration(a *model.Action, now time.Time) string {
+	switch {
+	case a.ExecutionDuration != "":
+		return a.ExecutionDuration
+	case a.ExecutionStart != nil && a.ExecutionStop != nil:
+		return a.ExecutionStop.Sub(*a.ExecutionStart).Round(10 * time.Millisecond).String()
+	case a.ExecutionStart != nil:
+		return now.Sub(*a.ExecutionStart).Round(100*time.Millisecond).String() + "…"
+	}
+	return "-"
+}
+
+// formatProgress renders bytes, total and rate: "512.0 MiB / 1.0 GiB (50%) at 98.2 MiB/s".
+func formatProgress(p *model.Progress) string {
+	s := formatBytes(p.Bytes)
+	if p.TotalBytes > 0 {
+		s += fmt.Sprintf(" / %s (%.0f%%)", formatBytes(p.TotalBytes), 100*float64(p.Bytes)/float64(p.TotalBytes))
+	} else if p.Percent > 0 {
+		s += fmt.Sprintf(" (%.0f%%)", p.Percent)
+	}
+	if p.BytesPerSec > 0 {
+		s += " at " + formatBytes(int64(p.BytesPerSec)) + "/s"
+	}
+	return s
+}
+
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	return s
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+func describeHardware(w io.Writer, h *model.Hardware, wfs []model.Object, now time.Time) {
+	describeMeta(w, &h.ObjectMeta, now)
+	if ids := h.AgentIDs(); len(ids) > 0 {
+		fmt.Fprintf(w, "Agent IDs:   %s\n", strings.Join(ids, ", "))
+	}
+	if len(h.Spec.Disks) > 0 {
+		var d []string
+		for _, disk := range h.Spec.Disks {
+			d = append(d, disk.Device)
+		}
+		fmt.Fprintf(w, "Disks:       %s\n", strings.Join(d, ", "))
+	}
+	fmt.Fprintln(w, "Interfaces:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  MAC\tIP\tHOSTNAME\tALLOW-PXE\tALLOW-WORKFLOW\tDHCP")
+	for _, i := range h.Spec.Interfaces {
+		mac, ip, host, pxe, wf, dhcp := "-", "-", "-", "-", "-", "on"
+		if d := i.DHCP; d != nil {
+			mac, host = orDash(d.MAC), orDash(d.Hostname)
+			if d.IP != nil {
+				ip = orDash(d.IP.Address)
+			}
+		}
+		if n := i.Netboot; n != nil {
+			if n.AllowPXE != nil {
+				pxe = fmt.Sprint(*n.AllowPXE)
+			}
+			if n.AllowWorkflow != nil {
+				wf = fmt.Sprint(*n.AllowWorkflow)
+			}
+		}
+		if model.BoolValue(i.DisableDHCP, false) {
+			dhcp = "off"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", mac, ip, host, pxe, wf, dhcp)
+	}
+	tw.Flush()
+	if len(wfs) > 0 {
+		fmt.Fprintln(w, "Workflows:")
+		printObjectsIndented(w, wfs, now)
+	}
+}
+
+func printObjectsIndented(w io.Writer, objs []model.Object, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  "+strings.Join(tableHeader(model.KindWorkflow, false), "\t"))
+	for _, o := range objs {
+		fmt.Fprintln(tw, "  "+strings.Join(tableRow(o, false, now), "\t"))
+	}
+	tw.Flush()
+}

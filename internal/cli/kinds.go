@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// wire is what the Hardware, Template and Workflow messages share.
+type wire interface {
+	GetApiVersion() string
+	GetKind() string
+	GetMetadata() *v1.ObjectMeta
+	GetSpec() *structpb.Struct
+	GetStatus() *structpb.Struct
+}
+
+// kindOps reads and deletes objects of one kind, whichever service holds it.
+type kindOps struct {
+	get  func(ctx context.Context, ns, name string) (model.Object, error)
+	list func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error)
+	del  func(ctx context.Context, ns, name string) error
+}
+
+// msgOf returns the response's message, or nil for the nil response that
+// comes with an error (proto getters are nil-safe; r.Msg is not).
+func msgOf[T any](r *connect.Response[T]) *T {
+	if r == nil {
+		return nil
+	}
+	return r.Msg
+}
+
+func decodeOne[M wire](kind string, m M, err error) (model.Object, error) {
+	if err != nil {
+		return nil, err
+	}
+	return api.FromWire(kind, m)
+}
+
+func decodeAll[M wire](kind string, items []M, err error) ([]model.Object, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]model.Object, 0, len(items))
+	for _, m := range items {
+		o, err := api.FromWire(kind, m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// ops returns the operations for kind (one of model.Kinds).
+func (c *clients) ops(kind string) kindOps {
+	get := func(ns, name string) *connect.Request[v1.GetRequest] {
+		return connect.NewRequest(&v1.GetRequest{Namespace: ns, Name: name})
+	}
+	del := func(ns, name string) *connect.Request[v1.DeleteRequest] {
+		return connect.NewRequest(&v1.DeleteRequest{Namespace: ns, Name: name})
+	}
+	switch kind {
+	case model.KindHardware:
+		return kindOps{
+			get: func(ctx context.Context, ns, name string) (model.Object, error) {
+				r, err := c.hardware.Get(ctx, get(ns, name))
+				return decodeOne(kind, msgOf(r), err)
+			},
+			list: func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error) {
+				r, err := c.hardware.List(ctx, connect.NewRequest(req))
+				return decodeAll(kind, msgOf(r).GetItems(), err)
+			},
+			del: func(ctx context.Context, ns, name string) error {
+				_, err := c.hardware.Delete(ctx, del(ns, name))
+				return err
+			},
+		}
+	case model.KindTemplate:
+		return kindOps{
+			get: func(ctx context.Context, ns, name string) (model.Object, error) {
+				r, err := c.templates.Get(ctx, get(ns, name))
+				return decodeOne(kind, msgOf(r), err)
+			},
+			list: func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error) {
+				r, err := c.templates.List(ctx, connect.NewRequest(req))
+				return decodeAll(kind, msgOf(r).GetItems(), err)
+			},
+			del: func(ctx context.Context, ns, name string) error {
+				_, err := c.templates.Delete(ctx, del(ns, name))
+				return err
+			},
+		}
+	default:
+		return kindOps{
+			get: func(ctx context.Context, ns, name string) (model.Object, error) {
+				r, err := c.workflows.Get(ctx, get(ns, name))
+				return decodeOne(kind, msgOf(r), err)
+			},
+			list: func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error) {
+				r, err := c.workflows.List(ctx, connect.NewRequest(req))
+				return decodeAll(kind, msgOf(r).GetItems(), err)
+			},
+			del: func(ctx context.Context, ns, name string) error {
+				_, err := c.workflows.Delete(ctx, del(ns, name))
+				return err
+			},
+		}
+	}
+}
