@@ -37,6 +37,7 @@ func Commands() []*cobra.Command {
 		newDeleteCmd(),
 		newWorkflowCmd(),
 		newLogsCmd(),
+		newSimulateAgentCmd(),
 	}
 }
 

@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/agentsim"
+)
+
+func newSimulateAgentCmd() *cobra.Command {
+	var agentID string
+	var actionTime time.Duration
+	var progress int
+	cmd := &cobra.Command{
+		Use:   "simulate-agent --agent-id ID",
+		Short: "Pretend to be a machine's agent: take its workflow's actions and report them done",
+		Long: `simulate-agent speaks the real agent protocol (GetAction, ReportActionStatus,
+StreamLogs) for one agent ID but runs nothing: each action "takes" --action-time.
+It is for trying workflows, templates and the operator view without hardware.`,
+		Example: `  anvil simulate-agent --agent-id 3c:ec:ef:12:34:07 --action-time 2s`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if agentID == "" {
+				return fmt.Errorf("--agent-id is required (a Hardware's first MAC, or its spec.agentID)")
+			}
+			c := newClients(cmd)
+			out := cmd.ErrOrStderr()
+			res, err := agentsim.Run(ctx(cmd), agentsim.Config{
+				Client:        anvilv1connect.NewAgentServiceClient(http.DefaultClient, c.server),
+				AgentID:       agentID,
+				ActionTime:    actionTime,
+				ProgressSteps: progress,
+				StreamLogs:    true,
+				Logf: func(format string, args ...any) {
+					fmt.Fprintf(out, "agent "+format+"\n", args...)
+				},
+			})
+			if err != nil {
+				return c.explain(err)
+			}
+			fmt.Fprintf(out, "agent %s: %d actions run; workflow ended %s\n", agentID, res.Actions, res.WorkflowState)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&agentID, "agent-id", "", "agent ID to act as (usually the machine's MAC)")
+	cmd.Flags().DurationVar(&actionTime, "action-time", time.Second, "how long each simulated action takes")
+	cmd.Flags().IntVar(&progress, "progress-steps", 4, "progress reports per image-writing action")
+	return cmd
+}
