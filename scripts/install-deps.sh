@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# install-deps.sh installs what Anvil's build and tests need on a fresh Debian
+# machine, and nothing that is already there. It is idempotent and quiet when
+# everything is present. Run as root (CI and `make test` do).
+#
+#   scripts/install-deps.sh            # build + unit/integration test needs
+#   scripts/install-deps.sh tools      # also buf, protoc plugins, staticcheck
+set -euo pipefail
+
+GO_VERSION=1.26.8              # keep in step with go.mod's toolchain line
+STATICCHECK_VERSION=v0.8.2
+BUF_VERSION=v1.75.0
+
+say() { echo "install-deps: $*" >&2; }
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    say "need root to install $1 (run as root, or install it yourself)"
+    exit 1
+  fi
+}
+
+# Debian packages the tests use. Kept to what the current tests need; later
+# issues (QEMU, DHCP peers, TFTP clients) add theirs here.
+APT_PACKAGES=(ca-certificates curl unzip git make iproute2 procps)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  need_root "${missing[*]}"
+  say "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Go: Debian's golang is too old for go.mod, so the toolchain comes from the Go
+# module proxy (the same zip `GOTOOLCHAIN=auto` would fetch).
+have_go() {
+  local g
+  g=$(command -v go || true)
+  [ -z "$g" ] && [ -x /usr/local/go/bin/go ] && g=/usr/local/go/bin/go
+  [ -n "$g" ] || return 1
+  # Any Go >= 1.21 fetches the go.mod toolchain itself (GOTOOLCHAIN=auto).
+  "$g" version | grep -Eq 'go1\.(2[1-9]|[3-9][0-9])'
+}
+if ! have_go; then
+  need_root "Go $GO_VERSION"
+  proxy=${GOPROXY:-https://proxy.golang.org}; proxy=${proxy%%,*}
+  zip="$proxy/golang.org/toolchain/@v/v0.0.1-go${GO_VERSION}.linux-amd64.zip"
+  say "installing Go $GO_VERSION from $zip"
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/go.zip" "$zip"
+  unzip -q "$tmp/go.zip" -d "$tmp"
+  rm -rf /usr/local/go
+  mv "$tmp/golang.org/toolchain@v0.0.1-go${GO_VERSION}.linux-amd64" /usr/local/go
+  chmod +x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/* 2>/dev/null || true
+  rm -rf "$tmp"
+fi
+
+if [ "${1:-}" = tools ]; then
+  export PATH=/usr/local/go/bin:$PATH
+  bin=$(go env GOPATH)/bin
+  [ -x "$bin/staticcheck" ] || go install honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION
+  [ -x "$bin/buf" ] || go install github.com/bufbuild/buf/cmd/buf@$BUF_VERSION
+  [ -x "$bin/protoc-gen-go" ] || go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+  [ -x "$bin/protoc-gen-connect-go" ] || go install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+fi
