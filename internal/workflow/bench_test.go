@@ -3,6 +3,8 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -58,7 +60,7 @@ func BenchmarkAgentLoop(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	eng := New(Config{Store: st})
+	eng := New(Config{Store: st, Logger: benchLogger()})
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(rctx) }()
@@ -112,4 +114,11 @@ func BenchmarkAgentLoop(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*10)/elapsed.Seconds(), "reports/s")
 	b.ReportMetric(float64(n*5)/elapsed.Seconds(), "getactions/s")
+}
+
+func benchLogger() *slog.Logger {
+	if os.Getenv("ANVIL_BENCH_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }

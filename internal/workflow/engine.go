@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,18 @@ type Engine struct {
 
 	tmu    sync.Mutex
 	timers map[string]*deadlineTimer
+
+	// cmu guards seen and latest: the newest version of each workflow the
+	// controller has been given (by the watch, a list or a report), so a
+	// re-list only queues what changed, and latest, objects not yet taken by
+	// a reconcile, so a reconcile rarely has to read the store.
+	cmu    sync.Mutex
+	seen   map[string]seenWorkflow
+	latest map[string]*model.Workflow
+}
+
+type seenWorkflow struct {
+	rv, hardwareRef string
 }
 
 type deadlineTimer struct {
@@ -80,6 +93,8 @@ func New(cfg Config) *Engine {
 		queue:   newWorkQueue(),
 		waiters: map[string]chan struct{}{},
 		timers:  map[string]*deadlineTimer{},
+		seen:    map[string]seenWorkflow{},
+		latest:  map[string]*model.Workflow{},
 	}
 	if e.clock == nil {
 		e.clock = realClock{}
@@ -154,9 +169,7 @@ func (e *Engine) watch(ctx context.Context) error {
 	for ctx.Err() == nil {
 		objs, rv, err := e.store.List(ctx, model.KindWorkflow, store.ListOptions{})
 		if err == nil {
-			for _, o := range objs {
-				e.queue.add(o.GetObjectMeta().Key())
-			}
+			e.relisted(ctx, objs)
 			var ch <-chan store.Event
 			ch, err = e.store.Watch(ctx, model.KindWorkflow, store.WatchOptions{ResourceVersion: rv})
 			if err == nil {
@@ -169,12 +182,15 @@ func (e *Engine) watch(ctx context.Context) error {
 					if !ok {
 						continue
 					}
-					key := wf.Key()
-					e.queue.add(key)
 					if ev.Type == store.Deleted {
-						e.cancelTimer(key)
+						e.forget(wf.Key())
+						e.queue.add(wf.Key())
 						e.notifyWorkflowAgents(wf)
 						e.enqueueSiblings(ctx, wf)
+						continue
+					}
+					if e.offer(wf) {
+						e.queue.add(wf.Key())
 					}
 				}
 				continue
@@ -197,22 +213,99 @@ func (e *Engine) watch(ctx context.Context) error {
 	return nil
 }
 
+// newerRV reports whether resource version a is newer than b. Versions that
+// are not decimal numbers are taken as newer (never skip a change).
+func newerRV(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	if err1 != nil || err2 != nil {
+		return a != b
+	}
+	return x > y
+}
+
+// offer records wf as the newest known version of its workflow; it reports
+// whether it is newer than any seen before (and so worth a reconcile). wf
+// becomes the engine's: the caller must not use it further.
+func (e *Engine) offer(wf *model.Workflow) bool {
+	key := wf.Key()
+	e.cmu.Lock()
+	defer e.cmu.Unlock()
+	if old, ok := e.seen[key]; ok && !newerRV(wf.ResourceVersion, old.rv) {
+		return false
+	}
+	e.seen[key] = seenWorkflow{rv: wf.ResourceVersion, hardwareRef: wf.Spec.HardwareRef}
+	e.latest[key] = wf
+	return true
+}
+
+// take returns (and forgets) the newest offered version of key, or nil.
+func (e *Engine) take(key string) *model.Workflow {
+	e.cmu.Lock()
+	defer e.cmu.Unlock()
+	wf := e.latest[key]
+	delete(e.latest, key)
+	return wf
+}
+
+func (e *Engine) forget(key string) {
+	e.cmu.Lock()
+	delete(e.seen, key)
+	delete(e.latest, key)
+	e.cmu.Unlock()
+}
+
+// relisted queues the listed workflows that changed since last seen, and
+// the ones that disappeared (deleted while the watch was down).
+func (e *Engine) relisted(ctx context.Context, objs []model.Object) {
+	present := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		wf := o.(*model.Workflow)
+		present[wf.Key()] = true
+		if e.offer(wf) {
+			e.queue.add(wf.Key())
+		}
+	}
+	var gone []seenWorkflow
+	var goneKeys []string
+	e.cmu.Lock()
+	for k, s := range e.seen {
+		if !present[k] {
+			gone = append(gone, s)
+			goneKeys = append(goneKeys, k)
+		}
+	}
+	e.cmu.Unlock()
+	for i, k := range goneKeys {
+		e.forget(k)
+		e.queue.add(k)
+		ns, name, _ := splitKey(k)
+		e.enqueueSiblings(ctx, &model.Workflow{ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name},
+			Spec: model.WorkflowSpec{HardwareRef: gone[i].hardwareRef}})
+	}
+}
+
 // reconcile brings one workflow forward, re-reading it on write conflicts.
 func (e *Engine) reconcile(ctx context.Context, key string) error {
 	ns, name, ok := splitKey(key)
 	if !ok {
 		return nil
 	}
+	wf := e.take(key)
 	for attempt := 0; ; attempt++ {
-		obj, err := e.store.Get(ctx, model.KindWorkflow, ns, name)
-		if errors.Is(err, store.ErrNotFound) {
-			e.cancelTimer(key)
-			return nil
+		if wf == nil {
+			obj, err := e.store.Get(ctx, model.KindWorkflow, ns, name)
+			if errors.Is(err, store.ErrNotFound) {
+				e.cancelTimer(key)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			wf = obj.(*model.Workflow)
 		}
-		if err != nil {
-			return err
-		}
-		err = e.reconcileOnce(ctx, obj.(*model.Workflow))
+		err := e.reconcileOnce(ctx, wf)
+		wf = nil
 		if errors.Is(err, store.ErrConflict) && attempt < maxConflictRetries {
 			continue
 		}
@@ -641,9 +734,12 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string
 			return "", err
 		}
 		wf = obj.(*model.Workflow)
+		state := wf.Status.State
 		e.notifyWorkflowAgents(wf)
-		e.queue.add(wf.Key())
-		return wf.Status.State, nil
+		if e.offer(wf) {
+			e.queue.add(wf.Key())
+		}
+		return state, nil
 	}
 }
 

@@ -318,7 +318,9 @@ func TestEngineToggleAllowNetboot(t *testing.T) {
 	wf := testWorkflow("wf", "rack1-node07")
 	wf.Spec.BootOptions = &model.BootOptions{ToggleAllowNetboot: true}
 	e.create(loadYAML[model.Template](t, "testdata/template.yaml"), testHardware(t), wf)
-	allowPXE := func() bool { return model.BoolValue(e.hardware("rack1-node07").Spec.Interfaces[0].Netboot.AllowPXE, false) }
+	allowPXE := func() bool {
+		return model.BoolValue(e.hardware("rack1-node07").Spec.Interfaces[0].Netboot.AllowPXE, false)
+	}
 	e.waitWorkflow("wf", "netboot allowed", func(w *model.Workflow) bool {
 		c := FindCondition(&w.Status, ConditionAllowNetboot)
 		return c != nil && c.Status == "True"
