@@ -3,6 +3,20 @@
 // enforces action and global timeouts on the server clock, and decides which
 // action an agent runs next.
 //
+// The package has three layers. render.go renders a Template's data (Go
+// text/template with Sprig's hermetic functions plus formatPartition,
+// netmaskToPrefixLength, toYaml and fromYaml) into a validated
+// model.WorkflowDefinition, and offers CheckTemplateStatic for apply time.
+// state.go is the state machine as pure functions of a model.WorkflowStatus
+// and a time (InitialStatus, ApplyReport, CheckDeadlines, NextActionFor): no
+// store, no clock. engine.go is the Engine: a controller (Run) that renders
+// new workflows, keeps one active workflow per hardware, toggles netboot and
+// schedules deadline timers, and the agent API (GetAction, ReportActionStatus)
+// that the transport layer calls.
+//
+// Workflows are identified by "namespace/name" (WorkflowID). Task and action
+// IDs are assigned at render time and stored in the status.
+//
 // It reads and writes objects only through store.Store and must not know about
 // transports (gRPC, HTTP) or the boot path.
 package workflow
