@@ -827,9 +827,9 @@ func testWatchFilters(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 
-	mk("ns1", "web-1", "web", "x")     // yes
-	mk("ns1", "db-1", "db", "x")       // wrong label
-	mk("ns2", "web-2", "web", "x")     // wrong namespace
+	mk("ns1", "web-1", "web", "x")      // yes
+	mk("ns1", "db-1", "db", "x")        // wrong label
+	mk("ns2", "web-2", "web", "x")      // wrong namespace
 	mk("ns1", "skipped", "web", "skip") // excluded by field
 	p := pre.(*model.Hardware)
 	p.Spec.AgentID = "y"
