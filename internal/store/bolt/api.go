@@ -154,7 +154,7 @@ func (s *Store) ByIndex(ctx context.Context, kind, index, value string) ([]model
 	m, ok := kc.index[index]
 	if !ok {
 		s.mu.RUnlock()
-		return nil, fmt.Errorf("%s has no index %q (have %v): %w", kind, index, kc.indexes, errUnknownIndex)
+		return nil, fmt.Errorf("%s has no index %q (have %v): %w", kind, index, kc.indexes, store.ErrInvalid)
 	}
 	set := m[value]
 	hits := make([]*entry, 0, len(set))

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -353,5 +352,3 @@ func (s *Store) persist(overlay map[ovKey]*entry, rev uint64) error {
 	}
 	return tx.Commit()
 }
-
-var errUnknownIndex = errors.New("unknown index")
