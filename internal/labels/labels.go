@@ -81,7 +81,11 @@ func (s Selector) String() string {
 		case In, NotIn:
 			parts = append(parts, fmt.Sprintf("%s %s (%s)", r.Key, r.Operator, strings.Join(r.Values, ",")))
 		default:
-			parts = append(parts, r.Key+string(r.Operator)+r.Values[0])
+			v := ""
+			if len(r.Values) > 0 {
+				v = r.Values[0]
+			}
+			parts = append(parts, r.Key+string(r.Operator)+v)
 		}
 	}
 	return strings.Join(parts, ",")
