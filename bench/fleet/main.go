@@ -1,0 +1,882 @@
+// Command fleet is Anvil's fleet benchmark: it starts `anvil serve` as a
+// child process (so the server's memory and CPU are measured alone), gives it
+// N machines — N Hardware, one 5-action Template, N Workflows — and then runs
+// N simulated agents at once (internal/agentsim, the real AgentService
+// protocol over gRPC/h2c) until every workflow has succeeded.
+//
+// It prints the machines, setup time, run time (from the start of the agents
+// until every agent's last report returned SUCCESS), actions/s, p50/p99/max
+// latency of GetAction and ReportActionStatus, the server's peak RSS and the
+// CPU time of the server and of this load generator; then it checks every
+// workflow in the store and exits 1 if any did not end SUCCESS with 5
+// actions SUCCESS.
+//
+// There is no peer to run side by side: Tinkerbell's server cannot be built
+// here (its modules are refused by the module proxy).
+//
+//	go run ./bench/fleet -n 10000
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/agentsim"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+const (
+	actionsPerWorkflow = 5
+	namespace          = "default"
+	templateName       = "fleet-install"
+	chunkLabel         = "fleet-chunk"
+
+	// Targets from the issue, judged at N >= targetN.
+	targetN       = 10000
+	targetRunTime = 60 * time.Second
+	targetRSS     = 1 << 30
+)
+
+type options struct {
+	n          int
+	anvil      string
+	keep       bool
+	actionTime time.Duration
+	conns      int
+	jsonOut    bool
+	chunk      int
+	wait       time.Duration
+	timeout    time.Duration
+	logLevel   string
+	netboot    bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.n, "n", 1000, "machines (agents, Hardware, Workflows)")
+	flag.StringVar(&o.anvil, "anvil", "bin/anvil", "path to the anvil binary")
+	flag.BoolVar(&o.keep, "keep", false, "keep the data directory (and the server log)")
+	flag.DurationVar(&o.actionTime, "action-time", 0, "how long each simulated action runs")
+	flag.IntVar(&o.conns, "conns", 0, "HTTP/2 connections the agents share (0: max(1, n/100))")
+	flag.BoolVar(&o.jsonOut, "json", false, "also print the figures as one JSON line")
+	flag.IntVar(&o.chunk, "chunk", 500, "documents per ManifestService.Apply call (one atomic, durable write)")
+	flag.DurationVar(&o.wait, "wait", 10*time.Second, "GetAction long-poll wait each agent asks for")
+	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "give up after this long")
+	flag.StringVar(&o.logLevel, "log-level", "warn", "the server's --log-level")
+	flag.BoolVar(&o.netboot, "toggle-netboot", true, "workflows set bootOptions.toggleAllowNetboot, as in examples/workflow.yaml")
+	flag.Parse()
+	if o.n < 1 || o.chunk < 2 {
+		fmt.Fprintln(os.Stderr, "fleet: -n must be >= 1 and -chunk >= 2")
+		os.Exit(2)
+	}
+	if o.conns <= 0 {
+		o.conns = max(1, o.n/100)
+	}
+	r, err := run(o)
+	if r != nil {
+		r.print(os.Stdout)
+		if o.jsonOut {
+			b, _ := json.Marshal(r)
+			fmt.Println(string(b))
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet: FAIL:", err)
+		os.Exit(1)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Results
+
+type opStats struct {
+	Calls  int     `json:"calls"`
+	Errors int     `json:"errors"`
+	P50ms  float64 `json:"p50_ms"`
+	P99ms  float64 `json:"p99_ms"`
+	MaxMs  float64 `json:"max_ms"`
+}
+
+type result struct {
+	Machines        int     `json:"machines"`
+	Actions         int     `json:"actions"`
+	Conns           int     `json:"conns"`
+	ActionTimeS     float64 `json:"action_time_s"`
+	ApplyS          float64 `json:"setup_apply_s"`
+	RenderS         float64 `json:"setup_render_s"`
+	SetupS          float64 `json:"setup_s"`
+	RunS            float64 `json:"run_s"`
+	ActionsPerS     float64 `json:"actions_per_s"`
+	ReportsPerS     float64 `json:"reports_per_s"`
+	GetAction       opStats `json:"get_action"`
+	Report          opStats `json:"report_action_status"`
+	PeakRSSRunMiB   float64 `json:"server_peak_rss_run_mib"` // VmHWM after the run (setup + run)
+	PeakRSSMiB      float64 `json:"server_peak_rss_mib"`     // VmHWM at the end (incl. verification)
+	MaxSampledMiB   float64 `json:"server_max_sampled_rss_mib"`
+	ServerCPUSetupS float64 `json:"server_cpu_setup_s"`
+	ServerCPURunS   float64 `json:"server_cpu_run_s"`
+	ServerCPUS      float64 `json:"server_cpu_total_s"`
+	LoadgenCPURunS  float64 `json:"loadgen_cpu_run_s"`
+	LoadgenCPUS     float64 `json:"loadgen_cpu_total_s"`
+	Verified        bool    `json:"verified"`
+	ServerExit      string  `json:"server_exit"`
+	RunTargetMet    *bool   `json:"run_target_met,omitempty"`
+	RSSTargetMet    bool    `json:"rss_target_met"`
+	Peer            string  `json:"peer"`
+	Date            string  `json:"date"`
+	CPUs            int     `json:"cpus"`
+}
+
+func (r *result) print(w io.Writer) {
+	tw := func(k, f string, a ...any) { fmt.Fprintf(w, "  %-30s "+f+"\n", append([]any{k}, a...)...) }
+	ms := func(s opStats) string {
+		return fmt.Sprintf("p50 %7.2f ms   p99 %7.2f ms   max %8.2f ms   (%d calls, %d errors)",
+			s.P50ms, s.P99ms, s.MaxMs, s.Calls, s.Errors)
+	}
+	fmt.Fprintf(w, "\nAnvil fleet benchmark — %s, %d CPUs\n", r.Date, r.CPUs)
+	tw("machines", "%d", r.Machines)
+	tw("actions (5 per machine)", "%d   (2 reports each: RUNNING, SUCCESS)", r.Actions)
+	tw("agent connections (HTTP/2)", "%d", r.Conns)
+	tw("action time", "%gs", r.ActionTimeS)
+	tw("setup: apply", "%.2f s   (Hardware + Workflows, %s)", r.ApplyS, "chunked ManifestService.Apply")
+	tw("setup: render", "%.2f s   (until every workflow has status.tasks)", r.RenderS)
+	tw("run time", "%.2f s   (agents start -> last SUCCESS report returned)", r.RunS)
+	tw("actions/s", "%.0f   (%.0f reports/s)", r.ActionsPerS, r.ReportsPerS)
+	tw("GetAction", "%s", ms(r.GetAction))
+	tw("ReportActionStatus", "%s", ms(r.Report))
+	tw("server peak RSS (setup+run)", "%.1f MiB", r.PeakRSSRunMiB)
+	tw("server peak RSS (whole life)", "%.1f MiB   (VmHWM, incl. final verification lists)", r.PeakRSSMiB)
+	tw("server CPU", "%.2f s setup, %.2f s run, %.2f s total", r.ServerCPUSetupS, r.ServerCPURunS, r.ServerCPUS)
+	tw("loadgen CPU", "%.2f s run, %.2f s total", r.LoadgenCPURunS, r.LoadgenCPUS)
+	tw("verified in store", "%v", r.Verified)
+	tw("server exit on SIGTERM", "%s", r.ServerExit)
+	switch {
+	case r.RunTargetMet == nil:
+		tw("target: run < 60 s", "n/a (judged at N >= %d)", targetN)
+	case *r.RunTargetMet:
+		tw("target: run < 60 s", "MET (%.1f s)", r.RunS)
+	default:
+		tw("target: run < 60 s", "MISSED (%.1f s)", r.RunS)
+	}
+	verdict := "MET"
+	if !r.RSSTargetMet {
+		verdict = "MISSED"
+	}
+	tw("target: server RSS < 1 GiB", "%s (%.0f MiB)", verdict, r.PeakRSSMiB)
+	tw("peer", "%s", r.Peer)
+}
+
+// ---------------------------------------------------------------------------
+// The run
+
+func run(o options) (*result, error) {
+	raiseNoFile()
+	res := &result{Machines: o.n, Conns: o.conns, ActionTimeS: o.actionTime.Seconds(), CPUs: cpus(),
+		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		Peer: "none: Tinkerbell's server cannot be built here (its modules are refused by the module proxy)"}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+
+	srv, err := startServer(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.cleanup(o.keep)
+	defer srv.kill() // no-op once stopped cleanly
+
+	sampler := newRSSSampler(srv.pid)
+	defer sampler.stop()
+
+	admin := newH2CClient()
+	base := "http://" + srv.grpcAddr
+	manifests := anvilv1connect.NewManifestServiceClient(admin, base, connect.WithGRPC())
+	workflows := anvilv1connect.NewWorkflowServiceClient(admin, base, connect.WithGRPC())
+
+	// Setup: template, then Hardware + Workflows in chunks.
+	cpu0 := srv.cpu()
+	t0 := time.Now()
+	if _, err := manifests.Apply(ctx, connect.NewRequest(&v1.ApplyRequest{Source: "fleet-template.yaml", Content: templateYAML})); err != nil {
+		return nil, fmt.Errorf("apply template: %w", err)
+	}
+	perChunk := o.chunk / 2 // a Hardware and its Workflow go in the same chunk
+	chunks := 0
+	for lo := 0; lo < o.n; lo += perChunk {
+		var b strings.Builder
+		for i := lo; i < min(lo+perChunk, o.n); i++ {
+			writeMachine(&b, i, chunks, o.netboot)
+		}
+		if _, err := manifests.Apply(ctx, connect.NewRequest(&v1.ApplyRequest{
+			Source: fmt.Sprintf("fleet-%05d.yaml", chunks), Content: b.String()})); err != nil {
+			return nil, fmt.Errorf("apply chunk %d: %w", chunks, err)
+		}
+		chunks++
+	}
+	res.ApplyS = time.Since(t0).Seconds()
+	progress("applied %d Hardware + %d Workflows in %d chunks in %.2fs", o.n, o.n, chunks, res.ApplyS)
+
+	// Wait until the engine has rendered every workflow.
+	t1 := time.Now()
+	for {
+		l, err := workflows.List(ctx, connect.NewRequest(&v1.ListRequest{Namespace: namespace, FieldSelector: "status.state="}))
+		if err != nil {
+			return nil, fmt.Errorf("list unrendered workflows: %w", err)
+		}
+		if len(l.Msg.Items) == 0 {
+			break
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("waiting for %d workflows to render: %w", len(l.Msg.Items), err)
+		}
+	}
+	l, err := workflows.List(ctx, connect.NewRequest(&v1.ListRequest{Namespace: namespace, FieldSelector: "status.state!=PENDING"}))
+	if err != nil {
+		return nil, fmt.Errorf("list workflows: %w", err)
+	}
+	if len(l.Msg.Items) > 0 {
+		w := l.Msg.Items[0]
+		st, _ := protojson.Marshal(w.GetStatus())
+		return nil, fmt.Errorf("%d workflows not PENDING after rendering, e.g. %s: %s", len(l.Msg.Items), w.GetMetadata().GetName(), st)
+	}
+	res.RenderS = time.Since(t1).Seconds()
+	res.SetupS = time.Since(t0).Seconds()
+	progress("rendered %d workflows in %.2fs", o.n, res.RenderS)
+
+	// Run: N agents at once.
+	clients := make([]anvilv1connect.AgentServiceClient, o.conns)
+	for i := range clients {
+		clients[i] = anvilv1connect.NewAgentServiceClient(newH2CClient(), base, connect.WithGRPC())
+	}
+	outs := make([]agentOut, o.n)
+	var wg sync.WaitGroup
+	var finished, actionsDone atomic.Int64
+	start := make(chan struct{})
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	for i := range o.n {
+		out := &outs[i]
+		out.lat = map[string][]time.Duration{
+			"GetAction":          make([]time.Duration, 0, actionsPerWorkflow+1),
+			"ReportActionStatus": make([]time.Duration, 0, 2*actionsPerWorkflow),
+		}
+		out.errs = map[string]int{}
+		cfg := agentsim.Config{
+			Client:     clients[i%o.conns],
+			AgentID:    mac(i),
+			ActionTime: o.actionTime,
+			Wait:       o.wait,
+			Observe: func(op string, d time.Duration, err error) { // this agent's goroutine only
+				out.lat[op] = append(out.lat[op], d)
+				if err != nil {
+					out.errs[op]++
+				} else if op == "ReportActionStatus" && len(out.lat[op])%2 == 0 {
+					actionsDone.Add(1)
+				}
+			},
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out.res, out.err = agentsim.Run(runCtx, cfg)
+			out.doneAt = time.Now()
+			finished.Add(1)
+		}()
+	}
+	cpu1 := srv.cpu()
+	lg1 := selfCPU()
+	runStart := time.Now()
+	close(start)
+	allDone := make(chan struct{})
+	go func() { wg.Wait(); close(allDone) }()
+	tick := time.NewTicker(5 * time.Second)
+waitLoop:
+	for {
+		select {
+		case <-allDone:
+			break waitLoop
+		case <-tick.C:
+			progress("%5.1fs: %d/%d agents done, ~%d actions, server RSS %.0f MiB",
+				time.Since(runStart).Seconds(), finished.Load(), o.n, actionsDone.Load(), mib(sampler.last()))
+		case <-ctx.Done():
+			stopRun()
+			<-allDone
+			break waitLoop
+		}
+	}
+	tick.Stop()
+	var last time.Time
+	for i := range outs {
+		if outs[i].doneAt.After(last) {
+			last = outs[i].doneAt
+		}
+	}
+	res.RunS = last.Sub(runStart).Seconds()
+	cpu2 := srv.cpu()
+	lg2 := selfCPU()
+	res.PeakRSSRunMiB = mib(vmHWM(srv.pid))
+
+	// Agent outcomes and latencies.
+	var gets, reps []time.Duration
+	var bad []string
+	for i := range outs {
+		out := &outs[i]
+		gets = append(gets, out.lat["GetAction"]...)
+		reps = append(reps, out.lat["ReportActionStatus"]...)
+		res.GetAction.Errors += out.errs["GetAction"]
+		res.Report.Errors += out.errs["ReportActionStatus"]
+		res.Actions += out.res.Actions
+		if out.failed() {
+			if len(bad) < 5 {
+				bad = append(bad, fmt.Sprintf("agent %s: state %q after %d actions, err %v", mac(i), out.res.WorkflowState, out.res.Actions, out.err))
+			} else if len(bad) == 5 {
+				bad = append(bad, "…")
+			}
+		}
+	}
+	res.GetAction = stats(gets, res.GetAction.Errors)
+	res.Report = stats(reps, res.Report.Errors)
+	if res.RunS > 0 {
+		res.ActionsPerS = float64(res.Actions) / res.RunS
+		res.ReportsPerS = float64(2*res.Actions) / res.RunS
+	}
+	res.ServerCPUSetupS = cpu1 - cpu0
+	res.ServerCPURunS = cpu2 - cpu1
+	res.LoadgenCPURunS = lg2 - lg1
+	progress("run finished in %.2fs", res.RunS)
+
+	// Verify in the store, a chunk at a time (small responses).
+	var verr error
+	if len(bad) > 0 {
+		verr = fmt.Errorf("%d agents did not finish: %s", countBad(outs), strings.Join(bad, "; "))
+	} else {
+		verr = verify(ctx, workflows, o.n, chunks)
+	}
+	res.Verified = verr == nil
+
+	res.PeakRSSMiB = mib(vmHWM(srv.pid))
+	res.MaxSampledMiB = mib(sampler.stop())
+	res.ServerCPUS = srv.cpu()
+	res.LoadgenCPUS = selfCPU()
+	res.RSSTargetMet = res.PeakRSSMiB*(1<<20) < targetRSS
+	if o.n >= targetN {
+		met := res.RunS < targetRunTime.Seconds()
+		res.RunTargetMet = &met
+	}
+
+	// Stop the server: SIGTERM, and it must exit 0.
+	serr := srv.stop(30 * time.Second)
+	if serr != nil {
+		res.ServerExit = serr.Error()
+	} else {
+		res.ServerExit = "exit 0"
+	}
+	return res, errors.Join(verr, serr)
+}
+
+// agentOut is what one agent's goroutine records; only it writes there.
+type agentOut struct {
+	lat    map[string][]time.Duration
+	errs   map[string]int
+	res    agentsim.Result
+	err    error
+	doneAt time.Time
+}
+
+func (o *agentOut) failed() bool {
+	return o.err != nil || o.res.WorkflowState != model.StateSuccess || o.res.Actions != actionsPerWorkflow
+}
+
+func countBad(outs []agentOut) int {
+	n := 0
+	for i := range outs {
+		if outs[i].failed() {
+			n++
+		}
+	}
+	return n
+}
+
+// verify lists every workflow (by chunk label) and checks it is SUCCESS with
+// all 5 actions SUCCESS.
+func verify(ctx context.Context, wfs anvilv1connect.WorkflowServiceClient, n, chunks int) error {
+	seen := 0
+	var problems []string
+	for c := range chunks {
+		l, err := wfs.List(ctx, connect.NewRequest(&v1.ListRequest{Namespace: namespace,
+			LabelSelector: fmt.Sprintf("%s=%d", chunkLabel, c)}))
+		if err != nil {
+			return fmt.Errorf("verify: list chunk %d: %w", c, err)
+		}
+		for _, w := range l.Msg.Items {
+			seen++
+			b, err := protojson.Marshal(w.GetStatus())
+			if err != nil {
+				return fmt.Errorf("verify: %w", err)
+			}
+			var st model.WorkflowStatus
+			if err := json.Unmarshal(b, &st); err != nil {
+				return fmt.Errorf("verify: workflow %s status: %w", w.GetMetadata().GetName(), err)
+			}
+			ok := st.State == model.StateSuccess && len(st.Tasks) == 1 && len(st.Tasks[0].Actions) == actionsPerWorkflow
+			if ok {
+				for _, a := range st.Tasks[0].Actions {
+					ok = ok && a.State == model.StateSuccess
+				}
+			}
+			if !ok && len(problems) < 5 {
+				problems = append(problems, fmt.Sprintf("%s: state %q", w.GetMetadata().GetName(), st.State))
+			}
+		}
+	}
+	if seen != n {
+		problems = append(problems, fmt.Sprintf("found %d workflows, want %d", seen, n))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("verify: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func stats(d []time.Duration, errs int) opStats {
+	s := opStats{Calls: len(d), Errors: errs}
+	if len(d) == 0 {
+		return s
+	}
+	slices.Sort(d)
+	q := func(p float64) float64 {
+		i := int(p*float64(len(d))+0.5) - 1
+		i = max(0, min(len(d)-1, i))
+		return float64(d[i]) / 1e6
+	}
+	s.P50ms, s.P99ms, s.MaxMs = q(0.50), q(0.99), float64(d[len(d)-1])/1e6
+	return s
+}
+
+// ---------------------------------------------------------------------------
+// Manifests
+
+// templateYAML is a Tinkerbell template with 5 actions, in the shape of
+// examples/template.yaml.
+const templateYAML = `apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata:
+  name: ` + templateName + `
+  namespace: ` + namespace + `
+spec:
+  data: |
+    version: "0.1"
+    name: fleet-install
+    global_timeout: 3600
+    tasks:
+      - name: install
+        worker: "{{.device_1}}"
+        volumes: [/dev:/dev]
+        actions:
+          - name: stream-image
+            image: quay.io/tinkerbell/actions/image2disk:v1.0.0
+            timeout: 600
+            environment:
+              IMG_URL: http://10.0.0.2:7080/images/debian-12.raw.zst
+              DEST_DISK: {{ index .Hardware.Disks 0 }}
+              COMPRESSED: true
+          - name: grow-partition
+            image: quay.io/tinkerbell/actions/cexec:v1.0.0
+            timeout: 90
+            environment:
+              BLOCK_DEVICE: {{ formatPartition (index .Hardware.Disks 0) 1 }}
+              FS_TYPE: ext4
+              CMD_LINE: growpart {{ index .Hardware.Disks 0 }} 1 && resize2fs {{ formatPartition (index .Hardware.Disks 0) 1 }}
+          - name: hostname
+            image: quay.io/tinkerbell/actions/writefile:v1.0.0
+            timeout: 90
+            environment:
+              DEST_DISK: {{ formatPartition (index .Hardware.Disks 0) 1 }}
+              FS_TYPE: ext4
+              DEST_PATH: /etc/hostname
+              CONTENTS: {{ .hardware.metadata.instance.hostname }}
+              MODE: "0644"
+              UID: "0"
+              GID: "0"
+          - name: network
+            image: quay.io/tinkerbell/actions/writefile:v1.0.0
+            timeout: 90
+            environment:
+              DEST_DISK: {{ formatPartition (index .Hardware.Disks 0) 1 }}
+              FS_TYPE: ext4
+              DEST_PATH: /etc/network/interfaces.d/eth0
+              CONTENTS: "auto eth0\niface eth0 inet dhcp\n"
+              MODE: "0644"
+              UID: "0"
+              GID: "0"
+          - name: reboot
+            image: ghcr.io/jacobweinstock/waitdaemon:latest
+            timeout: 90
+            pid: host
+            command: [reboot]
+`
+
+// mac is machine i's MAC, from the locally administered base 02:00:00:00:00:00.
+func mac(i int) string {
+	return fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
+}
+
+// ip is machine i's address in 10.0.0.0/8, from 10.0.1.0.
+func ip(i int) string {
+	v := uint32(i) + 256
+	return fmt.Sprintf("10.%d.%d.%d", byte(v>>16), byte(v>>8), byte(v))
+}
+
+func writeMachine(b *strings.Builder, i, chunk int, netboot bool) {
+	name := fmt.Sprintf("node-%06d", i)
+	m := mac(i)
+	fmt.Fprintf(b, `---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Hardware
+metadata:
+  name: %[1]s
+  namespace: %[4]s
+  labels: {%[5]s: "%[6]d"}
+spec:
+  disks:
+    - device: /dev/vda
+  metadata:
+    instance:
+      id: %[2]s
+      hostname: %[1]s
+      operating_system: {distro: debian, version: "12"}
+  interfaces:
+    - dhcp:
+        mac: %[2]s
+        hostname: %[1]s
+        arch: x86_64
+        uefi: true
+        lease_time: 3600
+        ip: {address: %[3]s, netmask: 255.0.0.0, gateway: 10.0.0.1}
+        name_servers: [10.0.0.1]
+      netboot:
+        allowPXE: true
+        allowWorkflow: true
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Workflow
+metadata:
+  name: %[1]s-install
+  namespace: %[4]s
+  labels: {%[5]s: "%[6]d"}
+spec:
+  templateRef: %[7]s
+  hardwareRef: %[1]s
+  hardwareMap:
+    device_1: %[2]s
+`, name, m, ip(i), namespace, chunkLabel, chunk, templateName)
+	if netboot {
+		b.WriteString("  bootOptions:\n    toggleAllowNetboot: true\n    bootMode: netboot\n")
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The server child process
+
+type server struct {
+	cmd      *exec.Cmd
+	pid      int
+	dir      string
+	logPath  string
+	httpAddr string
+	grpcAddr string
+	exited   chan struct{}
+	waitErr  error
+	stopped  bool
+}
+
+func startServer(ctx context.Context, o options) (*server, error) {
+	bin, err := exec.LookPath(o.anvil)
+	if err != nil {
+		if _, serr := os.Stat(o.anvil); serr != nil {
+			return nil, fmt.Errorf("anvil binary %q: %w (run `make build` first)", o.anvil, err)
+		}
+		bin = o.anvil
+	}
+	dir, err := os.MkdirTemp("", "anvil-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	httpPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	grpcPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{dir: dir, logPath: filepath.Join(dir, "server.log"), exited: make(chan struct{}),
+		httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
+		grpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))}
+	logf, err := os.Create(s.logPath)
+	if err != nil {
+		return nil, err
+	}
+	s.cmd = exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
+		"--http-port", strconv.Itoa(httpPort), "--grpc-port", strconv.Itoa(grpcPort), "--log-level", o.logLevel)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	s.pid = s.cmd.Process.Pid
+	go func() { s.waitErr = s.cmd.Wait(); logf.Close(); close(s.exited) }()
+	progress("started %s serve (pid %d), data dir %s", bin, s.pid, dir)
+
+	deadline := time.Now().Add(30 * time.Second)
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := hc.Get("http://" + s.httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("anvil serve exited (%v) before ready:\n%s", s.waitErr, s.logTail())
+		case <-ctx.Done():
+			s.kill()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			return nil, fmt.Errorf("anvil serve not ready after 30s:\n%s", s.logTail())
+		}
+	}
+}
+
+func (s *server) logTail() string {
+	b, _ := os.ReadFile(s.logPath)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// stop sends SIGTERM and expects exit status 0 within timeout.
+func (s *server) stop(timeout time.Duration) error {
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("SIGTERM: %w", err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(timeout):
+		s.kill()
+		return fmt.Errorf("anvil serve did not exit within %s of SIGTERM", timeout)
+	}
+	s.stopped = true
+	if s.waitErr != nil {
+		return fmt.Errorf("anvil serve exited after SIGTERM: %v\n%s", s.waitErr, s.logTail())
+	}
+	return nil
+}
+
+func (s *server) kill() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+func (s *server) cleanup(keep bool) {
+	if keep {
+		fmt.Fprintf(os.Stderr, "fleet: kept %s (server log: %s)\n", s.dir, s.logPath)
+		return
+	}
+	os.RemoveAll(s.dir)
+}
+
+// cpu is the server's CPU time so far (user + system), in seconds.
+func (s *server) cpu() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// After the command: state(0) ppid … utime is field 14 overall, i.e. index 11 here.
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / clockTicks
+}
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ---------------------------------------------------------------------------
+// Memory and CPU measurement
+
+// procStatusKB reads a "Name:   123 kB" line of /proc/PID/status, in bytes.
+func procStatusKB(pid int, key string) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, key+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func vmHWM(pid int) int64 { return procStatusKB(pid, "VmHWM") }
+
+type rssSampler struct {
+	pid     int
+	done    chan struct{}
+	stopped chan struct{}
+	maxRSS  atomic.Int64
+	lastRSS atomic.Int64
+	once    sync.Once
+}
+
+// newRSSSampler reads the server's VmRSS every 100 ms.
+func newRSSSampler(pid int) *rssSampler {
+	s := &rssSampler{pid: pid, done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(s.stopped)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v := procStatusKB(pid, "VmRSS"); v > 0 {
+				s.lastRSS.Store(v)
+				if v > s.maxRSS.Load() {
+					s.maxRSS.Store(v)
+				}
+			}
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *rssSampler) last() int64 { return s.lastRSS.Load() }
+
+// stop ends sampling and returns the largest sample.
+func (s *rssSampler) stop() int64 {
+	s.once.Do(func() { close(s.done) })
+	<-s.stopped
+	return s.maxRSS.Load()
+}
+
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func cpus() int { return runtime.NumCPU() }
+
+// raiseNoFile lifts RLIMIT_NOFILE to its hard limit: every agent connection
+// and the server's are file descriptors.
+func raiseNoFile() {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return
+	}
+	if r.Cur < r.Max {
+		r.Cur = r.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Clients
+
+// newH2CClient returns a client that speaks HTTP/2 without TLS (h2c) on one
+// connection pool of its own, as gRPC clients do.
+func newH2CClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{
+		Protocols:       &p,
+		DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		TLSClientConfig: &tls.Config{},
+		HTTP2: &http.HTTP2Config{
+			// Stream windows large enough that a List of a chunk is not
+			// throttled; the agents' messages are tiny.
+			MaxReceiveBufferPerConnection: 4 << 20,
+			MaxReceiveBufferPerStream:     4 << 20,
+		},
+	}}
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fleet: "+format+"\n", args...)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
