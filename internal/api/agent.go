@@ -35,7 +35,13 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 		wait = 0
 	}
 	wait = min(wait, s.cfg.MaxWait)
-	na, err := s.cfg.Engine.GetAction(ctx, agentID, wait)
+	pollCtx, cancel := s.longLived(ctx)
+	defer cancel()
+	na, err := s.cfg.Engine.GetAction(pollCtx, agentID, wait)
+	if err != nil && ctx.Err() == nil && s.stopped() {
+		return nil, connect.NewError(connect.CodeNotFound,
+			fmt.Errorf("no action for agent %q: the server is shutting down; ask again: %w", agentID, workflow.ErrNoAction))
+	}
 	if errors.Is(err, workflow.ErrNoAction) {
 		return nil, connect.NewError(connect.CodeNotFound,
 			fmt.Errorf("no action for agent %q (waited %s): %w", agentID, wait, err))

@@ -63,6 +63,11 @@ type Config struct {
 type Services struct {
 	cfg Config
 	log *slog.Logger
+
+	// stopping is cancelled by Stop: long-lived calls (watches, long
+	// polls) end early so a graceful shutdown need not wait for them.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // New returns the services for cfg.
@@ -73,8 +78,24 @@ func New(cfg Config) *Services {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Services{cfg: cfg, log: cfg.Logger}
+	stopping, stop := context.WithCancel(context.Background())
+	return &Services{cfg: cfg, log: cfg.Logger, stopping: stopping, stop: stop}
 }
+
+// Stop ends every open Watch (UNAVAILABLE: watch again) and every waiting
+// GetAction (NOT_FOUND: ask again), and makes new ones end at once. Unary
+// calls are not affected. Call it when a graceful shutdown starts.
+func (s *Services) Stop() { s.stop() }
+
+// longLived returns a context that ends with ctx or when Stop is called.
+func (s *Services) longLived(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(s.stopping, cancel)
+	return ctx, func() { unhook(); cancel() }
+}
+
+// stopped reports whether Stop was called.
+func (s *Services) stopped() bool { return s.stopping.Err() != nil }
 
 // ServiceNames lists the fully-qualified names of the services Mount
 // serves, for server reflection.

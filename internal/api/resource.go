@@ -141,6 +141,8 @@ func (r *resource[T, M, C, U, L, E]) Watch(ctx context.Context, req *connect.Req
 	if err != nil {
 		return err
 	}
+	ctx, cancel := r.s.longLived(ctx)
+	defer cancel()
 	ch, err := r.s.cfg.Store.Watch(ctx, r.kind, store.WatchOptions{
 		Namespace: req.Msg.GetNamespace(), Labels: sel, Fields: fields,
 		ResourceVersion: req.Msg.GetResourceVersion(),
@@ -148,14 +150,19 @@ func (r *resource[T, M, C, U, L, E]) Watch(ctx context.Context, req *connect.Req
 	if err != nil {
 		return r.s.toConnect(err)
 	}
+	// Send the response headers now: a client's call returns only when it
+	// has them, and the first event may be long in coming.
+	if err := stream.Send(nil); err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return r.watchEnded()
 		case ev, ok := <-ch:
 			if !ok {
 				if ctx.Err() != nil {
-					return nil
+					return r.watchEnded()
 				}
 				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("watch of %s ended: the server is shutting down; watch again", r.kind))
 			}
@@ -181,6 +188,15 @@ func (r *resource[T, M, C, U, L, E]) Watch(ctx context.Context, req *connect.Req
 			}
 		}
 	}
+}
+
+// watchEnded is Watch's answer when its context ends: nil when the client
+// went away, UNAVAILABLE when the server is stopping.
+func (r *resource[T, M, C, U, L, E]) watchEnded() error {
+	if r.s.stopped() {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("watch of %s ended: the server is shutting down; watch again", r.kind))
+	}
+	return nil
 }
 
 func (r *resource[T, M, C, U, L, E]) respond(obj model.Object) (*connect.Response[T], error) {
