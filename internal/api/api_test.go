@@ -541,9 +541,18 @@ func TestApply(t *testing.T) {
 	count := func() int {
 		n := 0
 		for _, l := range []func() (int, error){
-			func() (int, error) { r, err := e.hw.List(ctx, connect.NewRequest(&v1.ListRequest{})); return len(r.Msg.GetItems()), err },
-			func() (int, error) { r, err := e.tpl.List(ctx, connect.NewRequest(&v1.ListRequest{})); return len(r.Msg.GetItems()), err },
-			func() (int, error) { r, err := e.wf.List(ctx, connect.NewRequest(&v1.ListRequest{})); return len(r.Msg.GetItems()), err },
+			func() (int, error) {
+				r, err := e.hw.List(ctx, connect.NewRequest(&v1.ListRequest{}))
+				return len(r.Msg.GetItems()), err
+			},
+			func() (int, error) {
+				r, err := e.tpl.List(ctx, connect.NewRequest(&v1.ListRequest{}))
+				return len(r.Msg.GetItems()), err
+			},
+			func() (int, error) {
+				r, err := e.wf.List(ctx, connect.NewRequest(&v1.ListRequest{}))
+				return len(r.Msg.GetItems()), err
+			},
 		} {
 			k, err := l()
 			if err != nil {
