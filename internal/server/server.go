@@ -1,0 +1,306 @@
+// Package server runs `anvil serve`: it opens the store and the log store in
+// the data directory, runs the workflow engine, and serves the API over HTTP
+// (HTTP/1.1 and h2c: gRPC, gRPC-Web, Connect JSON, plus /healthz, /readyz and
+// /metrics) and over a gRPC port (h2c), then shuts all of it down gracefully
+// when its context ends.
+//
+// It owns the wiring and the lifecycle only — listeners, timeouts, start and
+// stop order. It must not implement request handling (internal/api),
+// workflow logic (internal/workflow) or storage (internal/store); later
+// services (DHCP, TFTP, …) are started here by the same pattern.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/store/bolt"
+	"github.com/anvilproj/anvil/internal/workflow"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultBind            = "0.0.0.0"
+	DefaultHTTPPort        = 7080
+	DefaultGRPCPort        = 42113
+	DefaultShutdownTimeout = 10 * time.Second
+
+	// readHeaderTimeout bounds a slow client's request headers. There is
+	// no WriteTimeout: watches and log streams are long-lived.
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+)
+
+// File names inside Config.DataDir.
+const (
+	storeFile = "anvil.db"
+	logsDir   = "logs"
+)
+
+// Config configures Run.
+type Config struct {
+	// DataDir holds the store and the logs; it is created if missing.
+	// Required.
+	DataDir string
+	// Bind is the one IP address every listener uses. If empty, uses
+	// DefaultBind (every IPv4 address of the machine).
+	Bind string
+	// HTTPPort serves the API (HTTP/1.1 and h2c), health and metrics. If 0,
+	// uses DefaultHTTPPort.
+	HTTPPort int
+	// GRPCPort serves the API over h2c only, for gRPC clients. If 0, uses
+	// DefaultGRPCPort.
+	GRPCPort int
+	// DisableHTTP and DisableGRPC switch the listeners off.
+	DisableHTTP bool
+	DisableGRPC bool
+	// ShutdownTimeout bounds how long in-flight calls may run after
+	// shutdown starts. If 0, uses DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// Logger receives one line per listener and lifecycle events. If nil,
+	// uses slog.Default().
+	Logger *slog.Logger
+}
+
+// Run serves until ctx ends, then shuts down gracefully and returns nil; or
+// returns the error that kept it from starting or that ended a listener or
+// the engine early (after shutting the rest down).
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.DataDir == "" {
+		return errors.New("no data directory (--data-dir)")
+	}
+	if cfg.Bind == "" {
+		cfg.Bind = DefaultBind
+	}
+	if net.ParseIP(cfg.Bind) == nil {
+		return fmt.Errorf("--bind %q is not an IP address", cfg.Bind)
+	}
+	if cfg.HTTPPort == 0 {
+		cfg.HTTPPort = DefaultHTTPPort
+	}
+	if cfg.GRPCPort == 0 {
+		cfg.GRPCPort = DefaultGRPCPort
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger
+
+	// Stage 1: storage.
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	st, err := bolt.Open(filepath.Join(cfg.DataDir, storeFile), bolt.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	var storeOpen atomic.Bool
+	storeOpen.Store(true)
+	defer func() {
+		storeOpen.Store(false)
+		if cerr := st.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
+		}
+	}()
+	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, logsDir), Logger: log})
+	if err != nil {
+		return fmt.Errorf("open log store: %w", err)
+	}
+	defer func() {
+		if cerr := logs.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close log store: %w", cerr))
+		}
+	}()
+
+	// Stage 2: listeners, before anything runs, so a bad --bind or a busy
+	// port fails at once.
+	var lns []namedListener
+	defer func() {
+		for _, l := range lns {
+			l.ln.Close() // already closed by Shutdown when serving; harmless
+		}
+	}()
+	if !cfg.DisableHTTP {
+		ln, err := listen(ctx, cfg.Bind, cfg.HTTPPort, "http")
+		if err != nil {
+			return err
+		}
+		lns = append(lns, namedListener{"http", ln})
+	}
+	if !cfg.DisableGRPC {
+		ln, err := listen(ctx, cfg.Bind, cfg.GRPCPort, "grpc")
+		if err != nil {
+			return err
+		}
+		lns = append(lns, namedListener{"grpc", ln})
+	}
+
+	// Stage 3: the workflow engine.
+	engine := workflow.New(workflow.Config{Store: st, Logger: log})
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	var engineRunning atomic.Bool
+	engineRunning.Store(true)
+	engineDone := make(chan error, 1)
+	go func() {
+		err := engine.Run(engineCtx)
+		engineRunning.Store(false)
+		engineDone <- err
+	}()
+	engineStopped := false
+	stopEngineAndWait := func() error {
+		if engineStopped {
+			return nil
+		}
+		engineStopped = true
+		stopEngine()
+		if err := <-engineDone; err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("workflow engine: %w", err)
+		}
+		return nil
+	}
+	defer func() { err = errors.Join(err, stopEngineAndWait()) }()
+
+	// Stage 4: handlers.
+	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log})
+	apiMux := http.NewServeMux()
+	services.Mount(apiMux, connect.WithInterceptors(metricsInterceptor{}))
+	reflector := grpcreflect.NewStaticReflector(api.ServiceNames()...)
+	apiMux.Handle(grpcreflect.NewHandlerV1(reflector))
+	apiMux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+
+	var shuttingDown atomic.Bool
+	ready := func() error {
+		switch {
+		case shuttingDown.Load():
+			return errors.New("shutting down")
+		case !storeOpen.Load():
+			return errors.New("store closed")
+		case !engineRunning.Load():
+			return errors.New("workflow engine not running")
+		}
+		return nil
+	}
+	httpMux := http.NewServeMux()
+	httpMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	httpMux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	httpMux.Handle("GET /metrics", promhttp.Handler())
+	httpMux.Handle("/", apiMux)
+
+	// Stage 5: serve.
+	serveErr := make(chan error, len(lns))
+	var servers []*http.Server
+	var wg sync.WaitGroup
+	for _, l := range lns {
+		var srv *http.Server
+		if l.name == "http" {
+			srv = newHTTPServer(httpMux, true)
+		} else {
+			srv = newHTTPServer(apiMux, false)
+		}
+		servers = append(servers, srv)
+		log.Info("listening", "service", l.name, "addr", l.ln.Addr().String())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("%s listener %s: %w", l.name, l.ln.Addr(), err)
+			}
+		}()
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	case runErr = <-serveErr:
+		log.Error("listener failed; shutting down", "err", runErr)
+	case runErr = <-engineDone:
+		engineStopped = true
+		if runErr == nil {
+			runErr = errors.New("workflow engine stopped unexpectedly")
+		}
+		runErr = fmt.Errorf("workflow engine: %w", runErr)
+		log.Error("workflow engine failed; shutting down", "err", runErr)
+	}
+
+	// Stage 6: graceful shutdown, in reverse: stop taking calls and let
+	// in-flight ones finish (bounded), then stop the engine; the deferred
+	// closes of the stores run last.
+	shuttingDown.Store(true)
+	services.Stop()
+	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutCtx); err != nil {
+			log.Warn("in-flight calls did not finish in time; closing their connections", "err", err)
+			srv.Close()
+		}
+	}
+	wg.Wait()
+	return runErr
+}
+
+type namedListener struct {
+	name string
+	ln   net.Listener
+}
+
+// newHTTPServer returns a server for h. With http1 it speaks HTTP/1.1 and
+// h2c (HTTP/2 without TLS, as gRPC clients use it); without, h2c only.
+func newHTTPServer(h http.Handler, http1 bool) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(http1)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+	}
+}
+
+// listen opens a TCP listener and turns the common failures into advice.
+func listen(ctx context.Context, bind string, port int, name string) (net.Listener, error) {
+	addr := net.JoinHostPort(bind, strconv.Itoa(port))
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	switch {
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return nil, fmt.Errorf("%w: is --bind an address of this machine?", err)
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%w: is another anvil running? choose another port with --%s-port, or switch the listener off with --no-%s", err, name, name)
+	case errors.Is(err, syscall.EACCES):
+		return nil, fmt.Errorf("%w: ports below 1024 need root or CAP_NET_BIND_SERVICE", err)
+	}
+	return nil, err
+}

@@ -1,0 +1,294 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/api"
+)
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu  chan struct{}
+	buf bytes.Buffer
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.String()
+}
+
+// start runs Run in the background and waits until /healthz answers.
+func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
+	t.Helper()
+	httpPort, grpcPort := freePort(t), freePort(t)
+	logs = newSyncBuffer()
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan struct{})
+	var runErr error
+	wait = func() error { <-runDone; return runErr }
+	go func() {
+		defer close(runDone)
+		runErr = Run(ctx, Config{
+			DataDir:  t.TempDir(),
+			Bind:     "127.0.0.1",
+			HTTPPort: httpPort,
+			GRPCPort: grpcPort,
+			Logger:   slog.New(slog.NewTextHandler(logs, nil)),
+		})
+	}()
+	httpBase = "http://127.0.0.1:" + strconv.Itoa(httpPort)
+	grpcAddr = "127.0.0.1:" + strconv.Itoa(grpcPort)
+	// Wait for the listener by polling; the listeners exist before Run
+	// logs them, so this only waits for startup, never for a fixed time.
+	for i := 0; ; i++ {
+		resp, err := http.Get(httpBase + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		select {
+		case <-runDone:
+			t.Fatalf("Run ended during startup: %v", runErr)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if i > 1000 {
+			t.Fatal("server did not start")
+		}
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-runDone
+	})
+	return httpBase, grpcAddr, cancel, wait, logs
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestServe(t *testing.T) {
+	base, grpcAddr, cancel, wait, logs := start(t)
+
+	t.Run("healthz", func(t *testing.T) {
+		if code, body := get(t, base+"/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz = %d %q; want 200", code, body)
+		}
+	})
+	t.Run("readyz", func(t *testing.T) {
+		// The engine starts asynchronously; readiness is reached, not timed.
+		var code int
+		var body string
+		for i := 0; i < 500; i++ {
+			if code, body = get(t, base+"/readyz"); code == http.StatusOK {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Errorf("/readyz = %d %q; want 200", code, body)
+	})
+	t.Run("connect JSON on the HTTP port", func(t *testing.T) {
+		resp, err := http.Post(base+"/anvil.v1.HardwareService/List", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("POST List = %d; want 200", resp.StatusCode)
+		}
+	})
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+
+	t.Run("grpc-go client", func(t *testing.T) {
+		var list v1.HardwareList
+		if err := conn.Invoke(ctx, "/anvil.v1.HardwareService/List", &v1.ListRequest{}, &list); err != nil {
+			t.Fatalf("List over grpc-go: %v", err)
+		}
+		var hw v1.Hardware
+		err := conn.Invoke(ctx, "/anvil.v1.HardwareService/Get", &v1.GetRequest{Name: "missing"}, &hw)
+		if status.Code(err) != codes.NotFound {
+			t.Errorf("Get missing over grpc-go = %v; want NotFound", err)
+		}
+	})
+	t.Run("reflection", func(t *testing.T) {
+		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+			MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, s := range resp.GetListServicesResponse().GetService() {
+			got[s.GetName()] = true
+		}
+		for _, want := range api.ServiceNames() {
+			if !got[want] {
+				t.Errorf("reflection lists %v; missing %s", got, want)
+			}
+		}
+	})
+	t.Run("metrics", func(t *testing.T) {
+		code, body := get(t, base+"/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics = %d", code)
+		}
+		for _, want := range []string{
+			`anvil_api_requests_total{code="ok",procedure="/anvil.v1.HardwareService/List"}`,
+			`anvil_api_requests_total{code="not_found",procedure="/anvil.v1.HardwareService/Get"}`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	})
+	t.Run("one log line per listener", func(t *testing.T) {
+		for _, want := range []string{"service=http addr=" + strings.TrimPrefix(base, "http://"), "service=grpc addr=" + grpcAddr} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("log lacks %q:\n%s", want, logs)
+			}
+		}
+	})
+
+	// A watch open during shutdown must not hold it up.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	watch, err := conn.NewStream(wctx, &grpc.StreamDesc{ServerStreams: true}, "/anvil.v1.HardwareService/Watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.SendMsg(&v1.WatchRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Header(); err != nil {
+		t.Fatal(err)
+	}
+
+	cancel()
+	if err := wait(); err != nil {
+		t.Errorf("Run after cancel = %v; want nil", err)
+	}
+	var ev v1.HardwareEvent
+	if err := watch.RecvMsg(&ev); status.Code(err) != codes.Unavailable {
+		t.Errorf("open watch after shutdown: %v; want Unavailable", err)
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Error("/healthz still answers after shutdown")
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{name: "no data dir", cfg: Config{Bind: "127.0.0.1"}, want: "data directory"},
+		{name: "bind not an IP", cfg: Config{Bind: "localhost"}, want: "not an IP address"},
+		{name: "bind not ours", cfg: Config{Bind: "192.0.2.1", HTTPPort: freePort(t)}, want: "is --bind an address of this machine?"},
+		{name: "port busy", cfg: Config{Bind: "127.0.0.1", HTTPPort: busyPort, DisableGRPC: true}, want: "--http-port"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cfg.DataDir == "" && tc.name != "no data dir" {
+				tc.cfg.DataDir = t.TempDir()
+			}
+			tc.cfg.Logger = quiet
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			err := Run(ctx, tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Run = %v; want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDisableListeners(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	logs := newSyncBuffer()
+	go func() {
+		errc <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", DisableHTTP: true, DisableGRPC: true,
+			Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	}()
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Run with no listeners = %v; want nil", err)
+	}
+	if strings.Contains(logs.String(), "listening") {
+		t.Errorf("a listener was started:\n%s", logs)
+	}
+}
