@@ -239,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	case runErr = <-serveErr:
 		log.Error("listener failed; shutting down", "err", runErr)
 	case runErr = <-engineDone:
@@ -265,6 +265,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	wg.Wait()
+	log.Info("listeners stopped")
 	return runErr
 }
 
