@@ -244,6 +244,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		log.Error("listener failed; shutting down", "err", runErr)
 	case runErr = <-engineDone:
 		engineStopped = true
+		stopEngine()
 		if runErr == nil {
 			runErr = errors.New("workflow engine stopped unexpectedly")
 		}
