@@ -70,8 +70,9 @@ anvil get workflows
 
 step "the JSON API answers curl too"
 echo "    curl -H 'Content-Type: application/json' -d '{\"name\":\"rack1-node07\"}' $SERVER/anvil.v1.HardwareService/Get"
-in_ns curl -fsS -H 'Content-Type: application/json' -d '{"name":"rack1-node07"}' \
-  "$SERVER/anvil.v1.HardwareService/Get" | head -c 300; echo " …"
+in_ns curl -fsS -o "$DATA/hw.json" -H 'Content-Type: application/json' -d '{"name":"rack1-node07"}' \
+  "$SERVER/anvil.v1.HardwareService/Get"
+printf '    %s …\n' "$(cut -c1-300 "$DATA/hw.json")"
 
 step "a (simulated) machine's agent takes the actions; we watch the workflow live"
 anvil simulate-agent --agent-id 3c:ec:ef:12:34:07 --action-time 2s --progress-steps 4 \
@@ -90,7 +91,9 @@ step "netboot was toggled off after SUCCESS (toggleAllowNetboot): the next boot 
 anvil get hardware
 
 step "the rendered workflow is stored with its tasks and actions (anvil get workflow -o yaml, abridged)"
-anvil get workflow rack1-node07-install -o yaml | sed -n '/^status:/,$p' | head -40
+anvil get workflow rack1-node07-install -o yaml >"$DATA/wf.yaml"
+# Files, not pipes into head: under pipefail an early-closing head fails the demo.
+sed -n '/^  tasks:/,$p' "$DATA/wf.yaml" | awk 'NR <= 30 { print "    " $0 }'
 
 echo
 echo "Demo done. The server's log:"

@@ -12,6 +12,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/workflow"
 )
 
 // Exit codes of `anvil workflow watch`, so scripts can tell how a workflow
@@ -146,7 +147,9 @@ func (v *workflowView) update(wf *model.Workflow) {
 	if state != v.state {
 		msg := ""
 		for _, c := range wf.Status.Conditions {
-			if c.Status == "True" && c.Message != "" {
+			// Say why a PENDING workflow does not start; the other
+			// conditions are for `describe`.
+			if c.Type == workflow.ConditionWaiting && c.Status == "True" && c.Message != "" {
 				msg = " — " + c.Message
 			}
 		}
