@@ -29,12 +29,12 @@ say() { echo "bench: $*" >&2; }
 # fleet: N simulated agents (internal/agentsim, real gRPC) through a
 # 5-action workflow each, against `anvil serve` run as a child process.
 section_fleet() {
-  go build -o bin/fleet ./bench/fleet || return 1
+  go build -o "$BENCH_OUT/fleet" ./bench/fleet || return 1
   local rc=0 n
   for n in $FLEET_SIZES; do
     say "fleet: N=$n"
     # shellcheck disable=SC2086
-    bin/fleet -n "$n" -anvil "$ANVIL" -json $FLEET_ARGS >"$BENCH_OUT/fleet-$n.txt" \
+    "$BENCH_OUT/fleet" -n "$n" -anvil "$ANVIL" -json $FLEET_ARGS >"$BENCH_OUT/fleet-$n.txt" \
       2> >(tee "$BENCH_OUT/fleet-$n.log" >&2) || rc=1
     grep -v '^{' "$BENCH_OUT/fleet-$n.txt"
     grep '^{' "$BENCH_OUT/fleet-$n.txt" >"$BENCH_OUT/fleet-$n.json" || true
