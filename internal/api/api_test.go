@@ -582,6 +582,21 @@ func TestApply(t *testing.T) {
 			t.Errorf("Apply error %q does not name spec.templateRef", err)
 		}
 	})
+	t.Run("duplicate action names store nothing", func(t *testing.T) {
+		// Lines: 1 apiVersion, 2 kind, 3 metadata, 4 spec, 5 data, then the
+		// data's own lines; the second "a" is data line 6, file line 11.
+		dup := "apiVersion: tinkerbell.org/v1alpha1\nkind: Template\nmetadata: {name: dup}\nspec:\n  data: |\n" +
+			"    tasks:\n      - name: t\n        worker: \"{{.device_1}}\"\n        actions:\n" +
+			"          - {name: a, image: x}\n          - {name: a, image: y}\n"
+		_, err := apply(e, dup, false)
+		wantCode(t, "Apply", err, connect.CodeInvalidArgument)
+		if err != nil && (!strings.Contains(err.Error(), "test.yaml:11:") || !strings.Contains(err.Error(), `duplicate action name "a"`)) {
+			t.Errorf("Apply error %q does not name the duplicate and its file line 11", err)
+		}
+		if n := count(); n != 0 {
+			t.Errorf("after a failed Apply the store holds %d objects; want 0", n)
+		}
+	})
 	t.Run("dry run stores nothing", func(t *testing.T) {
 		r, err := apply(e, manifest, true)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/workflow"
 )
 
 // Apply actions reported per object.
@@ -40,6 +41,10 @@ func (m manifestService) Apply(ctx context.Context, req *connect.Request[v1.Appl
 	}
 	res, err := model.ParseManifests(source, []byte(req.Msg.GetContent()))
 	if err != nil {
+		return nil, s.toConnect(err)
+	}
+
+	if err := checkTemplates(res.Docs); err != nil {
 		return nil, s.toConnect(err)
 	}
 
@@ -128,4 +133,32 @@ func specJSON(obj model.Object) ([]byte, error) {
 		return nil, err
 	}
 	return raw.Spec, nil
+}
+
+// checkTemplates runs the static check on every Template's data, so that
+// duplicate task or action names are refused at apply time with their line
+// in the file, not discovered when a workflow first renders.
+func checkTemplates(docs []model.Document) error {
+	var errs model.ErrorList
+	for i := range docs {
+		d := &docs[i]
+		t, ok := d.Object.(*model.Template)
+		if !ok || t.Spec.Data == nil {
+			continue
+		}
+		// A block scalar's first line is the one after "data:".
+		base := d.FieldLine("spec.data")
+		for _, e := range workflow.CheckTemplateStatic(*t.Spec.Data) {
+			fe := &model.FieldError{Source: d.Source, Line: base, Doc: d.Describe(), Path: "spec.data", Msg: e.Error()}
+			var se *workflow.StaticError
+			if errors.As(e, &se) {
+				fe.Line, fe.Msg = base+se.Line, se.Msg
+			}
+			errs = append(errs, fe)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
 }

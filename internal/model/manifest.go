@@ -56,8 +56,8 @@ func parentPath(p string) string {
 	return p[:i]
 }
 
-// describe is how errors name a document: "document 2 (Hardware default/node1)".
-func (d *Document) describe() string {
+// Describe is how errors name a document: "document 2 (Hardware default/node1)".
+func (d *Document) Describe() string {
 	s := fmt.Sprintf("document %d", d.Index)
 	if d.Object != nil {
 		m := d.Object.GetObjectMeta()
@@ -176,7 +176,7 @@ func duplicateObjects(docs []Document) ErrorList {
 		m := d.Object.GetObjectMeta()
 		key := KindOf(d.Object) + " " + m.Key()
 		if first, ok := seen[key]; ok {
-			errs = append(errs, &FieldError{Source: d.Source, Line: d.Line, Doc: d.describe(), Path: "metadata.name",
+			errs = append(errs, &FieldError{Source: d.Source, Line: d.Line, Doc: d.Describe(), Path: "metadata.name",
 				Msg: fmt.Sprintf("defined again (first in document %d)", first)})
 			continue
 		}
@@ -189,7 +189,7 @@ func duplicateObjects(docs []Document) ErrorList {
 func decodeDocument(source string, index int, n *yaml.Node) (*Document, []string, ErrorList) {
 	doc := &Document{Source: source, Index: index, Line: n.Line, lines: map[string]int{}}
 	fail := func(path, msg string) (*Document, []string, ErrorList) {
-		return nil, nil, ErrorList{{Source: source, Line: doc.FieldLine(path), Doc: doc.describe(), Path: path, Msg: msg}}
+		return nil, nil, ErrorList{{Source: source, Line: doc.FieldLine(path), Doc: doc.Describe(), Path: path, Msg: msg}}
 	}
 	if n.Kind != yaml.MappingNode {
 		return fail("", "a manifest document must be a mapping with apiVersion, kind, metadata and spec")
@@ -233,12 +233,12 @@ func decodeDocument(source string, index int, n *yaml.Node) (*Document, []string
 
 	var warns []string
 	for _, p := range unknownFields(reflect.TypeOf(obj).Elem(), value, "") {
-		warns = append(warns, (&FieldError{Source: source, Line: doc.FieldLine(p), Doc: doc.describe(), Path: p,
+		warns = append(warns, (&FieldError{Source: source, Line: doc.FieldLine(p), Doc: doc.Describe(), Path: p,
 			Msg: "unknown field, ignored"}).Error())
 	}
 	var errs ErrorList
 	for _, fe := range validate(obj) {
-		fe.Source, fe.Line, fe.Doc = source, doc.FieldLine(fe.Path), doc.describe()
+		fe.Source, fe.Line, fe.Doc = source, doc.FieldLine(fe.Path), doc.Describe()
 		errs = append(errs, fe)
 	}
 	if len(errs) > 0 {
@@ -499,11 +499,11 @@ func CheckReferences(docs []Document, exists func(kind, namespace, name string) 
 		}
 		ns := wf.Namespace
 		if ref := wf.Spec.TemplateRef; ref != "" && !found(KindTemplate, ns, ref) {
-			errs = append(errs, &FieldError{Source: d.Source, Line: d.FieldLine("spec.templateRef"), Doc: d.describe(),
+			errs = append(errs, &FieldError{Source: d.Source, Line: d.FieldLine("spec.templateRef"), Doc: d.Describe(),
 				Path: "spec.templateRef", Msg: fmt.Sprintf("Template %s/%s does not exist (apply it first, or in the same file)", ns, ref)})
 		}
 		if ref := wf.Spec.HardwareRef; ref != "" && !found(KindHardware, ns, ref) {
-			errs = append(errs, &FieldError{Source: d.Source, Line: d.FieldLine("spec.hardwareRef"), Doc: d.describe(),
+			errs = append(errs, &FieldError{Source: d.Source, Line: d.FieldLine("spec.hardwareRef"), Doc: d.Describe(),
 				Path: "spec.hardwareRef", Msg: fmt.Sprintf("Hardware %s/%s does not exist (apply it first, or in the same file)", ns, ref)})
 		}
 	}

@@ -338,8 +338,8 @@ func CheckTemplateStatic(data string) []error {
 		if tn != nil && tn.Kind == yamlv3.ScalarNode && !strings.Contains(tn.Value, placeholder) {
 			taskName = tn.Value
 			if first, ok := seenTask[taskName]; ok {
-				errs = append(errs, fmt.Errorf("line %d: duplicate task name %q (first used on line %d)",
-					orig(tn.Line), taskName, first))
+				errs = append(errs, staticErrorf(orig(tn.Line), "duplicate task name %q (first used on line %d)",
+					taskName, first))
 			} else {
 				seenTask[taskName] = orig(tn.Line)
 			}
@@ -359,8 +359,8 @@ func CheckTemplateStatic(data string) []error {
 				if taskName != "" {
 					where = fmt.Sprintf("task %q", taskName)
 				}
-				errs = append(errs, fmt.Errorf("line %d: duplicate action name %q in %s (first used on line %d)",
-					orig(an.Line), an.Value, where, first))
+				errs = append(errs, staticErrorf(orig(an.Line), "duplicate action name %q in %s (first used on line %d)",
+					an.Value, where, first))
 			} else {
 				seenAction[an.Value] = orig(an.Line)
 			}
@@ -380,4 +380,17 @@ func mappingValue(n *yamlv3.Node, key string) *yamlv3.Node {
 		}
 	}
 	return nil
+}
+
+// StaticError is one problem CheckTemplateStatic found, at a line of the
+// template's data (from 1).
+type StaticError struct {
+	Line int
+	Msg  string
+}
+
+func (e *StaticError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Msg) }
+
+func staticErrorf(line int, format string, args ...any) error {
+	return &StaticError{Line: line, Msg: fmt.Sprintf(format, args...)}
 }
