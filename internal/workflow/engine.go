@@ -24,10 +24,19 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxWait caps how long GetAction waits for work; 0 means 30s.
 	MaxWait time.Duration
+	// MaxConcurrentReports bounds the reports processed at once; the rest
+	// wait their turn before reading anything. With thousands of agents
+	// reporting together this keeps memory proportional to the bound, not
+	// to the fleet, and the store's group commit still gets full batches.
+	// 0 means DefaultMaxConcurrentReports.
+	MaxConcurrentReports int
 }
 
 // DefaultMaxWait is the GetAction long-poll cap when Config.MaxWait is 0.
 const DefaultMaxWait = 30 * time.Second
+
+// DefaultMaxConcurrentReports is Config.MaxConcurrentReports when 0.
+const DefaultMaxConcurrentReports = 256
 
 // reconcileWorkers is the size of the controller's worker pool.
 const reconcileWorkers = 4
@@ -48,6 +57,8 @@ type Engine struct {
 	clock   Clock
 	log     *slog.Logger
 	maxWait time.Duration
+	// reportSlots is a semaphore bounding reports in progress.
+	reportSlots chan struct{}
 
 	queue *workQueue
 
@@ -105,6 +116,11 @@ func New(cfg Config) *Engine {
 	if e.maxWait <= 0 {
 		e.maxWait = DefaultMaxWait
 	}
+	slots := cfg.MaxConcurrentReports
+	if slots <= 0 {
+		slots = DefaultMaxConcurrentReports
+	}
+	e.reportSlots = make(chan struct{}, slots)
 	return e
 }
 
@@ -706,6 +722,12 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string
 	ns, name, ok := splitKey(r.WorkflowID)
 	if !ok {
 		return "", fmt.Errorf("%w: %q (want namespace/name)", ErrUnknownWorkflow, r.WorkflowID)
+	}
+	select {
+	case e.reportSlots <- struct{}{}:
+		defer func() { <-e.reportSlots }()
+	case <-ctx.Done():
+		return "", ctx.Err()
 	}
 	for attempt := 0; ; attempt++ {
 		obj, err := e.store.Get(ctx, model.KindWorkflow, ns, name)
