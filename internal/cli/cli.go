@@ -65,7 +65,7 @@ type clients struct {
 // A bare host:port gets http:// in front.
 func serverAddress(cmd *cobra.Command) string {
 	addr := ""
-	if f := cmd.Flags().Lookup("server"); f != nil && f.Changed {
+	if f := cmd.Flag("server"); f != nil && f.Changed {
 		addr = f.Value.String()
 	} else if env := os.Getenv(EnvServer); env != "" {
 		addr = env

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -393,8 +392,6 @@ func (c *nodeConverter) value(n *yaml.Node, path string) (any, error) {
 	}
 	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
 }
-
-var timeType = reflect.TypeOf(time.Time{})
 
 // unknownFields lists the paths in v (decoded JSON) that type t has no field
 // for. Free-form maps (map[string]any) accept anything.

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -265,4 +266,36 @@ func FuzzParseManifests(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDeepCopy: the copy equals the original and shares nothing mutable
+// with it.
+func TestDeepCopy(t *testing.T) {
+	data, err := os.ReadFile("testdata/hardware-full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ParseManifests("f.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := res.Docs[0].Object.(*Hardware)
+	now := time.Now()
+	orig.CreationTimestamp = &now
+	c := DeepCopy(orig)
+	if !reflect.DeepEqual(c, orig) {
+		t.Fatal("DeepCopy(h) differs from h")
+	}
+	// Mutate every kind of reference in the copy; the original must not move.
+	c.Labels["rack"] = "changed"
+	c.Spec.Interfaces[0].DHCP.MAC = "changed"
+	*c.Spec.Interfaces[0].Netboot.AllowPXE = true
+	c.Spec.Interfaces[0].DHCP.NameServers[0] = "changed"
+	c.Spec.Metadata.Custom["anything"].([]any)[1] = "changed"
+	*c.CreationTimestamp = now.Add(time.Hour)
+	if orig.Labels["rack"] != "r1" || orig.Spec.Interfaces[0].DHCP.MAC != "3c:ec:ef:12:34:08" ||
+		*orig.Spec.Interfaces[0].Netboot.AllowPXE || orig.Spec.Interfaces[0].DHCP.NameServers[0] != "10.20.0.1" ||
+		orig.Spec.Metadata.Custom["anything"].([]any)[1] != "two" || !orig.CreationTimestamp.Equal(now) {
+		t.Error("mutating the copy changed the original")
+	}
 }

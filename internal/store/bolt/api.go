@@ -115,7 +115,7 @@ func (s *Store) Get(ctx context.Context, kind, namespace, name string) (model.Ob
 	if e == nil {
 		return nil, store.NotFoundError(kind, namespace, name)
 	}
-	return decode(kind, e.raw, 0)
+	return model.DeepCopy(e.obj), nil
 }
 
 // List implements store.Reader.
@@ -169,11 +169,9 @@ func decodeSorted(kind string, hits []*entry) ([]model.Object, error) {
 	slices.SortFunc(hits, compareEntries)
 	out := make([]model.Object, len(hits))
 	for i, e := range hits {
-		obj, err := decode(kind, e.raw, 0)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = obj
+		// A reflective copy of the cached object, not a JSON decode of its
+		// bytes: reads are the store's hottest path.
+		out[i] = model.DeepCopy(e.obj)
 	}
 	return out, nil
 }
