@@ -73,6 +73,7 @@ type options struct {
 	wait       time.Duration
 	timeout    time.Duration
 	logLevel   string
+	cpuProfile string
 	netboot    bool
 }
 
@@ -89,6 +90,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "give up after this long")
 	flag.StringVar(&o.logLevel, "log-level", "warn", "the server's --log-level")
 	flag.BoolVar(&o.netboot, "toggle-netboot", true, "workflows set bootOptions.toggleAllowNetboot, as in examples/workflow.yaml")
+	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "have the server write a CPU profile of the run to this file")
 	flag.Parse()
 	if o.n < 1 || o.chunk < 2 {
 		fmt.Fprintln(os.Stderr, "fleet: -n must be >= 1 and -chunk >= 2")
@@ -643,6 +645,13 @@ func startServer(ctx context.Context, o options) (*server, error) {
 	}
 	s.cmd = exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
 		"--http-port", strconv.Itoa(httpPort), "--grpc-port", strconv.Itoa(grpcPort), "--log-level", o.logLevel)
+	if o.cpuProfile != "" {
+		abs, err := filepath.Abs(o.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		s.cmd.Args = append(s.cmd.Args, "--cpu-profile", abs)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +15,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var memoryLimitMiB int64
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Anvil server: API, workflow engine and (later) the boot services",
@@ -32,6 +34,17 @@ the provisioning network's address for the DHCP and boot services.`,
 			if memoryLimitMiB > 0 && os.Getenv("GOMEMLIMIT") == "" {
 				debug.SetMemoryLimit(memoryLimitMiB << 20)
 			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			cfg.Logger.Info("starting anvil", "version", version.Get().Version, "commit", version.Get().Commit,
 				"data_dir", cfg.DataDir)
 			return server.Run(cmd.Context(), cfg)
@@ -45,5 +58,6 @@ the provisioning network's address for the DHCP and boot services.`,
 	f.BoolVar(&cfg.DisableHTTP, "no-http", false, "do not serve the HTTP port")
 	f.BoolVar(&cfg.DisableGRPC, "no-grpc", false, "do not serve the gRPC port")
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	return cmd
 }

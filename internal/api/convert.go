@@ -24,8 +24,9 @@ type objectParts struct {
 	Status     *structpb.Struct
 }
 
-// wireMessage is what Hardware, Template and Workflow messages have in common.
-type wireMessage interface {
+// WireMessage is what Hardware, Template and Workflow messages have in
+// common; clients use it to handle the three alike.
+type WireMessage interface {
 	GetApiVersion() string
 	GetKind() string
 	GetMetadata() *v1.ObjectMeta
@@ -76,7 +77,7 @@ func orEmpty(m map[string]any) map[string]any {
 // fields in spec or status are an error naming the field: unlike a manifest
 // (where they are warnings), an API call has no channel for warnings, and
 // silently dropping a field would lose what the caller meant.
-func fromWire(kind string, m wireMessage) (model.Object, error) {
+func fromWire(kind string, m WireMessage) (model.Object, error) {
 	if m == nil {
 		return nil, invalid("missing %s", kind)
 	}

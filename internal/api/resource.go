@@ -24,7 +24,7 @@ type resource[T any, M wirePtr[T], C, U, L, E any] struct {
 // wirePtr is the pointer to a kind's message struct T.
 type wirePtr[T any] interface {
 	*T
-	wireMessage
+	WireMessage
 }
 
 // kindAdapter holds what differs between the resource services: how to

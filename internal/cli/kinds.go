@@ -4,21 +4,11 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/model"
 )
-
-// wire is what the Hardware, Template and Workflow messages share.
-type wire interface {
-	GetApiVersion() string
-	GetKind() string
-	GetMetadata() *v1.ObjectMeta
-	GetSpec() *structpb.Struct
-	GetStatus() *structpb.Struct
-}
 
 // kindOps reads and deletes objects of one kind, whichever service holds it.
 type kindOps struct {
@@ -36,14 +26,14 @@ func msgOf[T any](r *connect.Response[T]) *T {
 	return r.Msg
 }
 
-func decodeOne[M wire](kind string, m M, err error) (model.Object, error) {
+func decodeOne[M api.WireMessage](kind string, m M, err error) (model.Object, error) {
 	if err != nil {
 		return nil, err
 	}
 	return api.FromWire(kind, m)
 }
 
-func decodeAll[M wire](kind string, items []M, err error) ([]model.Object, error) {
+func decodeAll[M api.WireMessage](kind string, items []M, err error) ([]model.Object, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -124,7 +125,39 @@ func DeepCopy[T Object](o T) T {
 
 var timeType = reflect.TypeOf(time.Time{})
 
+// flatTypes caches, per type, whether a plain assignment already copies a
+// value of it fully (no pointer, slice, map or interface inside, strings
+// aside), so the walk can stop there.
+var flatTypes sync.Map // reflect.Type -> bool
+
+func isFlat(t reflect.Type) bool {
+	if f, ok := flatTypes.Load(t); ok {
+		return f.(bool)
+	}
+	flat := true
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		flat = false
+	case reflect.Array:
+		flat = isFlat(t.Elem())
+	case reflect.Struct:
+		if t != timeType { // time.Time's *Location is shared on purpose
+			for i := 0; i < t.NumField(); i++ {
+				if !isFlat(t.Field(i).Type) {
+					flat = false
+					break
+				}
+			}
+		}
+	}
+	flatTypes.Store(t, flat)
+	return flat
+}
+
 func deepCopyValue(v reflect.Value) reflect.Value {
+	if isFlat(v.Type()) {
+		return v
+	}
 	switch v.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {
@@ -135,12 +168,9 @@ func deepCopyValue(v reflect.Value) reflect.Value {
 		return n
 	case reflect.Struct:
 		n := reflect.New(v.Type()).Elem()
-		n.Set(v) // copies every field, unexported ones (time.Time's) included
-		if v.Type() == timeType {
-			return n
-		}
+		n.Set(v) // copies every field, unexported ones included
 		for i := 0; i < v.NumField(); i++ {
-			if f := n.Field(i); f.CanSet() {
+			if f := n.Field(i); f.CanSet() && !isFlat(f.Type()) {
 				f.Set(deepCopyValue(v.Field(i)))
 			}
 		}

@@ -33,7 +33,7 @@ func (s *Store) writeOne(ctx context.Context, v verb, obj model.Object) (model.O
 	if resp.err != nil {
 		return nil, resp.err
 	}
-	return decode(o.kc.kind, resp.raws[0], 0)
+	return model.DeepCopy(resp.objs[0]), nil
 }
 
 // Delete implements store.Writer.
@@ -74,12 +74,8 @@ func (s *Store) Apply(ctx context.Context, objs []model.Object) ([]model.Object,
 		return nil, resp.err
 	}
 	out := make([]model.Object, len(ops))
-	for i, o := range ops {
-		obj, err := decode(o.kc.kind, resp.raws[i], 0)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = obj
+	for i, obj := range resp.objs {
+		out[i] = model.DeepCopy(obj)
 	}
 	return out, nil
 }

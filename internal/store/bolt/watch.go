@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/anvilproj/anvil/internal/labels"
 	"github.com/anvilproj/anvil/internal/model"
@@ -11,12 +12,14 @@ import (
 )
 
 // event is a committed change as remembered for watchers: the stored JSON
-// (for a deletion, the last stored state) and the change's revision. The
-// decoded object is not kept, to bound the history's memory.
+// (for a deletion, the last stored state) and the change's revision. Live
+// events also carry the committed object (immutable; copied, not decoded, on
+// delivery); the history ring drops it, to bound its memory to the JSON.
 type event struct {
 	typ  store.EventType
 	kind string
 	raw  []byte
+	obj  model.Object
 	rev  uint64
 }
 
@@ -96,7 +99,7 @@ func (s *Store) Watch(ctx context.Context, kind string, opts store.WatchOptions)
 		slices.SortFunc(hits, compareEntries)
 		w.initial = make([]event, len(hits))
 		for i, e := range hits {
-			w.initial[i] = event{typ: store.Added, kind: kind, raw: e.raw, rev: e.rev}
+			w.initial[i] = event{typ: store.Added, kind: kind, raw: e.raw, obj: e.obj, rev: e.rev}
 		}
 	} else {
 		if from < s.minRV {
@@ -172,11 +175,19 @@ func (w *watcher) deliver(ev event, filter bool) bool {
 	if ev.typ == store.Deleted {
 		rv = ev.rev
 	}
-	obj, err := decode(ev.kind, ev.raw, rv)
-	if err != nil {
-		w.send(store.Event{Type: store.Error, Err: err})
-		w.unregister()
-		return false
+	var obj model.Object
+	if ev.obj != nil {
+		obj = model.DeepCopy(ev.obj)
+		if rv != 0 {
+			obj.GetObjectMeta().ResourceVersion = strconv.FormatUint(rv, 10)
+		}
+	} else {
+		var err error
+		if obj, err = decode(ev.kind, ev.raw, rv); err != nil {
+			w.send(store.Event{Type: store.Error, Err: err})
+			w.unregister()
+			return false
+		}
 	}
 	if filter && !w.matches(obj) {
 		return true
@@ -209,6 +220,7 @@ func (s *Store) publish(changes []change, rev uint64) {
 		}
 		ev := event{typ: c.typ, kind: c.kc.kind, raw: c.e.raw, rev: c.rev}
 		s.remember(ev)
+		ev.obj = c.e.obj
 		for w := range s.watchers {
 			if w.kind != ev.kind || !w.matches(c.e.obj) {
 				continue

@@ -49,7 +49,7 @@ type request struct {
 }
 
 type response struct {
-	raws [][]byte // per op; nil for a delete
+	objs []model.Object // per op, as committed (the cache's: copy before handing out); nil for a delete
 	err  error
 }
 
@@ -84,14 +84,9 @@ func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
 	if tk := obj.GetTypeMeta().Kind; tk != "" && tk != kind {
 		return nil, fmt.Errorf("%T says kind %q: %w", obj, tk, store.ErrInvalid)
 	}
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %v: %w", kind, err, store.ErrInvalid)
-	}
-	priv, err := model.Decode(kind, b)
-	if err != nil {
-		return nil, fmt.Errorf("%v: %w", err, store.ErrInvalid)
-	}
+	// The store keeps priv (in its cache) once committed; the caller keeps obj.
+	priv := model.DeepCopy(obj)
+	*priv.GetTypeMeta() = model.TypeMeta{APIVersion: model.APIVersion, Kind: kind}
 	m := priv.GetObjectMeta()
 	if m.Namespace == "" {
 		m.Namespace = model.DefaultNamespace
@@ -100,6 +95,7 @@ func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
 		return nil, err
 	}
 	o := &op{verb: v, kc: s.kinds[kind], ns: m.Namespace, name: m.Name, key: m.Namespace + "/" + m.Name, obj: priv}
+	var err error
 	switch v {
 	case verbCreate:
 		if m.ResourceVersion != "" {
@@ -194,7 +190,7 @@ func (s *Store) commit(batch []*request) {
 		}
 		rev0, nch := rev, len(changes)
 		undo = undo[:0]
-		raws := make([][]byte, len(r.ops))
+		objs := make([]model.Object, len(r.ops))
 		var err error
 		for j, o := range r.ops {
 			k := ovKey{o.kc, o.key}
@@ -220,7 +216,7 @@ func (s *Store) commit(batch []*request) {
 				typ = store.Modified
 			}
 			changes = append(changes, change{kc: o.kc, key: o.key, e: e, typ: typ, rev: rev})
-			raws[j] = e.raw
+			objs[j] = e.obj
 		}
 		if err != nil {
 			for u := len(undo) - 1; u >= 0; u-- {
@@ -234,7 +230,7 @@ func (s *Store) commit(batch []*request) {
 			resps[i].err = err
 			continue
 		}
-		resps[i].raws = raws
+		resps[i].objs = objs
 	}
 
 	if len(changes) > 0 {
