@@ -1,0 +1,71 @@
+package dhcp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// ErrUnknownHost is returned by a Backend for a MAC it does not know.
+var ErrUnknownHost = errors.New("no Hardware with this MAC")
+
+// Backend tells the server what it needs to know about a MAC. The boot
+// policy (internal/bootpolicy) implements it over the store; tests use a map.
+// Implementations must be safe for concurrent use and fast: Lookup runs on
+// the packet path.
+type Backend interface {
+	// Lookup returns the host for mac, or an error wrapping
+	// ErrUnknownHost. Other errors are the backend's failures: the server
+	// logs them and does not answer.
+	Lookup(ctx context.Context, mac net.HardwareAddr) (*Host, error)
+}
+
+// BackendFunc adapts a function to a Backend.
+type BackendFunc func(ctx context.Context, mac net.HardwareAddr) (*Host, error)
+
+// Lookup calls f(ctx, mac).
+func (f BackendFunc) Lookup(ctx context.Context, mac net.HardwareAddr) (*Host, error) {
+	return f(ctx, mac)
+}
+
+// Host is what one interface of a Hardware says about DHCP and netboot.
+// The zero value is a host with no address and netboot not allowed.
+type Host struct {
+	// Name identifies the Hardware in logs, e.g. "default/rack1-node07".
+	Name string
+	// DisableDHCP: the server does not answer this MAC at all
+	// (spec.interfaces[].disableDhcp).
+	DisableDHCP bool
+
+	// Address, for reservation mode. IP invalid means "no address": the
+	// host is answered in proxy fashion only (boot information, no lease).
+	IP        netip.Addr
+	Netmask   net.IPMask
+	Gateway   netip.Addr // option 3, if valid
+	DNS       []netip.Addr
+	NTP       []netip.Addr
+	Hostname  string
+	Domain    string
+	LeaseTime time.Duration // 0: the server's default
+	// Routes are RFC 3442 classless static routes (option 121).
+	Routes []Route
+
+	// Netboot.
+	AllowPXE bool
+	// IPXEBinary overrides the binary chosen from the client's
+	// architecture (netboot.ipxe.binary), e.g. "snponly.efi".
+	IPXEBinary string
+	// TFTPServer and BootFile, when both set, are sent as they are
+	// (dhcp.tftp_server_name, dhcp.boot_file_name) and override the
+	// netboot logic entirely.
+	TFTPServer string
+	BootFile   string
+}
+
+// Route is one classless static route.
+type Route struct {
+	Dest   netip.Prefix
+	Router netip.Addr
+}
