@@ -57,6 +57,18 @@ the provisioning network's address for the DHCP and boot services.`,
 	f.IntVar(&cfg.GRPCPort, "grpc-port", server.DefaultGRPCPort, "port of the gRPC API (h2c)")
 	f.BoolVar(&cfg.DisableHTTP, "no-http", false, "do not serve the HTTP port")
 	f.BoolVar(&cfg.DisableGRPC, "no-grpc", false, "do not serve the gRPC port")
+	// Boot services.
+	f.StringVar(&cfg.PublicIP, "public-ip", "", "address machines reach this server at, put in DHCP replies and boot scripts (default: --bind, or the address of the default route's interface when --bind is 0.0.0.0)")
+	f.StringVar(&cfg.DHCPMode, "dhcp-mode", server.DefaultDHCPMode, "DHCP mode: reservation (answer known MACs with their address), proxy (boot information only, next to another DHCP server), auto-proxy (proxy, and unknown MACs get a script that reports them) or off")
+	f.BoolVar(&cfg.DisableDHCP, "no-dhcp", false, "do not serve DHCP (same as --dhcp-mode off)")
+	f.IntVar(&cfg.DHCPPort, "dhcp-port", server.DefaultDHCPPort, "DHCP server port")
+	f.BoolVar(&cfg.DisableTFTP, "no-tftp", false, "do not serve TFTP")
+	f.IntVar(&cfg.TFTPPort, "tftp-port", server.DefaultTFTPPort, "TFTP port")
+	f.StringVar(&cfg.TFTPDir, "tftp-dir", "", "directory served over TFTP (and over HTTP at /ipxe/binary/) in addition to the bundled iPXE binaries; its files win")
+	f.BoolVar(&cfg.DisableSyslog, "no-syslog", false, "do not receive syslog")
+	f.IntVar(&cfg.SyslogPort, "syslog-port", server.DefaultSyslogPort, "syslog receiver port (UDP)")
+	f.StringVar(&cfg.BootEnvDir, "bootenv-dir", "", "directory of the boot environment files served at /bootenv/ (vmlinuz-x86_64, initramfs-x86_64, …) (default DATA_DIR/bootenv)")
+	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200")
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	return cmd

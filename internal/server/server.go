@@ -41,6 +41,10 @@ const (
 	DefaultHTTPPort        = 7080
 	DefaultGRPCPort        = 42113
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultDHCPMode        = "reservation"
+	DefaultDHCPPort        = 67
+	DefaultTFTPPort        = 69
+	DefaultSyslogPort      = 514
 
 	// readHeaderTimeout bounds a slow client's request headers. There is
 	// no WriteTimeout: watches and log streams are long-lived.
@@ -77,6 +81,35 @@ type Config struct {
 	// Logger receives one line per listener and lifecycle events. If nil,
 	// uses slog.Default().
 	Logger *slog.Logger
+
+	// PublicIP is the address machines reach this server at: DHCP's
+	// server identifier and next-server, and the host of every URL in
+	// boot scripts. If empty, uses Bind, or when Bind is 0.0.0.0 the
+	// address of the interface of the default route.
+	PublicIP string
+	// DHCPMode is "reservation", "proxy", "auto-proxy" or "off". If empty,
+	// uses DefaultDHCPMode.
+	DHCPMode string
+	// DisableDHCP is the same as DHCPMode "off".
+	DisableDHCP bool
+	// DHCPPort is the DHCP server port. If 0, uses DefaultDHCPPort.
+	DHCPPort int
+	// DisableTFTP switches the TFTP server off.
+	DisableTFTP bool
+	// TFTPPort is the TFTP port. If 0, uses DefaultTFTPPort.
+	TFTPPort int
+	// TFTPDir, if set, is served over TFTP and at /ipxe/binary/ on top of
+	// the bundled iPXE binaries (its files win).
+	TFTPDir string
+	// DisableSyslog switches the syslog receiver off.
+	DisableSyslog bool
+	// SyslogPort is the syslog port (UDP). If 0, uses DefaultSyslogPort.
+	SyslogPort int
+	// BootEnvDir holds the boot environment files served at /bootenv/. If
+	// empty, uses DataDir/bootenv.
+	BootEnvDir string
+	// KernelArgs are extra kernel arguments for the boot environment.
+	KernelArgs []string
 }
 
 // Run serves until ctx ends, then shuts down gracefully and returns nil; or

@@ -1,0 +1,416 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The lab: network namespaces with a bridge, taps for QEMU, the real anvil
+// binary serving inside a namespace, and dnsmasq sending IPv6 router
+// advertisements only (iPXE waits ~13 s for one otherwise; see LAB-NOTES).
+// Everything is driven through real tools (ip, qemu, curl, the anvil CLI),
+// since the test process itself stays in the host namespace.
+
+// repoRoot is the module root, two levels up from this package.
+var repoRoot = func() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}()
+
+// assets built once per test binary by TestMain.
+var assets struct {
+	anvil   string // the anvil binary
+	kernel  string // Debian's vmlinuz
+	initrd  string // newc cpio with testinit as /init
+	workDir string
+}
+
+// inCI reports whether the tests run in CI, where nothing may be skipped.
+func inCI() bool { return os.Getenv("CI") != "" }
+
+// requireLab fails (in CI) or skips (elsewhere) when the lab cannot run.
+func requireLab(t *testing.T) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		missing = append(missing, "/dev/net/tun")
+	}
+	for _, bin := range []string{"ip", "qemu-system-x86_64", "dnsmasq", "curl", "cpio"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			missing = append(missing, bin)
+		}
+	}
+	if assets.anvil == "" {
+		missing = append(missing, "built assets (see TestMain output)")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := "end-to-end lab needs: " + strings.Join(missing, ", ") + " (run `make test` as root; it installs the packages)"
+	if inCI() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// buildAssets builds the anvil binary, fetches the kernel and packs the
+// test initramfs into dir.
+func buildAssets(dir string) error {
+	anvil := filepath.Join(dir, "anvil")
+	cmd := exec.Command("go", "build", "-o", anvil, "./cmd/anvil")
+	cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build anvil: %v\n%s", err, out)
+	}
+	kdir := filepath.Join(repoRoot, ".cache", "kernel")
+	cmd = exec.Command(filepath.Join(repoRoot, "scripts", "fetch-kernel.sh"), kdir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("fetch kernel: %v\n%s", err, out)
+	}
+	root := filepath.Join(dir, "initramfs-root")
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		return err
+	}
+	cmd = exec.Command("go", "build", "-o", filepath.Join(root, "init"), "./test/e2e/testinit")
+	cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build testinit: %v\n%s", err, out)
+	}
+	// The kernel opens /dev/console for init's stdio before anything can
+	// mount devtmpfs, so the node must be in the archive.
+	if err := syscall.Mknod(filepath.Join(root, "dev", "console"), syscall.S_IFCHR|0o600, 5<<8|1); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("mknod dev/console (needs root): %w", err)
+	}
+	initrd := filepath.Join(dir, "initramfs")
+	cmd = exec.Command("sh", "-c", "find . | cpio --quiet -o -H newc > "+initrd)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("cpio: %v\n%s", err, out)
+	}
+	assets.anvil, assets.kernel, assets.initrd, assets.workDir = anvil, filepath.Join(kdir, "vmlinuz"), initrd, dir
+	return nil
+}
+
+// run runs a command and fails the test with its output if it fails.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// netns is a network namespace that is deleted when the test ends.
+type netns struct {
+	t    *testing.T
+	name string
+}
+
+func newNetns(t *testing.T, name string) *netns {
+	t.Helper()
+	full := fmt.Sprintf("ae2e-%s-%d", name, os.Getpid()%100000)
+	_ = exec.Command("ip", "netns", "del", full).Run() // a leftover from a killed run
+	run(t, "ip", "netns", "add", full)
+	n := &netns{t: t, name: full}
+	t.Cleanup(func() {
+		// Kill whatever still runs inside, then delete.
+		if out, err := exec.Command("ip", "netns", "pids", full).Output(); err == nil {
+			for _, p := range strings.Fields(string(out)) {
+				_ = exec.Command("kill", "-9", p).Run()
+			}
+		}
+		_ = exec.Command("ip", "netns", "del", full).Run()
+	})
+	n.ip("link", "set", "lo", "up")
+	return n
+}
+
+// ip runs `ip -n NS args...`.
+func (n *netns) ip(args ...string) string {
+	n.t.Helper()
+	return run(n.t, "ip", append([]string{"-n", n.name}, args...)...)
+}
+
+// exec runs a command inside the namespace and returns its combined output.
+func (n *netns) exec(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.name, name}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// bridge creates a bridge with the given IPv4 and IPv6 addresses (CIDR)
+// and starts router advertisements on it.
+func (n *netns) bridge(br, v4, v6 string) {
+	n.t.Helper()
+	n.ip("link", "add", br, "type", "bridge")
+	n.ip("addr", "add", v4, "dev", br)
+	n.ip("-6", "addr", "add", v6, "dev", br, "nodad")
+	n.ip("link", "set", br, "up")
+	n.startRA(br)
+}
+
+// tap adds a tap device for QEMU to the bridge.
+func (n *netns) tap(br, tap string) {
+	n.t.Helper()
+	n.ip("tuntap", "add", "dev", tap, "mode", "tap")
+	n.ip("link", "set", tap, "master", br, "up")
+}
+
+// startRA runs dnsmasq as a router-advertisement sender only (no DHCP, no
+// DNS), so iPXE's IPv6 autoconfiguration completes at once.
+func (n *netns) startRA(br string) {
+	n.t.Helper()
+	n.background("dnsmasq-ra-"+br, "dnsmasq", "--keep-in-foreground", "--port=0", "--conf-file=/dev/null",
+		"--pid-file=", "--interface="+br, "--bind-interfaces", "--enable-ra",
+		"--dhcp-range=::,constructor:"+br+",ra-only", "--log-facility=-")
+}
+
+// background starts a long-running command in the namespace; it is killed
+// when the test ends. Its output goes to a file in the test's temp dir.
+func (n *netns) background(label, name string, args ...string) *proc {
+	n.t.Helper()
+	logPath := filepath.Join(n.t.TempDir(), label+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", n.name, name}, args...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		n.t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
+	n.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if n.t.Failed() {
+			n.t.Logf("--- %s log (%s) ---\n%s", label, logPath, tail(p.output(), 60))
+		}
+	})
+	return p
+}
+
+// proc is a background process.
+type proc struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+func (p *proc) output() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// anvil is `anvil serve` running in a namespace.
+type anvil struct {
+	ns   *netns
+	ip   string
+	p    *proc
+	base string // http://IP:7080
+}
+
+// startAnvil runs `anvil serve` bound to ip inside ns, with the test kernel
+// and initramfs as its boot environment, and waits until it is ready.
+func startAnvil(t *testing.T, ns *netns, ip string, extra ...string) *anvil {
+	t.Helper()
+	data := t.TempDir()
+	bootenv := filepath.Join(data, "bootenv")
+	if err := os.MkdirAll(bootenv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{assets.kernel: "vmlinuz-x86_64", assets.initrd: "initramfs-x86_64"} {
+		if err := os.Symlink(src, filepath.Join(bootenv, dst)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append([]string{"serve", "--data-dir", data, "--bind", ip, "--log-level", "debug"}, extra...)
+	a := &anvil{ns: ns, ip: ip, base: "http://" + ip + ":7080"}
+	a.p = ns.background("anvil", assets.anvil, args...)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		out, err := ns.exec(ctx, "curl", "-fsS", a.base+"/readyz")
+		cancel()
+		if err == nil && strings.Contains(out, "ok") {
+			return a
+		}
+		select {
+		case <-a.p.done:
+			t.Fatalf("anvil serve exited early (%v):\n%s", a.p.err, tail(a.p.output(), 40))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("anvil serve not ready after 30s: %s\n%s", out, tail(a.p.output(), 40))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// cli runs an anvil client command against the server, from inside its
+// namespace, and returns its output.
+func (a *anvil) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := a.ns.exec(ctx, assets.anvil, append([]string{"--server", a.base}, args...)...)
+	if err != nil {
+		t.Fatalf("anvil %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// apply applies a YAML manifest.
+func (a *anvil) apply(t *testing.T, manifest string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.cli(t, "apply", "-f", f)
+}
+
+// get fetches a path from the server's HTTP port with curl.
+func (a *anvil) get(t *testing.T, path string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := a.ns.exec(ctx, "curl", "-sS", "-w", "\n%{http_code}", a.base+path)
+	if err != nil {
+		t.Fatalf("curl %s: %v\n%s", path, err, out)
+	}
+	i := strings.LastIndexByte(out, '\n')
+	var code int
+	fmt.Sscan(out[i+1:], &code)
+	return out[:i], code
+}
+
+// metric returns the sum of the samples of a Prometheus metric whose
+// label set contains every labels pair ("name" matches all of them).
+func (a *anvil) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	body, code := a.get(t, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: HTTP %d", code)
+	}
+	var sum float64
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := line[len(name):]
+		if rest != "" && rest[0] != '{' && rest[0] != ' ' {
+			continue // a longer metric name
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(rest, l) {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		var v float64
+		fmt.Sscan(rest[strings.LastIndexByte(rest, ' ')+1:], &v)
+		sum += v
+	}
+	return sum
+}
+
+// vm describes one QEMU machine.
+type vm struct {
+	name string
+	mac  string
+	uefi bool // OVMF with the NIC's option ROM disabled; else SeaBIOS + iPXE ROM
+	tap  string
+}
+
+// vmResult is how a VM run ended.
+type vmResult struct {
+	serial string
+	err    error // nil if QEMU exited by itself (power off)
+}
+
+var qemuSlots = make(chan struct{}, 1) // TCG on 2 cores: one VM at a time
+
+// boot runs the VM in ns until it powers off or timeout passes, and returns
+// its serial console output.
+func (n *netns) boot(m vm, timeout time.Duration) vmResult {
+	n.t.Helper()
+	qemuSlots <- struct{}{}
+	defer func() { <-qemuSlots }()
+	dir := n.t.TempDir()
+	serial := filepath.Join(dir, "serial.log")
+	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-no-reboot", "-display", "none",
+		"-serial", "file:" + serial, "-monitor", "none",
+		"-netdev", "tap,id=n0,ifname=" + m.tap + ",script=no,downscript=no"}
+	if m.uefi {
+		vars := filepath.Join(dir, "OVMF_VARS.fd")
+		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS.fd")
+		if err != nil {
+			n.t.Fatalf("OVMF (apt-get install ovmf): %v", err)
+		}
+		if err := os.WriteFile(vars, b, 0o644); err != nil {
+			n.t.Fatal(err)
+		}
+		args = append(args, "-machine", "q35,graphics=off",
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE.fd",
+			"-drive", "if=pflash,format=raw,unit=1,file="+vars,
+			// romfile= disables iPXE's option ROM: OVMF's own PXE client runs.
+			"-device", "virtio-net-pci,netdev=n0,mac="+m.mac+",romfile=,bootindex=1")
+	} else {
+		args = append(args, "-machine", "pc,graphics=off", "-boot", "n",
+			"-device", "virtio-net-pci,netdev=n0,mac="+m.mac)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.name, "qemu-system-x86_64"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	b, _ := os.ReadFile(serial)
+	res := vmResult{serial: string(b), err: err}
+	if ctx.Err() != nil {
+		res.err = fmt.Errorf("VM %s still running after %s (killed)", m.name, timeout)
+	} else if err != nil {
+		res.err = fmt.Errorf("qemu: %v: %s", err, stderr.String())
+	}
+	n.t.Logf("VM %s (%s, uefi=%v) ran %.1fs", m.name, m.mac, m.uefi, time.Since(start).Seconds())
+	return res
+}
