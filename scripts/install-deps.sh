@@ -23,6 +23,10 @@ need_root() {
 # Debian packages the tests use. Kept to what the current tests need; later
 # issues (QEMU, DHCP peers, TFTP clients) add theirs here.
 APT_PACKAGES=(ca-certificates curl unzip git make iproute2 procps)
+# The end-to-end lab: QEMU with iPXE's option ROMs (BIOS path) and OVMF (UEFI
+# path), cpio for the test initramfs, dnsmasq to send IPv6 router
+# advertisements, Debian's ipxe for `make ipxe-refresh`.
+APT_PACKAGES+=(qemu-system-x86 ipxe-qemu qemu-utils ovmf cpio dnsmasq-base ipxe)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
