@@ -16,7 +16,7 @@ FUZZ_TARGETS := \
 	./internal/model:FuzzParseManifests \
 	./internal/labels:FuzzParse
 
-.PHONY: all build test unit fuzz lint demo bench generate deps tools clean
+.PHONY: all build test unit fuzz lint demo bench generate deps tools clean ipxe-refresh
 
 all: build
 
@@ -62,6 +62,11 @@ bench: build
 generate: tools
 	buf generate
 	@echo "generated code in api/anvil/v1"
+
+# ipxe-refresh: re-copy the embedded iPXE binaries from Debian's ipxe
+# package (installing it if needed) and rewrite their README and checksums.
+ipxe-refresh:
+	@scripts/refresh-ipxe.sh
 
 clean:
 	rm -rf bin
