@@ -226,3 +226,217 @@ func TestConcurrentAppendRead(t *testing.T) {
 		}
 	}
 }
+
+func event(hw, machine, stream string, i int) Line {
+	return Line{HardwareID: hw, Machine: machine, Time: t0.Add(time.Duration(i) * time.Second),
+		Stream: stream, Line: fmt.Sprintf("line %d", i)}
+}
+
+func TestMachineRecords(t *testing.T) {
+	s := open(t, Config{})
+	if err := s.Append(event("default/node1", "", "dhcp", 0), event("", "3c:ec:ef:00:00:01", "dhcp", 1),
+		event("default/node1", "", "tftp", 2), event("", "10.0.0.9", "tftp", 3), event("default/node2", "", "syslog", 4),
+		line("default/wf1", "agent-a", 5)); err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	tests := []struct {
+		name string
+		read func() ([]Line, error)
+		want []string
+	}{
+		{name: "hardware", read: func() ([]Line, error) { return s.ReadHardware("default/node1", 0) }, want: []string{"line 0", "line 2"}},
+		{name: "hardware tail", read: func() ([]Line, error) { return s.ReadHardware("default/node1", 1) }, want: []string{"line 2"}},
+		{name: "unknown by MAC", read: func() ([]Line, error) { return s.ReadMachine("3c:ec:ef:00:00:01", 0) }, want: []string{"line 1"}},
+		{name: "unknown by IP", read: func() ([]Line, error) { return s.ReadMachine("10.0.0.9", 0) }, want: []string{"line 3"}},
+		{name: "hardware without record", read: func() ([]Line, error) { return s.ReadHardware("default/none", 0) }, want: nil},
+		{name: "machine record not in agent file", read: func() ([]Line, error) { return s.Read("", "agent-a", 0) }, want: []string{"line 5"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.read()
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			if texts := texts(got); fmt.Sprint(texts) != fmt.Sprint(tc.want) {
+				t.Errorf("read = %q; want %q", texts, tc.want)
+			}
+		})
+	}
+	got, err := s.ReadHardware("default/node1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := event("default/node1", "", "tftp", 2); got[0] != want {
+		t.Errorf("round trip = %+v; want %+v", got[0], want)
+	}
+	if _, err := s.ReadHardware("", 0); err == nil {
+		t.Error("ReadHardware with no ID succeeded; want error")
+	}
+	if _, err := s.ReadMachine("", 0); err == nil {
+		t.Error("ReadMachine with no machine succeeded; want error")
+	}
+}
+
+func TestUnknownMachines(t *testing.T) {
+	s := open(t, Config{})
+	if err := s.Append(event("", "3c:ec:ef:00:00:01", "dhcp", 0), event("", "10.0.0.9", "tftp", 1),
+		event("", "3c:ec:ef:00:00:01", "dhcp", 2), event("default/node1", "", "dhcp", 3)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.UnknownMachines(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var summary []string
+	for _, l := range got {
+		summary = append(summary, l.Machine+" "+l.Line)
+	}
+	if want := []string{"3c:ec:ef:00:00:01 line 2", "10.0.0.9 line 1"}; fmt.Sprint(summary) != fmt.Sprint(want) {
+		t.Errorf("UnknownMachines = %q; want %q (newest event of each, newest first)", summary, want)
+	}
+	if got, err := s.UnknownMachines(1); err != nil || len(got) != 1 || got[0].Machine != "3c:ec:ef:00:00:01" {
+		t.Errorf("UnknownMachines(1) = %+v, %v; want the newest machine only", got, err)
+	}
+}
+
+func TestLastLineSkipsTornTail(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Config{Dir: dir})
+	if err := s.Append(event("", "aa:bb:cc:dd:ee:ff", "dhcp", 0), event("", "aa:bb:cc:dd:ee:ff", "dhcp", 1)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fileName(prefixUnknown, "aa:bb:cc:dd:ee:ff")), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("{\"line\":\"torn\n{\"line\":\"tor"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got, err := s.UnknownMachines(0)
+	if err != nil || len(got) != 1 || got[0].Line != "line 1" {
+		t.Errorf("UnknownMachines with torn last lines = %+v, %v; want line 1", got, err)
+	}
+}
+
+func TestUnknownMachinesBounded(t *testing.T) {
+	dir := t.TempDir()
+	const max = 10
+	s, err := Open(Config{Dir: dir, MaxUnknownMachines: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := func(i int) string { return fmt.Sprintf("02:00:00:00:00:%02x", i) }
+	for i := 0; i < 30; i++ {
+		// Machine 0 keeps talking, so it is never the least recent.
+		if err := s.Append(event("", mac(i), "dhcp", i), event("", mac(0), "dhcp", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	countFiles := func() int {
+		t.Helper()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	if n := countFiles(); n < max || n > max+max/10 {
+		t.Errorf("after 30 unknown machines with MaxUnknownMachines %d: %d files; want %d..%d", max, n, max, max+max/10)
+	}
+	for _, m := range []string{mac(0), mac(29)} {
+		if got, err := s.ReadMachine(m, 0); err != nil || len(got) == 0 {
+			t.Errorf("ReadMachine(%s) = %d lines, %v; want it kept (recently heard from)", m, len(got), err)
+		}
+	}
+	if got, _ := s.ReadMachine(mac(1), 0); len(got) != 0 {
+		t.Errorf("ReadMachine(%s) = %d lines; want its record evicted", mac(1), len(got))
+	}
+	// The hardware records are not subject to the bound.
+	if err := s.Append(event("default/node1", "", "dhcp", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new process knows the earlier files and still bounds them.
+	s = open(t, Config{Dir: dir, MaxUnknownMachines: max})
+	for i := 100; i < 130; i++ {
+		if err := s.Append(event("", mac(i), "dhcp", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countFiles(); n < max+1 || n > max+max/10+1 {
+		t.Errorf("after reopen: %d files; want %d..%d (plus the hardware record)", n, max+1, max+max/10+1)
+	}
+	if got, _ := s.ReadHardware("default/node1", 0); len(got) != 1 {
+		t.Errorf("hardware record = %d lines after unknown evictions; want 1", len(got))
+	}
+}
+
+func TestIdleHandlesClosedWithoutLoss(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Config{Dir: dir, MaxOpenFiles: 2, SyncInterval: -1})
+	for i := 0; i < 50; i++ {
+		if err := s.Append(event(fmt.Sprintf("default/node%d", i%7), "", "dhcp", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.open); n > 2 {
+		t.Errorf("%d handles open; want at most MaxOpenFiles 2", n)
+	}
+	if n := len(s.dirty); n != 7 {
+		t.Errorf("%d files await a sync; want all 7 (closing a handle must not forget it)", n)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	if n := len(s.dirty); n != 0 {
+		t.Errorf("after Sync %d files await a sync; want 0", n)
+	}
+	total := 0
+	for i := 0; i < 7; i++ {
+		got, err := s.ReadHardware(fmt.Sprintf("default/node%d", i), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(got)
+	}
+	if total != 50 {
+		t.Errorf("read back %d lines; want 50", total)
+	}
+}
+
+func TestSyncDuringAppends(t *testing.T) {
+	s := open(t, Config{MaxOpenFiles: 3, MaxLines: 50, SyncInterval: time.Millisecond})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				if err := s.Append(event(fmt.Sprintf("default/node%d", (w+i)%5), "", "dhcp", i),
+					event("", fmt.Sprintf("02:00:00:00:00:%02x", i%9), "dhcp", i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 50; i++ {
+			if err := s.Sync(); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := s.UnknownMachines(0); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+}
