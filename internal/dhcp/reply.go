@@ -19,19 +19,19 @@ import (
 // of anvil_dhcp_packets_total and machinelog.Event.Outcome, so the set is
 // fixed.
 const (
-	OutcomeOffered            = "offered"             // OFFER sent
-	OutcomeAcked              = "acked"               // ACK sent
-	OutcomeNAK                = "nak"                 // NAK sent: the client asked for an address that is not its reservation
-	OutcomeUnknownMAC         = "unknown-mac"         // no Hardware has this MAC; not answered
-	OutcomeNetbootNotAllowed  = "netboot-not-allowed" // allowPXE is false: answered without a boot file (reservation) or not at all (proxy)
-	OutcomeUnsupportedArch    = "unsupported-arch"    // the client's architecture has no iPXE binary: no boot file
-	OutcomeDHCPDisabled       = "dhcp-disabled"       // the Hardware disables DHCP for this MAC; not answered
-	OutcomeNotPXEClient       = "not-pxe-client"      // not a network boot client, and nothing else to give it; not answered
-	OutcomeReleased           = "released"            // RELEASE logged; there is no lease state to free
-	OutcomeDeclined           = "declined"            // DECLINE logged: the client found its address in use
-	OutcomeIgnored            = "ignored"             // not for us (another server, a BOOTREPLY, a BOOTP request, …)
-	OutcomeMalformed          = "malformed"           // not a DHCP packet
-	OutcomeBackendError       = "backend-error"       // the Backend failed; not answered
+	OutcomeOffered           = "offered"             // OFFER sent
+	OutcomeAcked             = "acked"               // ACK sent
+	OutcomeNAK               = "nak"                 // NAK sent: the client asked for an address that is not its reservation
+	OutcomeUnknownMAC        = "unknown-mac"         // no Hardware has this MAC; not answered
+	OutcomeNetbootNotAllowed = "netboot-not-allowed" // allowPXE is false: answered without a boot file (reservation) or not at all (proxy)
+	OutcomeUnsupportedArch   = "unsupported-arch"    // the client's architecture has no iPXE binary: no boot file
+	OutcomeDHCPDisabled      = "dhcp-disabled"       // the Hardware disables DHCP for this MAC; not answered
+	OutcomeNotPXEClient      = "not-pxe-client"      // not a network boot client, and nothing else to give it; not answered
+	OutcomeReleased          = "released"            // RELEASE logged; there is no lease state to free
+	OutcomeDeclined          = "declined"            // DECLINE logged: the client found its address in use
+	OutcomeIgnored           = "ignored"             // not for us (another server, a BOOTREPLY, a BOOTP request, …)
+	OutcomeMalformed         = "malformed"           // not a DHCP packet
+	OutcomeBackendError      = "backend-error"       // the Backend failed; not answered
 )
 
 // Decision is what Reply decided about one request, for logs, events,
