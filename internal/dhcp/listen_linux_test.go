@@ -55,7 +55,6 @@ func TestListenInterface(t *testing.T) {
 	}
 }
 
-
 // TestServeNetns runs the real server on port 67 in one network namespace
 // and insomniacslk's nclient4 in another, joined by a veth pair: a full
 // DORA by broadcast on the local segment, as a PXE ROM does it.
