@@ -1,0 +1,59 @@
+package tftp
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Outcomes of a transfer: the Event.Outcome values and the label values
+// of anvil_tftp_transfers_total.
+const (
+	// OutcomeServed: the client acknowledged the last block.
+	OutcomeServed = "served"
+	// OutcomeNotFound: no such file (ERROR 1 sent).
+	OutcomeNotFound = "not-found"
+	// OutcomeRefused: the request was turned down by design, not by a
+	// failure: a path outside the served tree, a write request, an
+	// unsupported mode, the server busy, or the client declining the
+	// option acknowledgement (PXE firmware does that to learn tsize).
+	OutcomeRefused = "refused"
+	// OutcomeError: the transfer failed: the client sent an ERROR, a read
+	// or network error, or the server shut down.
+	OutcomeError = "error"
+	// OutcomeTimeout: the client stopped answering; the transfer was
+	// abandoned after the retries.
+	OutcomeTimeout = "timeout"
+)
+
+var outcomes = []string{OutcomeServed, OutcomeNotFound, OutcomeRefused, OutcomeError, OutcomeTimeout}
+
+// Metrics, on the Prometheus default registry.
+var (
+	transfersTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_tftp_transfers_total",
+		Help: "TFTP requests handled, by outcome (served, not-found, refused, error, timeout).",
+	}, []string{"outcome"})
+	bytesTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_tftp_bytes_total",
+		Help: "TFTP DATA payload bytes sent, retransmissions included.",
+	})
+	retransmitsTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_tftp_retransmits_total",
+		Help: "TFTP DATA and OACK packets sent again after a timeout or a client's report of a gap.",
+	})
+	activeTransfers = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "anvil_tftp_active_transfers",
+		Help: "TFTP transfers in progress.",
+	})
+	malformedTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_tftp_malformed_packets_total",
+		Help: "Packets on the TFTP port that were not a well-formed request; each is logged and dropped.",
+	})
+)
+
+func init() {
+	// Every outcome is exported from the start, at 0.
+	for _, o := range outcomes {
+		transfersTotal.WithLabelValues(o)
+	}
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package tftp
+
+import (
+	"net"
+	"net/netip"
+)
+
+// newSender returns a sender writing one packet per WriteTo, and false:
+// conn is not connected to peer.
+func newSender(conn net.PacketConn, peer netip.AddrPort) (sender, bool) {
+	return newPacketSender(conn, peer), false
+}
