@@ -1,0 +1,231 @@
+package bootpolicy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/anvilproj/anvil/internal/httpboot"
+	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// Script implements httpboot.Scripter: the iPXE script of the machine with
+// r.MAC, or, when the request has no MAC, of the machine whose interface
+// has r.Source as its address. The first that applies wins:
+//
+//  1. no such Hardware: in auto-proxy mode ipxe.Unknown; else an error
+//     wrapping httpboot.ErrNoScript ("no Hardware has MAC …").
+//  2. the interface's netboot.allowPXE is not true: the local disk.
+//  3. an active workflow on the Hardware (same namespace, not finished, not
+//     disabled, not waiting for another) and netboot.allowWorkflow not
+//     false: the boot environment.
+//  4. netboot.ipxe.url: chain to it.
+//  5. netboot.ipxe.contents: that script.
+//  6. otherwise the local disk.
+//
+// A Hardware value that cannot be placed in a script safely (see
+// ipxe.CheckArg) is an error naming the field, not a script.
+func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboot.Script, error) {
+	var (
+		hw  *model.Hardware
+		i   int
+		err error
+		who string
+	)
+	switch {
+	case len(r.MAC) > 0:
+		who = "MAC " + strings.ToLower(r.MAC.String())
+		hw, i, err = p.byMAC(ctx, r.MAC)
+	case r.Source.IsValid():
+		ip := r.Source.Unmap().String()
+		who = "IP " + ip
+		hw, i, err = p.byIP(ctx, ip)
+	default:
+		return nil, fmt.Errorf("%w: the request has neither a MAC nor a source address", httpboot.ErrNoScript)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if hw == nil {
+		reason := "no Hardware has " + who
+		if p.mode == ModeAutoProxy {
+			return &httpboot.Script{Body: ipxe.Unknown(r.MAC, reason), Reason: reason + " (auto-proxy: generic script)"}, nil
+		}
+		return nil, fmt.Errorf("%w: %s", httpboot.ErrNoScript, reason)
+	}
+
+	key := hw.Key()
+	nb := hw.Spec.Interfaces[i].Netboot
+	if nb == nil {
+		nb = &model.Netboot{}
+	}
+	field := fmt.Sprintf("spec.interfaces[%d].netboot", i)
+
+	if !model.BoolValue(nb.AllowPXE, false) {
+		is := "false"
+		if nb.AllowPXE == nil {
+			is = "not set, which means false"
+		}
+		return localBoot(fmt.Sprintf("netboot not allowed for hardware %s (%s.allowPXE is %s)", key, field, is)), nil
+	}
+
+	wf, err := p.activeWorkflow(ctx, hw)
+	if err != nil {
+		return nil, err
+	}
+	if wf != nil && model.BoolValue(nb.AllowWorkflow, true) {
+		return p.bootEnv(hw, i, nb, wf, r)
+	}
+
+	if ix := nb.IPXE; ix != nil && ix.URL != "" {
+		reason := fmt.Sprintf("hardware %s: %s.ipxe.url", key, field)
+		body, err := ipxe.Chain(ix.URL, reason)
+		if err != nil {
+			return nil, fmt.Errorf("hardware %s: %s.ipxe.url: %w", key, field, err)
+		}
+		return &httpboot.Script{Body: body, Reason: reason}, nil
+	}
+	if ix := nb.IPXE; ix != nil && ix.Contents != "" {
+		reason := fmt.Sprintf("hardware %s: %s.ipxe.contents", key, field)
+		return &httpboot.Script{Body: ipxe.Custom(ix.Contents, reason), Reason: reason}, nil
+	}
+
+	if wf != nil {
+		return localBoot(fmt.Sprintf("workflow %s is %s but %s.allowWorkflow is false for hardware %s: booting from local disk",
+			wf.Key(), stateOf(wf), field, key)), nil
+	}
+	return localBoot(fmt.Sprintf("no pending workflow for hardware %s: booting from local disk", key)), nil
+}
+
+func localBoot(reason string) *httpboot.Script {
+	return &httpboot.Script{Body: ipxe.LocalBoot(reason), Reason: reason}
+}
+
+// stateOf is the workflow's state for a reason; a workflow the engine has
+// not rendered yet has none and is about to be PENDING.
+func stateOf(wf *model.Workflow) string {
+	if s := model.NormalizeState(wf.Status.State); s != "" {
+		return s
+	}
+	return model.StatePending
+}
+
+// bootEnv renders the boot environment script for interface i of hw.
+func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model.Workflow, r httpboot.ScriptRequest) (*httpboot.Script, error) {
+	key := hw.Key()
+	iface := &hw.Spec.Interfaces[i]
+	d := iface.DHCP // not nil: the interface was found by its MAC or IP
+	f := fmt.Sprintf("spec.interfaces[%d]", i)
+	bad := func(field string, err error) (*httpboot.Script, error) {
+		return nil, fmt.Errorf("hardware %s: %s: %w", key, field, err)
+	}
+
+	arch := bootArch(d.Arch, r.BuildArch)
+	kernel := p.bootEnvURL + "/vmlinuz-" + arch
+	initrd := p.bootEnvURL + "/initramfs-" + arch
+	var params []string
+	if o := nb.OSIE; o != nil {
+		// Tinkerbell's semantics: baseURL + "/" + kernel, each defaulting.
+		base := p.bootEnvURL
+		if o.BaseURL != "" {
+			base = strings.TrimRight(o.BaseURL, "/")
+			if err := ipxe.CheckURL(base); err != nil {
+				return bad(f+".netboot.osie.baseURL", err)
+			}
+		}
+		kernel = osieURL(base, o.Kernel, "vmlinuz-"+arch)
+		if err := ipxe.CheckURL(kernel); err != nil {
+			return bad(f+".netboot.osie.kernel", err)
+		}
+		initrd = osieURL(base, o.Initrd, "initramfs-"+arch)
+		if err := ipxe.CheckURL(initrd); err != nil {
+			return bad(f+".netboot.osie.initrd", err)
+		}
+		params = o.KernelParams
+	}
+
+	worker, workerField := hw.Spec.AgentID, "spec.agentID"
+	if worker == "" {
+		mac := r.MAC
+		if len(mac) == 0 {
+			mac, _ = net.ParseMAC(d.MAC) // it parsed when the interface was matched, or the IP matched
+		}
+		worker, workerField = strings.ToLower(mac.String()), f+".dhcp.mac"
+	}
+	args := append([]string(nil), p.baseArgs...)
+	args[1] = "worker_id=" + worker
+	if err := ipxe.CheckArg(args[1]); err != nil {
+		return bad(workerField, err)
+	}
+	args = append(args, p.consoleArg...)
+	if v := d.VLANID; v != "" {
+		a := "vlan_id=" + v
+		if err := ipxe.CheckArg(a); err != nil {
+			return bad(f+".dhcp.vlan_id", err)
+		}
+		args = append(args, a)
+	}
+	if m := hw.Spec.Metadata; m != nil && m.Facility != nil && m.Facility.FacilityCode != "" {
+		a := "facility=" + m.Facility.FacilityCode
+		if err := ipxe.CheckArg(a); err != nil {
+			return bad("spec.metadata.facility.facility_code", err)
+		}
+		args = append(args, a)
+	}
+	for j, a := range params {
+		if a == "" {
+			continue
+		}
+		if err := ipxe.CheckArg(a); err != nil {
+			return bad(fmt.Sprintf("%s.netboot.osie.kernelParams[%d]", f, j), err)
+		}
+		args = append(args, a)
+	}
+	args = append(args, p.extraArgs...)
+
+	reason := fmt.Sprintf("workflow %s is %s: boot environment", wf.Key(), stateOf(wf))
+	body, err := ipxe.BootEnv(ipxe.BootEnvParams{Reason: reason, KernelURL: kernel, InitrdURLs: []string{initrd}, KernelArgs: args})
+	if err != nil {
+		return nil, fmt.Errorf("hardware %s: %w", key, err)
+	}
+	return &httpboot.Script{Body: body, Reason: reason}, nil
+}
+
+// osieURL joins base and name ("vmlinuz-x86_64") as Tinkerbell does, name
+// defaulting to def; a name that is a whole URL is used as it is.
+func osieURL(base, name, def string) string {
+	if name == "" {
+		name = def
+	}
+	if strings.Contains(name, "://") {
+		return name
+	}
+	return base + "/" + strings.TrimLeft(name, "/")
+}
+
+// bootArch names the boot environment's architecture as its files do
+// (vmlinuz-x86_64, vmlinuz-aarch64): from the interface's dhcp.arch, else
+// from iPXE's ${buildarch}, else x86_64. undionly.kpxe reports i386 on
+// 64-bit PCs, hence i386 → x86_64.
+func bootArch(hwArch, buildArch string) string {
+	switch a := strings.ToLower(hwArch); a {
+	case "":
+	case "x86_64", "amd64", "x86", "i386":
+		return "x86_64"
+	case "aarch64", "arm64", "hua", "2a2":
+		return "aarch64"
+	default:
+		if validFileName(a) {
+			return a // riscv64, …: served if the files are there
+		}
+	}
+	switch buildArch {
+	case "arm64":
+		return "aarch64"
+	case "riscv64":
+		return "riscv64"
+	}
+	return "x86_64"
+}
