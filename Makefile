@@ -14,6 +14,7 @@ BIN     := bin/anvil
 FUZZTIME ?= 8s
 FUZZ_TARGETS := \
 	./internal/model:FuzzParseManifests \
+	./internal/dhcp:FuzzReply \
 	./internal/labels:FuzzParse
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools clean ipxe-refresh

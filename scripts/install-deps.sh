@@ -27,6 +27,9 @@ APT_PACKAGES=(ca-certificates curl unzip git make iproute2 procps)
 # path), cpio for the test initramfs, dnsmasq to send IPv6 router
 # advertisements, Debian's ipxe for `make ipxe-refresh`.
 APT_PACKAGES+=(qemu-system-x86 ipxe-qemu qemu-utils ovmf cpio dnsmasq-base ipxe)
+# The DHCP benchmark's peers and load generator (bench/dhcp): perfdhcp is in
+# kea-admin, Kea's server in kea-dhcp4-server, dnsmasq in dnsmasq-base.
+APT_PACKAGES+=(kea-admin kea-dhcp4-server dnsmasq-base)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
