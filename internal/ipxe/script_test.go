@@ -363,3 +363,21 @@ func FuzzBootEnv(f *testing.F) {
 		}
 	})
 }
+
+// TestDocsShowRealScripts keeps docs/boot.md honest: the example scripts
+// it shows are these golden files, byte for byte.
+func TestDocsShowRealScripts(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "boot.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bootenv.ipxe", "chain.ipxe", "localboot.ipxe", "unknown.ipxe", "custom.ipxe"} {
+		script, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), "```\n"+string(script)+"```\n") {
+			t.Errorf("docs/boot.md does not show testdata/%s as it is; update the doc", name)
+		}
+	}
+}
