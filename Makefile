@@ -15,6 +15,7 @@ FUZZTIME ?= 8s
 FUZZ_TARGETS := \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
+	./internal/dhcp:FuzzWire \
 	./internal/labels:FuzzParse
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools clean ipxe-refresh

@@ -45,6 +45,7 @@ const (
 // Option codes the server reads or writes (RFC 2132 unless noted), as the
 // keys of dhcpv4.Options.
 const (
+	optPad             = 0
 	optSubnetMask      = 1
 	optRouter          = 3
 	optDNS             = 6

@@ -71,6 +71,13 @@ type Decision struct {
 // Decision says why either way. Reply does no I/O besides Backend.Lookup,
 // and does not modify req.
 func (s *Server) Reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrPort, port int) (*dhcpv4.DHCPv4, netip.AddrPort, Decision) {
+	return s.reply(ctx, req, from, port, nil)
+}
+
+// reply is Reply building the answer in sc's memory (Serve's workers), or
+// in new memory if sc is nil. With sc, the reply is valid until sc's next
+// use.
+func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrPort, port int, sc *scratch) (*dhcpv4.DHCPv4, netip.AddrPort, Decision) {
 	d := Decision{Type: req.MessageType(), MAC: req.ClientHWAddr, IP: addr4(req.ClientIPAddr)}
 	no := func(outcome, reason string) (*dhcpv4.DHCPv4, netip.AddrPort, Decision) {
 		d.Outcome, d.Reason = outcome, reason
@@ -165,7 +172,10 @@ func (s *Server) Reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 		}
 	}
 
-	resp := s.newReply(req)
+	resp, v := s.newReply(req, sc)
+	if sc != nil {
+		defer func() { sc.arena = v.b }()
+	}
 	switch d.Type {
 	case dhcpv4.MessageTypeDiscover:
 		d.Reply, d.Outcome = dhcpv4.MessageTypeOffer, OutcomeOffered
@@ -182,14 +192,14 @@ func (s *Server) Reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 				d.IP = want
 				d.Reply, d.Outcome = dhcpv4.MessageTypeNak, OutcomeNAK
 				d.Reason = "asked for " + want.String() + ", reserved address is " + host.IP.String()
-				s.nak(resp, d.Reason)
+				s.nak(resp, v, d.Reason)
 				return resp, s.destination(req, resp, from, pxePort), d
 			}
 		}
 	case dhcpv4.MessageTypeInform:
 		d.Reply, d.Outcome = dhcpv4.MessageTypeAck, OutcomeAcked
 	}
-	resp.Options[optMessageType] = []byte{byte(d.Reply)}
+	resp.Options[optMessageType] = msgTypeOption(d.Reply)
 	resp.Options[optServerID] = s.serverID
 
 	if lease {
@@ -197,21 +207,21 @@ func (s *Server) Reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 			// RFC 2131 §4.3.5: configuration only, no address or lease.
 			resp.ClientIPAddr = req.ClientIPAddr
 		} else {
-			resp.YourIPAddr = ip4Bytes(host.IP)
+			resp.YourIPAddr = v.ip(host.IP)
 			d.IP = host.IP
 			if d.Type == dhcpv4.MessageTypeRequest {
 				resp.ClientIPAddr = req.ClientIPAddr
 			}
-			s.leaseOptions(resp, host)
+			s.leaseOptions(resp, v, host)
 		}
-		configOptions(resp, host)
+		configOptions(resp, v, host)
 	} else if d.Type != dhcpv4.MessageTypeDiscover {
 		resp.ClientIPAddr = req.ClientIPAddr
 	}
 
 	switch {
 	case bootable:
-		s.bootOptions(resp, req, c, host, &d)
+		s.bootOptions(resp, v, req, c, host, &d)
 	case c.netboot() && !allowed:
 		d.Outcome, d.Reason = OutcomeNetbootNotAllowed, "netboot is not allowed for "+host.Name+": no boot file"
 	}
@@ -219,74 +229,155 @@ func (s *Server) Reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 }
 
 // newReply starts a BOOTREPLY to req (RFC 2131 §4.3.1, table 3): the
-// fields every reply copies, and the options it must echo.
-func (s *Server) newReply(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
-	resp := &dhcpv4.DHCPv4{
-		OpCode:        dhcpv4.OpcodeBootReply,
-		HWType:        req.HWType,
-		TransactionID: req.TransactionID,
-		Flags:         req.Flags,
-		ClientIPAddr:  net.IPv4zero,
-		YourIPAddr:    net.IPv4zero,
-		ServerIPAddr:  net.IPv4zero,
-		GatewayIPAddr: req.GatewayIPAddr,
-		ClientHWAddr:  req.ClientHWAddr,
-		Options:       make(dhcpv4.Options, 16),
+// fields every reply copies, and the options it must echo. With sc it
+// reuses sc's reply and option arena.
+func (s *Server) newReply(req *dhcpv4.DHCPv4, sc *scratch) (*dhcpv4.DHCPv4, *values) {
+	var (
+		resp *dhcpv4.DHCPv4
+		v    *values
+	)
+	if sc != nil {
+		resp = &sc.resp
+		opts := resp.Options
+		clear(opts)
+		*resp = dhcpv4.DHCPv4{Options: opts}
+		v = &values{b: sc.arena[:0]}
+	} else {
+		resp = &dhcpv4.DHCPv4{Options: make(dhcpv4.Options, 16)}
+		v = &values{b: make([]byte, 0, 256)}
 	}
+	resp.OpCode = dhcpv4.OpcodeBootReply
+	resp.HWType = req.HWType
+	resp.TransactionID = req.TransactionID
+	resp.Flags = req.Flags
+	resp.ClientIPAddr = zeroIP
+	resp.YourIPAddr = zeroIP
+	resp.ServerIPAddr = zeroIP
+	resp.GatewayIPAddr = req.GatewayIPAddr
+	resp.ClientHWAddr = req.ClientHWAddr
 	// RFC 3046 §2.2: the relay agent option comes back as it was sent.
-	if v, ok := req.Options[optRelayAgentInfo]; ok {
-		resp.Options[optRelayAgentInfo] = v
+	if o, ok := req.Options[optRelayAgentInfo]; ok {
+		resp.Options[optRelayAgentInfo] = o
 	}
 	// RFC 6842: so is the client identifier.
-	if v, ok := req.Options[optClientID]; ok {
-		resp.Options[optClientID] = v
+	if o, ok := req.Options[optClientID]; ok {
+		resp.Options[optClientID] = o
 	}
-	return resp
+	return resp, v
 }
+
+// zeroIP is 0.0.0.0 for reply fields; never modified.
+var zeroIP = net.IP{0, 0, 0, 0}
+
+// values cuts option values out of one growing buffer: one allocation
+// per reply, none with a worker's scratch. A value stays valid when the
+// buffer grows, as it keeps pointing at the old array.
+type values struct{ b []byte }
+
+func (v *values) bytes(p ...byte) []byte {
+	i := len(v.b)
+	v.b = append(v.b, p...)
+	return v.b[i:len(v.b):len(v.b)]
+}
+
+func (v *values) str(s string) []byte {
+	i := len(v.b)
+	v.b = append(v.b, s...)
+	return v.b[i:len(v.b):len(v.b)]
+}
+
+func (v *values) ip(a netip.Addr) net.IP {
+	b := a.As4()
+	return v.bytes(b[:]...)
+}
+
+// ips is the IPv4 addresses of ips, concatenated; nil if none.
+func (v *values) ips(ips []netip.Addr) []byte {
+	i := len(v.b)
+	for _, ip := range ips {
+		if ip.Is4() {
+			a := ip.As4()
+			v.b = append(v.b, a[:]...)
+		}
+	}
+	if len(v.b) == i {
+		return nil
+	}
+	return v.b[i:len(v.b):len(v.b)]
+}
+
+func (v *values) seconds(d time.Duration) []byte {
+	s := d / time.Second
+	if s > 0xfffffffe {
+		s = 0xfffffffe // 0xffffffff means "infinite" (RFC 2132 §9.2)
+	}
+	i := len(v.b)
+	v.b = binary.BigEndian.AppendUint32(v.b, uint32(s))
+	return v.b[i:len(v.b):len(v.b)]
+}
+
+// msgTypeOption is option 53 for t, shared and never modified.
+func msgTypeOption(t dhcpv4.MessageType) []byte {
+	switch t {
+	case dhcpv4.MessageTypeOffer:
+		return optOffer
+	case dhcpv4.MessageTypeAck:
+		return optAck
+	case dhcpv4.MessageTypeNak:
+		return optNak
+	}
+	return []byte{byte(t)}
+}
+
+var (
+	optOffer = []byte{byte(dhcpv4.MessageTypeOffer)}
+	optAck   = []byte{byte(dhcpv4.MessageTypeAck)}
+	optNak   = []byte{byte(dhcpv4.MessageTypeNak)}
+)
 
 // nak turns resp into a DHCPNAK (RFC 2131 table 3): no addresses, no boot
 // file, no options but the type, the server identifier and a message.
-func (s *Server) nak(resp *dhcpv4.DHCPv4, msg string) {
-	resp.Options[optMessageType] = []byte{byte(dhcpv4.MessageTypeNak)}
+func (s *Server) nak(resp *dhcpv4.DHCPv4, v *values, msg string) {
+	resp.Options[optMessageType] = optNak
 	resp.Options[optServerID] = s.serverID
-	resp.Options[optMessage] = []byte(msg)
+	resp.Options[optMessage] = v.str(msg)
 }
 
 // leaseOptions sets the lease time, T1 and T2 (RFC 2131 §4.4.5: T1 half the
 // lease, T2 seven eighths).
-func (s *Server) leaseOptions(resp *dhcpv4.DHCPv4, h *Host) {
+func (s *Server) leaseOptions(resp *dhcpv4.DHCPv4, v *values, h *Host) {
 	lt := h.LeaseTime
 	if lt <= 0 {
 		lt = s.lease
 	}
-	resp.Options[optLeaseTime] = seconds(lt)
-	resp.Options[optRenewalTime] = seconds(lt / 2)
-	resp.Options[optRebindingTime] = seconds(lt * 7 / 8)
+	resp.Options[optLeaseTime] = v.seconds(lt)
+	resp.Options[optRenewalTime] = v.seconds(lt / 2)
+	resp.Options[optRebindingTime] = v.seconds(lt * 7 / 8)
 }
 
 // configOptions sets what a Host says about the network: options 1, 3, 6,
 // 12, 15, 42 and 121.
-func configOptions(resp *dhcpv4.DHCPv4, h *Host) {
+func configOptions(resp *dhcpv4.DHCPv4, v *values, h *Host) {
 	if m := mask4(h.Netmask); m != nil {
-		resp.Options[optSubnetMask] = m
+		resp.Options[optSubnetMask] = v.bytes(m...)
 	}
 	if h.Gateway.Is4() {
-		resp.Options[optRouter] = ip4Bytes(h.Gateway)
+		resp.Options[optRouter] = v.ip(h.Gateway)
 	}
-	if v := ipList(h.DNS); v != nil {
-		resp.Options[optDNS] = v
+	if b := v.ips(h.DNS); b != nil {
+		resp.Options[optDNS] = b
 	}
 	if h.Hostname != "" {
-		resp.Options[optHostName] = []byte(h.Hostname)
+		resp.Options[optHostName] = v.str(h.Hostname)
 	}
 	if h.Domain != "" {
-		resp.Options[optDomainName] = []byte(h.Domain)
+		resp.Options[optDomainName] = v.str(h.Domain)
 	}
-	if v := ipList(h.NTP); v != nil {
-		resp.Options[optNTP] = v
+	if b := v.ips(h.NTP); b != nil {
+		resp.Options[optNTP] = b
 	}
-	if v := classlessRoutes(h.Routes, h.Gateway); v != nil {
-		resp.Options[optClasslessRoutes] = v
+	if b := classlessRoutes(v, h.Routes, h.Gateway); b != nil {
+		resp.Options[optClasslessRoutes] = b
 	}
 }
 
@@ -301,7 +392,7 @@ var (
 // TFTP server and file if it sets both; else, for a running iPXE, its
 // script URL; for a UEFI HTTP boot client, the iPXE binary's URL; for a PXE
 // ROM, the iPXE binary over TFTP from this server.
-func (s *Server) bootOptions(resp, req *dhcpv4.DHCPv4, c client, h *Host, d *Decision) {
+func (s *Server) bootOptions(resp *dhcpv4.DHCPv4, v *values, req *dhcpv4.DHCPv4, c client, h *Host, d *Decision) {
 	switch {
 	case c.http:
 		resp.Options[optVendorClass] = vendorHTTP
@@ -311,8 +402,8 @@ func (s *Server) bootOptions(resp, req *dhcpv4.DHCPv4, c client, h *Host, d *Dec
 	}
 	if c.netboot() {
 		// PXE 2.1 §2.2.4: the client's UUID comes back.
-		if v, ok := req.Options[optClientMachineID]; ok {
-			resp.Options[optClientMachineID] = v
+		if o, ok := req.Options[optClientMachineID]; ok {
+			resp.Options[optClientMachineID] = o
 		}
 	}
 
@@ -321,10 +412,10 @@ func (s *Server) bootOptions(resp, req *dhcpv4.DHCPv4, c client, h *Host, d *Dec
 		resp.ServerHostName = h.TFTPServer
 		resp.BootFileName = h.BootFile
 		if ip, err := netip.ParseAddr(h.TFTPServer); err == nil && ip.Is4() {
-			resp.ServerIPAddr = ip4Bytes(ip)
+			resp.ServerIPAddr = v.ip(ip)
 		} else {
 			// A name: clients that resolve it read option 66.
-			resp.Options[optTFTPServerName] = []byte(h.TFTPServer)
+			resp.Options[optTFTPServerName] = v.str(h.TFTPServer)
 		}
 		d.BootServer = h.TFTPServer
 	case c.ipxe != "":
@@ -394,11 +485,6 @@ func addr4(b []byte) netip.Addr {
 	return a
 }
 
-func ip4Bytes(a netip.Addr) net.IP {
-	b := a.As4()
-	return net.IP(b[:])
-}
-
 func ipString(b []byte) string {
 	if a := addr4(b); a.IsValid() {
 		return a.String()
@@ -416,34 +502,16 @@ func mask4(m net.IPMask) []byte {
 	return nil
 }
 
-func ipList(ips []netip.Addr) []byte {
-	var b []byte
-	for _, ip := range ips {
-		if ip.Is4() {
-			a := ip.As4()
-			b = append(b, a[:]...)
-		}
-	}
-	return b
-}
-
-func seconds(d time.Duration) []byte {
-	s := d / time.Second
-	if s > 0xfffffffe {
-		s = 0xfffffffe // 0xffffffff means "infinite" (RFC 2132 §9.2)
-	}
-	return binary.BigEndian.AppendUint32(nil, uint32(s))
-}
-
 // classlessRoutes encodes routes as option 121 (RFC 3442 §2: prefix length,
 // the significant octets of the destination, the router). A client that
 // gets option 121 ignores option 3 (RFC 3442 §3), so the gateway is added
 // as the default route unless routes has one.
-func classlessRoutes(routes []Route, gw netip.Addr) []byte {
+func classlessRoutes(v *values, routes []Route, gw netip.Addr) []byte {
 	if len(routes) == 0 {
 		return nil
 	}
-	var b []byte
+	i := len(v.b)
+	b := v.b
 	hasDefault := false
 	for _, r := range routes {
 		if !r.Dest.Addr().Is4() || !r.Router.Is4() {
@@ -460,10 +528,14 @@ func classlessRoutes(routes []Route, gw netip.Addr) []byte {
 		b = append(b, dst[:(bits+7)/8]...)
 		b = append(b, rt[:]...)
 	}
-	if !hasDefault && gw.Is4() && b != nil {
+	if !hasDefault && gw.Is4() && len(b) > i {
 		rt := gw.As4()
 		b = append(b, 0)
 		b = append(b, rt[:]...)
 	}
-	return b
+	v.b = b
+	if len(b) == i {
+		return nil
+	}
+	return b[i:len(b):len(b)]
 }

@@ -220,6 +220,7 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 // fails (the error).
 func (s *Server) worker(ctx context.Context, conn net.PacketConn, port int) error {
 	buf := make([]byte, maxPacket)
+	sc := newScratch()
 	fast, _ := conn.(addrPortConn)
 	for {
 		var (
@@ -243,13 +244,13 @@ func (s *Server) worker(ctx context.Context, conn net.PacketConn, port int) erro
 			return fmt.Errorf("dhcp: read: %w", err)
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		s.handle(ctx, conn, fast, buf[:n], from, port)
+		s.handle(ctx, conn, fast, sc, buf[:n], from, port)
 	}
 }
 
 // handle answers one datagram.
-func (s *Server) handle(ctx context.Context, conn net.PacketConn, fast addrPortConn, pkt []byte, from netip.AddrPort, port int) {
-	req, err := dhcpv4.FromBytes(pkt)
+func (s *Server) handle(ctx context.Context, conn net.PacketConn, fast addrPortConn, sc *scratch, pkt []byte, from netip.AddrPort, port int) {
+	req, err := sc.parseInto(pkt)
 	if err != nil {
 		d := Decision{Outcome: OutcomeMalformed, Reason: err.Error()}
 		countPacket(typeMalformed, OutcomeMalformed)
@@ -259,12 +260,13 @@ func (s *Server) handle(ctx context.Context, conn net.PacketConn, fast addrPortC
 		}
 		return
 	}
-	resp, to, d := s.Reply(ctx, req, from, port)
+	resp, to, d := s.reply(ctx, req, from, port, sc)
 	s.record(ctx, &d, from, to)
 	if resp == nil {
 		return
 	}
-	out := resp.ToBytes()
+	sc.out = appendPacket(sc.out[:0], resp)
+	out := sc.out
 	if fast != nil {
 		_, err = fast.WriteToUDPAddrPort(out, to)
 	} else {
