@@ -13,7 +13,7 @@ import (
 func TestDefaultRouteInterface(t *testing.T) {
 	tests := []struct {
 		name, table, want string
-		wantErr          bool
+		wantErr           bool
 	}{
 		{
 			name: "default via eth0",

@@ -71,6 +71,8 @@ func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, 
 			HTTPPort: httpPort,
 			GRPCPort: grpcPort,
 			Logger:   slog.New(slog.NewTextHandler(logs, nil)),
+			// The boot services have their own tests (boot_test.go, test/e2e).
+			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true,
 		})
 	}()
 	httpBase = "http://127.0.0.1:" + strconv.Itoa(httpPort)
@@ -256,6 +258,7 @@ func TestRunErrors(t *testing.T) {
 		want string
 	}{
 		{name: "no data dir", cfg: Config{Bind: "127.0.0.1"}, want: "data directory"},
+		{name: "bad dhcp mode", cfg: Config{Bind: "127.0.0.1", HTTPPort: freePort(t), DisableGRPC: true, DHCPMode: "sometimes"}, want: "--dhcp-mode"},
 		{name: "bind not an IP", cfg: Config{Bind: "localhost"}, want: "not an IP address"},
 		{name: "bind not ours", cfg: Config{Bind: "192.0.2.1", HTTPPort: freePort(t)}, want: "is --bind an address of this machine?"},
 		{name: "port busy", cfg: Config{Bind: "127.0.0.1", HTTPPort: busyPort, DisableGRPC: true}, want: "--http-port"},
@@ -282,6 +285,7 @@ func TestDisableListeners(t *testing.T) {
 	logs := newSyncBuffer()
 	go func() {
 		errc <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", DisableHTTP: true, DisableGRPC: true,
+			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true,
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	}()
 	cancel()
