@@ -35,8 +35,8 @@ func resolvePath(name string) (path string, mac net.HardwareAddr, err error) {
 			return "", nil, fmt.Errorf("parent directory (..) in file name")
 		}
 	}
-	if !fs.ValidPath(name) {
-		return "", nil, fmt.Errorf("not a clean relative path (empty or . element, or trailing slash)")
+	if !fs.ValidPath(name) || name == "." { // ValidPath allows "." for the root
+		return "", nil, fmt.Errorf("not a clean relative path (empty or . element, trailing slash, or not UTF-8)")
 	}
 	if first, rest, ok := strings.Cut(name, "/"); ok {
 		if m, ok := parseMAC(first); ok {

@@ -270,6 +270,16 @@ func (s *Server) handle(ctx context.Context, wg *sync.WaitGroup, conn net.Packet
 	}
 	req, err := parseRequest(pkt)
 	if err != nil {
+		if len(pkt) >= 2 {
+			switch op := uint16(pkt[0])<<8 | uint16(pkt[1]); op {
+			case opDATA, opACK, opERROR, opOACK:
+				// A stray from some transfer (tftp-hpa ACKs an ERROR
+				// sent from this port, for one): counted, not a warning.
+				malformedTotal.Inc()
+				s.log.Debug("tftp: stray packet on the server port dropped", "from", src, "opcode", op)
+				return
+			}
+		}
 		s.malformed(src, pkt, err.Error())
 		return
 	}

@@ -224,7 +224,10 @@ func (t *transfer) negotiate() {
 		case optTsize:
 			// In an RRQ the client sends 0 and the server answers the
 			// size; a netascii size is only known if it was counted.
-			if t.size < 0 || !once(3) {
+			// An empty file's size is not acknowledged: curl takes
+			// "tsize 0" in an OACK for an illegal operation, and the
+			// single empty block says it all.
+			if t.size <= 0 || !once(3) {
 				continue
 			}
 			t.oack = append(t.oack, option{optTsize, strconv.FormatInt(t.size, 10)})
