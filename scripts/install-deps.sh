@@ -30,6 +30,12 @@ APT_PACKAGES+=(qemu-system-x86 ipxe-qemu qemu-utils ovmf cpio dnsmasq-base ipxe)
 # The DHCP benchmark's peers and load generator (bench/dhcp): perfdhcp is in
 # kea-admin, Kea's server in kea-dhcp4-server, dnsmasq in dnsmasq-base.
 APT_PACKAGES+=(kea-admin kea-dhcp4-server dnsmasq-base)
+# TFTP: the conformance tests' real clients (internal/tftp) and the
+# benchmark's peers (bench/tftp): atftp is the client with RFC 7440
+# windowsize, tftp-hpa the classic client, tftpd-hpa and dnsmasq-base the
+# peer servers. Not atftpd: installing it removes tftpd-hpa; bench/tftp
+# unpacks it from its .deb instead.
+APT_PACKAGES+=(atftp tftp-hpa tftpd-hpa dnsmasq-base)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
