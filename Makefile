@@ -16,7 +16,8 @@ FUZZ_TARGETS := \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
-	./internal/labels:FuzzParse
+	./internal/labels:FuzzParse \
+	./internal/syslog:FuzzParse
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools clean ipxe-refresh
 
