@@ -9,7 +9,9 @@ import (
 // files with the default sync timer running: the machine record's worst
 // case (a fleet booting at once, one file per Hardware), far past
 // MaxOpenFiles. Closing the idle handles without fsync and syncing outside
-// the lock took it from about 1,700 to 14,000 lines/s on a 2-core VM.
+// the lock took it from about 1,700 to 13,000–18,000 lines/s on a shared
+// 2-core VM (runs vary with the neighbours' load); the time left is
+// open(2) of the files whose handles were closed.
 func BenchmarkAppendManyFiles(b *testing.B) {
 	s, err := Open(Config{Dir: b.TempDir()})
 	if err != nil {

@@ -59,8 +59,11 @@ import (
 const (
 	DefaultMaxLines     = 10000
 	DefaultSyncInterval = time.Second
-	// DefaultMaxOpenFiles bounds the append handles kept open.
-	DefaultMaxOpenFiles = 64
+	// DefaultMaxOpenFiles bounds the append handles kept open. Machine
+	// records spread writes over one file per booting machine, so more
+	// handles than agents alone need; 256 is well within the file limit
+	// (Go raises the soft limit to the hard one at start).
+	DefaultMaxOpenFiles = 256
 	// DefaultMaxUnknownMachines bounds the files of unknown machines.
 	DefaultMaxUnknownMachines = 1000
 )
@@ -327,7 +330,16 @@ func (s *Store) openLocked(name string) (*file, error) {
 		s.closeIdleLocked()
 	}
 	path := filepath.Join(s.cfg.Dir, name)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	// Reopening a file that exists (its lines are counted) without O_CREAT
+	// spares the kernel an exclusive lock on the directory.
+	var f *os.File
+	var err error
+	if fs.lines >= 0 {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	}
+	if fs.lines < 0 || errors.Is(err, os.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
