@@ -97,6 +97,10 @@ func InterfaceAddr(name string) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("dhcp: interface %s has no IPv4 address", name)
 }
 
+// receiveBuffer is the socket receive buffer asked for: about 4,000 queued
+// DHCP packets (each costs ~1 KiB of buffer accounting).
+const receiveBuffer = 4 << 20
+
 func listen(at netip.AddrPort, device string) (net.PacketConn, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
@@ -105,6 +109,12 @@ func listen(at netip.AddrPort, device string) (net.PacketConn, error) {
 				if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o, 1); serr != nil {
 					return
 				}
+			}
+			// A deep receive queue absorbs bursts (a rack powering on, a
+			// scheduling hiccup) instead of dropping them. Root may exceed
+			// net.core.rmem_max; otherwise the kernel caps the request.
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, receiveBuffer) != nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, receiveBuffer)
 			}
 			if device != "" {
 				if serr = unix.BindToDevice(int(fd), device); serr != nil {

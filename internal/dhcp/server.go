@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -86,8 +85,10 @@ type Config struct {
 	// RelayPort is the port relayed replies are sent to on giaddr. If 0,
 	// uses ServerPort (67); tests set it to reach a relay on a free port.
 	RelayPort int
-	// Workers is how many packets Serve handles at once per connection.
-	// If 0, uses runtime.GOMAXPROCS(0).
+	// Workers is how many goroutines read and answer packets per
+	// connection. If 0, uses 1: one reading in batches answers tens of
+	// thousands of requests a second, and more contend for the socket.
+	// Raise it for a Backend whose Lookup blocks (a remote store).
 	Workers int
 }
 
@@ -139,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 		s.relayPort = uint16(cfg.RelayPort)
 	}
 	if s.workers <= 0 {
-		s.workers = runtime.GOMAXPROCS(0)
+		s.workers = 1
 	}
 	if s.mode == ModeOff {
 		return s, nil
@@ -219,6 +220,9 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 // worker reads, answers and writes packets until ctx ends (nil) or a read
 // fails (the error).
 func (s *Server) worker(ctx context.Context, conn net.PacketConn, port int) error {
+	if uc, ok := conn.(*net.UDPConn); ok && batchIO {
+		return s.batchWorker(ctx, uc, port)
+	}
 	buf := make([]byte, maxPacket)
 	sc := newScratch()
 	fast, _ := conn.(addrPortConn)
@@ -250,35 +254,50 @@ func (s *Server) worker(ctx context.Context, conn net.PacketConn, port int) erro
 
 // handle answers one datagram.
 func (s *Server) handle(ctx context.Context, conn net.PacketConn, fast addrPortConn, sc *scratch, pkt []byte, from netip.AddrPort, port int) {
-	req, err := sc.parseInto(pkt)
-	if err != nil {
-		d := Decision{Outcome: OutcomeMalformed, Reason: err.Error()}
-		countPacket(typeMalformed, OutcomeMalformed)
-		if s.log.Enabled(ctx, slog.LevelInfo) {
-			s.log.LogAttrs(ctx, slog.LevelInfo, "dhcp: malformed packet", slog.String("from", from.String()),
-				slog.Int("bytes", len(pkt)), slog.String("outcome", d.Outcome), slog.String("reason", d.Reason))
-		}
+	out, to, d := s.process(ctx, sc, pkt, from, port)
+	if out == nil {
 		return
 	}
-	resp, to, d := s.reply(ctx, req, from, port, sc)
-	s.record(ctx, &d, from, to)
-	if resp == nil {
-		return
-	}
-	sc.out = appendPacket(sc.out[:0], resp)
-	out := sc.out
+	var err error
 	if fast != nil {
 		_, err = fast.WriteToUDPAddrPort(out, to)
 	} else {
 		_, err = conn.WriteTo(out, net.UDPAddrFromAddrPort(to))
 	}
+	s.sent(ctx, d.MAC, d.Reply, to, err)
+}
+
+// process parses, answers, records and encodes one datagram. The reply
+// bytes (nil if none) are in sc's memory, valid until its next use.
+func (s *Server) process(ctx context.Context, sc *scratch, pkt []byte, from netip.AddrPort, port int) ([]byte, netip.AddrPort, *Decision) {
+	req, err := sc.parseInto(pkt)
+	if err != nil {
+		countPacket(typeMalformed, OutcomeMalformed)
+		if s.log.Enabled(ctx, slog.LevelInfo) {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "dhcp: malformed packet", slog.String("from", from.String()),
+				slog.Int("bytes", len(pkt)), slog.String("outcome", OutcomeMalformed), slog.String("reason", err.Error()))
+		}
+		return nil, netip.AddrPort{}, nil
+	}
+	resp, to, d := s.reply(ctx, req, from, port, sc)
+	s.record(ctx, &d, from, to)
+	if resp == nil {
+		return nil, netip.AddrPort{}, nil
+	}
+	sc.out = appendPacket(sc.out[:0], resp)
+	sc.decision = d
+	return sc.out, to, &sc.decision
+}
+
+// sent counts a reply sent, or logs why it could not be.
+func (s *Server) sent(ctx context.Context, mac net.HardwareAddr, reply dhcpv4.MessageType, to netip.AddrPort, err error) {
 	if err != nil {
 		sendErrors.Inc()
-		s.log.LogAttrs(ctx, slog.LevelWarn, "dhcp: sending reply failed", slog.String("mac", d.MAC.String()),
-			slog.String("to", to.String()), slog.String("reply", msgTypeName(d.Reply)), slog.Any("error", err))
+		s.log.LogAttrs(ctx, slog.LevelWarn, "dhcp: sending reply failed", slog.String("mac", mac.String()),
+			slog.String("to", to.String()), slog.String("reply", msgTypeName(reply)), slog.Any("error", err))
 		return
 	}
-	countReply(d.Reply)
+	countReply(reply)
 }
 
 // record counts, logs and emits the decision d about a packet from from.

@@ -37,6 +37,7 @@ type scratch struct {
 	req, resp dhcpv4.DHCPv4
 	arena     []byte
 	out       []byte
+	decision  Decision
 }
 
 func newScratch() *scratch {
