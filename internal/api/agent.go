@@ -172,32 +172,3 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 	}
 	return connect.NewResponse(&v1.StreamLogsResponse{LinesAccepted: accepted}), nil
 }
-
-type logService struct{ s *Services }
-
-// GetLogs reads a workflow's or an agent's lines.
-func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogsRequest]) (*connect.Response[v1.GetLogsResponse], error) {
-	s := l.s
-	if s.cfg.Logs == nil {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the log store is not open"))
-	}
-	m := req.Msg
-	if m.GetWorkflowId() == "" && m.GetAgentId() == "" {
-		return nil, invalid("name a workflow_id or an agent_id")
-	}
-	if m.GetTail() < 0 {
-		return nil, invalid("tail %d: want 0 (all) or more", m.GetTail())
-	}
-	lines, err := s.cfg.Logs.Read(m.GetWorkflowId(), m.GetAgentId(), int(m.GetTail()))
-	if err != nil {
-		return nil, s.toConnect(err)
-	}
-	out := &v1.GetLogsResponse{Lines: make([]*v1.LogLine, 0, len(lines))}
-	for _, x := range lines {
-		out.Lines = append(out.Lines, &v1.LogLine{
-			WorkflowId: x.WorkflowID, AgentId: x.AgentID, TaskName: x.TaskName,
-			ActionName: x.ActionName, Time: timestamppb.New(x.Time), Stream: x.Stream, Line: x.Line,
-		})
-	}
-	return connect.NewResponse(out), nil
-}

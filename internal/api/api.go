@@ -40,6 +40,11 @@ type Engine interface {
 type LogStore interface {
 	Append(lines ...logstore.Line) error
 	Read(workflowID, agentID string, tail int) ([]logstore.Line, error)
+	// ReadHardware, ReadMachine and UnknownMachines read the machine
+	// records (internal/bootlog writes them).
+	ReadHardware(hardwareID string, tail int) ([]logstore.Line, error)
+	ReadMachine(machine string, tail int) ([]logstore.Line, error)
+	UnknownMachines(limit int) ([]logstore.Line, error)
 }
 
 // Config configures the services.
@@ -49,8 +54,8 @@ type Config struct {
 	// Engine serves the agent service. If nil, AgentService answers
 	// UNAVAILABLE for GetAction and ReportActionStatus.
 	Engine Engine
-	// Logs keeps agent output. If nil, StreamLogs and GetLogs answer
-	// UNAVAILABLE.
+	// Logs keeps agent output and the machine records. If nil, StreamLogs,
+	// GetLogs and ListUnknownMachines answer UNAVAILABLE.
 	Logs LogStore
 	// MaxWait caps the long poll of GetAction. If 0, uses DefaultMaxWait.
 	MaxWait time.Duration

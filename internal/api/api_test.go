@@ -36,6 +36,9 @@ type env struct {
 	man  anvilv1connect.ManifestServiceClient
 	ag   anvilv1connect.AgentServiceClient
 	logs anvilv1connect.LogServiceClient
+
+	st *bolt.Store     // the store behind the API
+	ls *logstore.Store // the log store behind the API
 }
 
 type envOptions struct {
@@ -103,6 +106,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 		man:  anvilv1connect.NewManifestServiceClient(h2c, srv.URL, grpc),
 		ag:   anvilv1connect.NewAgentServiceClient(h2c, srv.URL, grpc),
 		logs: anvilv1connect.NewLogServiceClient(h2c, srv.URL, grpc),
+		st:   st,
+		ls:   ls,
 	}
 }
 

@@ -590,9 +590,16 @@ type LogLine struct {
 	TaskName   string                 `protobuf:"bytes,3,opt,name=task_name,json=taskName,proto3" json:"task_name,omitempty"`
 	ActionName string                 `protobuf:"bytes,4,opt,name=action_name,json=actionName,proto3" json:"action_name,omitempty"`
 	Time       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
-	// "stdout", "stderr" or "agent".
-	Stream        string `protobuf:"bytes,6,opt,name=stream,proto3" json:"stream,omitempty"`
-	Line          string `protobuf:"bytes,7,opt,name=line,proto3" json:"line,omitempty"`
+	// "stdout", "stderr" or "agent" for an agent's line; the service that
+	// recorded it ("dhcp", "tftp", "http", "syslog") for a line of a
+	// machine's record.
+	Stream string `protobuf:"bytes,6,opt,name=stream,proto3" json:"stream,omitempty"`
+	Line   string `protobuf:"bytes,7,opt,name=line,proto3" json:"line,omitempty"`
+	// Set on a line of a machine's record (never by agents): the Hardware
+	// ("namespace/name") whose record holds it, or, for a machine no
+	// Hardware matched, its MAC address (or IP when the event had no MAC).
+	Hardware      string `protobuf:"bytes,8,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	Machine       string `protobuf:"bytes,9,opt,name=machine,proto3" json:"machine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +683,20 @@ func (x *LogLine) GetLine() string {
 	return ""
 }
 
+func (x *LogLine) GetHardware() string {
+	if x != nil {
+		return x.Hardware
+	}
+	return ""
+}
+
+func (x *LogLine) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
 type StreamLogsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LinesAccepted int64                  `protobuf:"varint,1,opt,name=lines_accepted,json=linesAccepted,proto3" json:"lines_accepted,omitempty"`
@@ -720,13 +741,31 @@ func (x *StreamLogsResponse) GetLinesAccepted() int64 {
 	return 0
 }
 
+// GetLogsRequest selects one of: a workflow (workflow_id, optionally with
+// agent_id: that agent's lines of it), an agent (agent_id), a Hardware
+// (hardware, namespace), or a machine by MAC (mac) or IP (ip).
 type GetLogsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Either a workflow ("namespace/name") or an agent ID.
+	// A workflow, "namespace/name".
 	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
 	AgentId    string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	// At most this many of the newest lines; 0: all kept.
-	Tail          int32 `protobuf:"varint,3,opt,name=tail,proto3" json:"tail,omitempty"`
+	Tail int32 `protobuf:"varint,3,opt,name=tail,proto3" json:"tail,omitempty"`
+	// A Hardware's name: its machine record, the lines of its agent (its
+	// agent IDs: spec.agentID and its first MAC) and what its MACs recorded
+	// before the Hardware existed, interleaved by time. NOT_FOUND if there
+	// is no such Hardware.
+	Hardware string `protobuf:"bytes,4,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	// The namespace of hardware. Empty: "default".
+	Namespace string `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// A MAC address, any case, ":" or "-" separated: the Hardware that has
+	// it, as for hardware; else the record of the unknown machine.
+	Mac string `protobuf:"bytes,6,opt,name=mac,proto3" json:"mac,omitempty"`
+	// An IP address: the Hardware that has it, as for hardware; else the
+	// record of the unknown machine heard from at that address.
+	Ip string `protobuf:"bytes,7,opt,name=ip,proto3" json:"ip,omitempty"`
+	// Only lines at or after this time (to poll for new lines).
+	Since         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=since,proto3" json:"since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,9 +821,47 @@ func (x *GetLogsRequest) GetTail() int32 {
 	return 0
 }
 
+func (x *GetLogsRequest) GetHardware() string {
+	if x != nil {
+		return x.Hardware
+	}
+	return ""
+}
+
+func (x *GetLogsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetLogsRequest) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *GetLogsRequest) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *GetLogsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 type GetLogsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lines         []*LogLine             `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lines []*LogLine             `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	// For hardware, mac and ip: the Hardware ("namespace/name") the lines
+	// are of; empty for an unknown machine.
+	Hardware      string `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -822,6 +899,156 @@ func (*GetLogsResponse) Descriptor() ([]byte, []int) {
 func (x *GetLogsResponse) GetLines() []*LogLine {
 	if x != nil {
 		return x.Lines
+	}
+	return nil
+}
+
+func (x *GetLogsResponse) GetHardware() string {
+	if x != nil {
+		return x.Hardware
+	}
+	return ""
+}
+
+type ListUnknownMachinesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many machines, the most recent; 0: all kept.
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUnknownMachinesRequest) Reset() {
+	*x = ListUnknownMachinesRequest{}
+	mi := &file_anvil_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUnknownMachinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUnknownMachinesRequest) ProtoMessage() {}
+
+func (x *ListUnknownMachinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUnknownMachinesRequest.ProtoReflect.Descriptor instead.
+func (*ListUnknownMachinesRequest) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListUnknownMachinesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type UnknownMachine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The MAC address, or the IP for a machine heard from without one.
+	Machine string `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	// Its newest line.
+	Last          *LogLine `protobuf:"bytes,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnknownMachine) Reset() {
+	*x = UnknownMachine{}
+	mi := &file_anvil_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnknownMachine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnknownMachine) ProtoMessage() {}
+
+func (x *UnknownMachine) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnknownMachine.ProtoReflect.Descriptor instead.
+func (*UnknownMachine) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *UnknownMachine) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *UnknownMachine) GetLast() *LogLine {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+type ListUnknownMachinesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Machines      []*UnknownMachine      `protobuf:"bytes,1,rep,name=machines,proto3" json:"machines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUnknownMachinesResponse) Reset() {
+	*x = ListUnknownMachinesResponse{}
+	mi := &file_anvil_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUnknownMachinesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUnknownMachinesResponse) ProtoMessage() {}
+
+func (x *ListUnknownMachinesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUnknownMachinesResponse.ProtoReflect.Descriptor instead.
+func (*ListUnknownMachinesResponse) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListUnknownMachinesResponse) GetMachines() []*UnknownMachine {
+	if x != nil {
+		return x.Machines
 	}
 	return nil
 }
@@ -884,7 +1111,7 @@ const file_anvil_v1_agent_proto_rawDesc = "" +
 	" \x01(\tR\amessage\x12.\n" +
 	"\bprogress\x18\v \x01(\v2\x12.anvil.v1.ProgressR\bprogress\"C\n" +
 	"\x1aReportActionStatusResponse\x12%\n" +
-	"\x0eworkflow_state\x18\x01 \x01(\tR\rworkflowState\"\xdf\x01\n" +
+	"\x0eworkflow_state\x18\x01 \x01(\tR\rworkflowState\"\x95\x02\n" +
 	"\aLogLine\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12\x19\n" +
@@ -894,16 +1121,31 @@ const file_anvil_v1_agent_proto_rawDesc = "" +
 	"actionName\x12.\n" +
 	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06stream\x18\x06 \x01(\tR\x06stream\x12\x12\n" +
-	"\x04line\x18\a \x01(\tR\x04line\";\n" +
+	"\x04line\x18\a \x01(\tR\x04line\x12\x1a\n" +
+	"\bhardware\x18\b \x01(\tR\bhardware\x12\x18\n" +
+	"\amachine\x18\t \x01(\tR\amachine\";\n" +
 	"\x12StreamLogsResponse\x12%\n" +
-	"\x0elines_accepted\x18\x01 \x01(\x03R\rlinesAccepted\"`\n" +
+	"\x0elines_accepted\x18\x01 \x01(\x03R\rlinesAccepted\"\xee\x01\n" +
 	"\x0eGetLogsRequest\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x12\n" +
-	"\x04tail\x18\x03 \x01(\x05R\x04tail\":\n" +
+	"\x04tail\x18\x03 \x01(\x05R\x04tail\x12\x1a\n" +
+	"\bhardware\x18\x04 \x01(\tR\bhardware\x12\x1c\n" +
+	"\tnamespace\x18\x05 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03mac\x18\x06 \x01(\tR\x03mac\x12\x0e\n" +
+	"\x02ip\x18\a \x01(\tR\x02ip\x120\n" +
+	"\x05since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"V\n" +
 	"\x0fGetLogsResponse\x12'\n" +
-	"\x05lines\x18\x01 \x03(\v2\x11.anvil.v1.LogLineR\x05lines*\xac\x01\n" +
+	"\x05lines\x18\x01 \x03(\v2\x11.anvil.v1.LogLineR\x05lines\x12\x1a\n" +
+	"\bhardware\x18\x02 \x01(\tR\bhardware\"2\n" +
+	"\x1aListUnknownMachinesRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"Q\n" +
+	"\x0eUnknownMachine\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12%\n" +
+	"\x04last\x18\x02 \x01(\v2\x11.anvil.v1.LogLineR\x04last\"S\n" +
+	"\x1bListUnknownMachinesResponse\x124\n" +
+	"\bmachines\x18\x01 \x03(\v2\x18.anvil.v1.UnknownMachineR\bmachines*\xac\x01\n" +
 	"\vActionState\x12\x1c\n" +
 	"\x18ACTION_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ACTION_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -915,10 +1157,11 @@ const file_anvil_v1_agent_proto_rawDesc = "" +
 	"\tGetAction\x12\x1a.anvil.v1.GetActionRequest\x1a\x1b.anvil.v1.GetActionResponse\x12_\n" +
 	"\x12ReportActionStatus\x12#.anvil.v1.ReportActionStatusRequest\x1a$.anvil.v1.ReportActionStatusResponse\x12?\n" +
 	"\n" +
-	"StreamLogs\x12\x11.anvil.v1.LogLine\x1a\x1c.anvil.v1.StreamLogsResponse(\x012L\n" +
+	"StreamLogs\x12\x11.anvil.v1.LogLine\x1a\x1c.anvil.v1.StreamLogsResponse(\x012\xb0\x01\n" +
 	"\n" +
 	"LogService\x12>\n" +
-	"\aGetLogs\x12\x18.anvil.v1.GetLogsRequest\x1a\x19.anvil.v1.GetLogsResponseB1Z/github.com/anvilproj/anvil/api/anvil/v1;anvilv1b\x06proto3"
+	"\aGetLogs\x12\x18.anvil.v1.GetLogsRequest\x1a\x19.anvil.v1.GetLogsResponse\x12b\n" +
+	"\x13ListUnknownMachines\x12$.anvil.v1.ListUnknownMachinesRequest\x1a%.anvil.v1.ListUnknownMachinesResponseB1Z/github.com/anvilproj/anvil/api/anvil/v1;anvilv1b\x06proto3"
 
 var (
 	file_anvil_v1_agent_proto_rawDescOnce sync.Once
@@ -933,49 +1176,57 @@ func file_anvil_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_anvil_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_anvil_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_anvil_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_anvil_v1_agent_proto_goTypes = []any{
-	(ActionState)(0),                   // 0: anvil.v1.ActionState
-	(*AgentAttributes)(nil),            // 1: anvil.v1.AgentAttributes
-	(*GetActionRequest)(nil),           // 2: anvil.v1.GetActionRequest
-	(*GetActionResponse)(nil),          // 3: anvil.v1.GetActionResponse
-	(*Progress)(nil),                   // 4: anvil.v1.Progress
-	(*ReportActionStatusRequest)(nil),  // 5: anvil.v1.ReportActionStatusRequest
-	(*ReportActionStatusResponse)(nil), // 6: anvil.v1.ReportActionStatusResponse
-	(*LogLine)(nil),                    // 7: anvil.v1.LogLine
-	(*StreamLogsResponse)(nil),         // 8: anvil.v1.StreamLogsResponse
-	(*GetLogsRequest)(nil),             // 9: anvil.v1.GetLogsRequest
-	(*GetLogsResponse)(nil),            // 10: anvil.v1.GetLogsResponse
-	nil,                                // 11: anvil.v1.AgentAttributes.ExtraEntry
-	nil,                                // 12: anvil.v1.GetActionResponse.EnvironmentEntry
-	(*durationpb.Duration)(nil),        // 13: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 14: google.protobuf.Timestamp
+	(ActionState)(0),                    // 0: anvil.v1.ActionState
+	(*AgentAttributes)(nil),             // 1: anvil.v1.AgentAttributes
+	(*GetActionRequest)(nil),            // 2: anvil.v1.GetActionRequest
+	(*GetActionResponse)(nil),           // 3: anvil.v1.GetActionResponse
+	(*Progress)(nil),                    // 4: anvil.v1.Progress
+	(*ReportActionStatusRequest)(nil),   // 5: anvil.v1.ReportActionStatusRequest
+	(*ReportActionStatusResponse)(nil),  // 6: anvil.v1.ReportActionStatusResponse
+	(*LogLine)(nil),                     // 7: anvil.v1.LogLine
+	(*StreamLogsResponse)(nil),          // 8: anvil.v1.StreamLogsResponse
+	(*GetLogsRequest)(nil),              // 9: anvil.v1.GetLogsRequest
+	(*GetLogsResponse)(nil),             // 10: anvil.v1.GetLogsResponse
+	(*ListUnknownMachinesRequest)(nil),  // 11: anvil.v1.ListUnknownMachinesRequest
+	(*UnknownMachine)(nil),              // 12: anvil.v1.UnknownMachine
+	(*ListUnknownMachinesResponse)(nil), // 13: anvil.v1.ListUnknownMachinesResponse
+	nil,                                 // 14: anvil.v1.AgentAttributes.ExtraEntry
+	nil,                                 // 15: anvil.v1.GetActionResponse.EnvironmentEntry
+	(*durationpb.Duration)(nil),         // 16: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 17: google.protobuf.Timestamp
 }
 var file_anvil_v1_agent_proto_depIdxs = []int32{
-	11, // 0: anvil.v1.AgentAttributes.extra:type_name -> anvil.v1.AgentAttributes.ExtraEntry
+	14, // 0: anvil.v1.AgentAttributes.extra:type_name -> anvil.v1.AgentAttributes.ExtraEntry
 	1,  // 1: anvil.v1.GetActionRequest.agent_attributes:type_name -> anvil.v1.AgentAttributes
-	13, // 2: anvil.v1.GetActionRequest.wait:type_name -> google.protobuf.Duration
-	12, // 3: anvil.v1.GetActionResponse.environment:type_name -> anvil.v1.GetActionResponse.EnvironmentEntry
+	16, // 2: anvil.v1.GetActionRequest.wait:type_name -> google.protobuf.Duration
+	15, // 3: anvil.v1.GetActionResponse.environment:type_name -> anvil.v1.GetActionResponse.EnvironmentEntry
 	0,  // 4: anvil.v1.ReportActionStatusRequest.action_state:type_name -> anvil.v1.ActionState
-	14, // 5: anvil.v1.ReportActionStatusRequest.execution_start:type_name -> google.protobuf.Timestamp
-	14, // 6: anvil.v1.ReportActionStatusRequest.execution_stop:type_name -> google.protobuf.Timestamp
-	13, // 7: anvil.v1.ReportActionStatusRequest.execution_duration:type_name -> google.protobuf.Duration
+	17, // 5: anvil.v1.ReportActionStatusRequest.execution_start:type_name -> google.protobuf.Timestamp
+	17, // 6: anvil.v1.ReportActionStatusRequest.execution_stop:type_name -> google.protobuf.Timestamp
+	16, // 7: anvil.v1.ReportActionStatusRequest.execution_duration:type_name -> google.protobuf.Duration
 	4,  // 8: anvil.v1.ReportActionStatusRequest.progress:type_name -> anvil.v1.Progress
-	14, // 9: anvil.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	7,  // 10: anvil.v1.GetLogsResponse.lines:type_name -> anvil.v1.LogLine
-	2,  // 11: anvil.v1.AgentService.GetAction:input_type -> anvil.v1.GetActionRequest
-	5,  // 12: anvil.v1.AgentService.ReportActionStatus:input_type -> anvil.v1.ReportActionStatusRequest
-	7,  // 13: anvil.v1.AgentService.StreamLogs:input_type -> anvil.v1.LogLine
-	9,  // 14: anvil.v1.LogService.GetLogs:input_type -> anvil.v1.GetLogsRequest
-	3,  // 15: anvil.v1.AgentService.GetAction:output_type -> anvil.v1.GetActionResponse
-	6,  // 16: anvil.v1.AgentService.ReportActionStatus:output_type -> anvil.v1.ReportActionStatusResponse
-	8,  // 17: anvil.v1.AgentService.StreamLogs:output_type -> anvil.v1.StreamLogsResponse
-	10, // 18: anvil.v1.LogService.GetLogs:output_type -> anvil.v1.GetLogsResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	17, // 9: anvil.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	17, // 10: anvil.v1.GetLogsRequest.since:type_name -> google.protobuf.Timestamp
+	7,  // 11: anvil.v1.GetLogsResponse.lines:type_name -> anvil.v1.LogLine
+	7,  // 12: anvil.v1.UnknownMachine.last:type_name -> anvil.v1.LogLine
+	12, // 13: anvil.v1.ListUnknownMachinesResponse.machines:type_name -> anvil.v1.UnknownMachine
+	2,  // 14: anvil.v1.AgentService.GetAction:input_type -> anvil.v1.GetActionRequest
+	5,  // 15: anvil.v1.AgentService.ReportActionStatus:input_type -> anvil.v1.ReportActionStatusRequest
+	7,  // 16: anvil.v1.AgentService.StreamLogs:input_type -> anvil.v1.LogLine
+	9,  // 17: anvil.v1.LogService.GetLogs:input_type -> anvil.v1.GetLogsRequest
+	11, // 18: anvil.v1.LogService.ListUnknownMachines:input_type -> anvil.v1.ListUnknownMachinesRequest
+	3,  // 19: anvil.v1.AgentService.GetAction:output_type -> anvil.v1.GetActionResponse
+	6,  // 20: anvil.v1.AgentService.ReportActionStatus:output_type -> anvil.v1.ReportActionStatusResponse
+	8,  // 21: anvil.v1.AgentService.StreamLogs:output_type -> anvil.v1.StreamLogsResponse
+	10, // 22: anvil.v1.LogService.GetLogs:output_type -> anvil.v1.GetLogsResponse
+	13, // 23: anvil.v1.LogService.ListUnknownMachines:output_type -> anvil.v1.ListUnknownMachinesResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_anvil_v1_agent_proto_init() }
@@ -989,7 +1240,7 @@ func file_anvil_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_anvil_v1_agent_proto_rawDesc), len(file_anvil_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

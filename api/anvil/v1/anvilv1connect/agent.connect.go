@@ -44,6 +44,9 @@ const (
 	AgentServiceStreamLogsProcedure = "/anvil.v1.AgentService/StreamLogs"
 	// LogServiceGetLogsProcedure is the fully-qualified name of the LogService's GetLogs RPC.
 	LogServiceGetLogsProcedure = "/anvil.v1.LogService/GetLogs"
+	// LogServiceListUnknownMachinesProcedure is the fully-qualified name of the LogService's
+	// ListUnknownMachines RPC.
+	LogServiceListUnknownMachinesProcedure = "/anvil.v1.LogService/ListUnknownMachines"
 )
 
 // AgentServiceClient is a client for the anvil.v1.AgentService service.
@@ -182,7 +185,11 @@ func (UnimplementedAgentServiceHandler) StreamLogs(context.Context, *connect.Cli
 
 // LogServiceClient is a client for the anvil.v1.LogService service.
 type LogServiceClient interface {
+	// GetLogs returns the lines of one selection, oldest first.
 	GetLogs(context.Context, *connect.Request[v1.GetLogsRequest]) (*connect.Response[v1.GetLogsResponse], error)
+	// ListUnknownMachines lists the machines no Hardware matches that tried
+	// to boot, each with its newest line, most recently heard from first.
+	ListUnknownMachines(context.Context, *connect.Request[v1.ListUnknownMachinesRequest]) (*connect.Response[v1.ListUnknownMachinesResponse], error)
 }
 
 // NewLogServiceClient constructs a client for the anvil.v1.LogService service. By default, it uses
@@ -202,12 +209,19 @@ func NewLogServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(logServiceMethods.ByName("GetLogs")),
 			connect.WithClientOptions(opts...),
 		),
+		listUnknownMachines: connect.NewClient[v1.ListUnknownMachinesRequest, v1.ListUnknownMachinesResponse](
+			httpClient,
+			baseURL+LogServiceListUnknownMachinesProcedure,
+			connect.WithSchema(logServiceMethods.ByName("ListUnknownMachines")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // logServiceClient implements LogServiceClient.
 type logServiceClient struct {
-	getLogs *connect.Client[v1.GetLogsRequest, v1.GetLogsResponse]
+	getLogs             *connect.Client[v1.GetLogsRequest, v1.GetLogsResponse]
+	listUnknownMachines *connect.Client[v1.ListUnknownMachinesRequest, v1.ListUnknownMachinesResponse]
 }
 
 // GetLogs calls anvil.v1.LogService.GetLogs.
@@ -215,9 +229,18 @@ func (c *logServiceClient) GetLogs(ctx context.Context, req *connect.Request[v1.
 	return c.getLogs.CallUnary(ctx, req)
 }
 
+// ListUnknownMachines calls anvil.v1.LogService.ListUnknownMachines.
+func (c *logServiceClient) ListUnknownMachines(ctx context.Context, req *connect.Request[v1.ListUnknownMachinesRequest]) (*connect.Response[v1.ListUnknownMachinesResponse], error) {
+	return c.listUnknownMachines.CallUnary(ctx, req)
+}
+
 // LogServiceHandler is an implementation of the anvil.v1.LogService service.
 type LogServiceHandler interface {
+	// GetLogs returns the lines of one selection, oldest first.
 	GetLogs(context.Context, *connect.Request[v1.GetLogsRequest]) (*connect.Response[v1.GetLogsResponse], error)
+	// ListUnknownMachines lists the machines no Hardware matches that tried
+	// to boot, each with its newest line, most recently heard from first.
+	ListUnknownMachines(context.Context, *connect.Request[v1.ListUnknownMachinesRequest]) (*connect.Response[v1.ListUnknownMachinesResponse], error)
 }
 
 // NewLogServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -233,10 +256,18 @@ func NewLogServiceHandler(svc LogServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(logServiceMethods.ByName("GetLogs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	logServiceListUnknownMachinesHandler := connect.NewUnaryHandler(
+		LogServiceListUnknownMachinesProcedure,
+		svc.ListUnknownMachines,
+		connect.WithSchema(logServiceMethods.ByName("ListUnknownMachines")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/anvil.v1.LogService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LogServiceGetLogsProcedure:
 			logServiceGetLogsHandler.ServeHTTP(w, r)
+		case LogServiceListUnknownMachinesProcedure:
+			logServiceListUnknownMachinesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -248,4 +279,8 @@ type UnimplementedLogServiceHandler struct{}
 
 func (UnimplementedLogServiceHandler) GetLogs(context.Context, *connect.Request[v1.GetLogsRequest]) (*connect.Response[v1.GetLogsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.LogService.GetLogs is not implemented"))
+}
+
+func (UnimplementedLogServiceHandler) ListUnknownMachines(context.Context, *connect.Request[v1.ListUnknownMachinesRequest]) (*connect.Response[v1.ListUnknownMachinesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.LogService.ListUnknownMachines is not implemented"))
 }

@@ -1,0 +1,176 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+)
+
+type logService struct{ s *Services }
+
+// GetLogs reads one selection: a workflow's or an agent's lines, or a
+// machine's (by Hardware, MAC or IP) merged from its record, its agent's
+// lines and what its MACs recorded while no Hardware had them.
+func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogsRequest]) (*connect.Response[v1.GetLogsResponse], error) {
+	s := l.s
+	if s.cfg.Logs == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the log store is not open"))
+	}
+	m := req.Msg
+	machine := 0
+	for _, sel := range []string{m.GetHardware(), m.GetMac(), m.GetIp()} {
+		if sel != "" {
+			machine++
+		}
+	}
+	switch {
+	case machine > 1 || machine == 1 && (m.GetWorkflowId() != "" || m.GetAgentId() != ""):
+		return nil, invalid("name only one of a workflow_id (with or without agent_id), an agent_id, a hardware, a mac or an ip")
+	case machine == 0 && m.GetWorkflowId() == "" && m.GetAgentId() == "":
+		return nil, invalid("name a workflow_id, an agent_id, a hardware, a mac or an ip")
+	case m.GetTail() < 0:
+		return nil, invalid("tail %d: want 0 (all) or more", m.GetTail())
+	}
+	var since time.Time
+	tail := int(m.GetTail())
+	if m.GetSince() != nil {
+		// Tail counts the lines since then: read them all, cut below.
+		since, tail = m.GetSince().AsTime(), 0
+	}
+
+	var (
+		lines []logstore.Line
+		hw    *model.Hardware
+		err   error
+	)
+	switch {
+	case m.GetHardware() != "":
+		ns := cmp.Or(m.GetNamespace(), model.DefaultNamespace)
+		var obj model.Object
+		obj, err = s.cfg.Store.Get(ctx, model.KindHardware, ns, m.GetHardware())
+		if err == nil {
+			hw = obj.(*model.Hardware)
+			lines, err = l.machineLines(hw, tail)
+		}
+	case m.GetMac() != "":
+		mac, perr := net.ParseMAC(m.GetMac())
+		if perr != nil {
+			return nil, invalid("mac %q: %v", m.GetMac(), perr)
+		}
+		hw, lines, err = l.machineBy(ctx, store.IndexMAC, mac.String(), tail)
+	case m.GetIp() != "":
+		ip, perr := netip.ParseAddr(m.GetIp())
+		if perr != nil {
+			return nil, invalid("ip %q: %v", m.GetIp(), perr)
+		}
+		hw, lines, err = l.machineBy(ctx, store.IndexIP, ip.Unmap().String(), tail)
+	default:
+		lines, err = s.cfg.Logs.Read(m.GetWorkflowId(), m.GetAgentId(), tail)
+	}
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	if !since.IsZero() {
+		// Agents stamp their own lines: a file's order need not be time
+		// order, so filter rather than search.
+		lines = slices.DeleteFunc(lines, func(l logstore.Line) bool { return l.Time.Before(since) })
+		if n := int(m.GetTail()); n > 0 && len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+	}
+	out := &v1.GetLogsResponse{Lines: make([]*v1.LogLine, 0, len(lines))}
+	if hw != nil {
+		out.Hardware = hw.Key()
+	}
+	for _, x := range lines {
+		out.Lines = append(out.Lines, lineToWire(x))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// machineBy returns the lines of the Hardware whose index holds value, or
+// if none does, the record of the unknown machine value names.
+func (l logService) machineBy(ctx context.Context, index, value string, tail int) (*model.Hardware, []logstore.Line, error) {
+	objs, err := l.s.cfg.Store.ByIndex(ctx, model.KindHardware, index, value)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(objs) == 0 {
+		lines, err := l.s.cfg.Logs.ReadMachine(value, tail)
+		return nil, lines, err
+	}
+	hw := objs[0].(*model.Hardware)
+	lines, err := l.machineLines(hw, tail)
+	return hw, lines, err
+}
+
+// machineLines merges, by time, a Hardware's record, its agent IDs' lines,
+// and the unknown-machine records of its MACs (from before it existed).
+func (l logService) machineLines(hw *model.Hardware, tail int) ([]logstore.Line, error) {
+	logs := l.s.cfg.Logs
+	lines, err := logs.ReadHardware(hw.Key(), tail)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range hw.AgentIDs() {
+		more, err := logs.Read("", id, tail)
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, more...)
+	}
+	for _, mac := range hw.MACs() {
+		more, err := logs.ReadMachine(mac, tail)
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, more...)
+	}
+	// Each source is in time order already; a stable sort keeps the order
+	// of lines with equal times within a source.
+	slices.SortStableFunc(lines, func(a, b logstore.Line) int { return a.Time.Compare(b.Time) })
+	if tail > 0 && len(lines) > tail {
+		lines = lines[len(lines)-tail:]
+	}
+	return lines, nil
+}
+
+// ListUnknownMachines lists the machines no Hardware matches, newest first.
+func (l logService) ListUnknownMachines(ctx context.Context, req *connect.Request[v1.ListUnknownMachinesRequest]) (*connect.Response[v1.ListUnknownMachinesResponse], error) {
+	s := l.s
+	if s.cfg.Logs == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the log store is not open"))
+	}
+	if req.Msg.GetLimit() < 0 {
+		return nil, invalid("limit %d: want 0 (all) or more", req.Msg.GetLimit())
+	}
+	lasts, err := s.cfg.Logs.UnknownMachines(int(req.Msg.GetLimit()))
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	out := &v1.ListUnknownMachinesResponse{Machines: make([]*v1.UnknownMachine, 0, len(lasts))}
+	for _, x := range lasts {
+		out.Machines = append(out.Machines, &v1.UnknownMachine{Machine: x.Machine, Last: lineToWire(x)})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func lineToWire(x logstore.Line) *v1.LogLine {
+	return &v1.LogLine{
+		WorkflowId: x.WorkflowID, AgentId: x.AgentID, TaskName: x.TaskName,
+		ActionName: x.ActionName, Time: timestamppb.New(x.Time), Stream: x.Stream, Line: x.Line,
+		Hardware: x.HardwareID, Machine: x.Machine,
+	}
+}
