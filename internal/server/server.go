@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/workflow"
@@ -188,6 +189,34 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		lns = append(lns, namedListener{"grpc", ln})
 	}
 
+	// Network boot: its sockets open here too. Machine events (what each
+	// service did for which machine) go to the machine record.
+	recorder := bootlog.New(bootlog.Config{Store: st, Logs: logs, Logger: log})
+	recorderCtx, stopRecorder := context.WithCancel(context.Background())
+	recorderDone := make(chan struct{})
+	go func() {
+		defer close(recorderDone)
+		if err := recorder.Run(recorderCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("machine record writer stopped", "err", err)
+		}
+	}()
+	// Runs before the log store closes (defers run last-in first-out):
+	// what the services recorded until they stopped is written.
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := recorder.Flush(flushCtx); err != nil {
+			log.Warn("machine record: not every event was written", "err", err)
+		}
+		stopRecorder()
+		<-recorderDone
+	}()
+	boot, err := newBootServices(cfg, st, recorder, log)
+	if err != nil {
+		return err
+	}
+	defer boot.close()
+
 	// Stage 3: the workflow engine.
 	engine := workflow.New(workflow.Config{Store: st, Logger: log})
 	engineCtx, stopEngine := context.WithCancel(context.Background())
@@ -245,10 +274,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		fmt.Fprintln(w, "ok")
 	})
 	httpMux.Handle("GET /metrics", promhttp.Handler())
+	boot.http.Register(httpMux)
 	httpMux.Handle("/", apiMux)
 
 	// Stage 5: serve.
-	serveErr := make(chan error, len(lns))
+	serveErr := make(chan error, len(lns)+len(boot.packets))
 	var servers []*http.Server
 	var wg sync.WaitGroup
 	for _, l := range lns {
@@ -268,6 +298,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}()
 	}
+
+	bootCtx, stopBoot := context.WithCancel(context.Background())
+	defer stopBoot()
+	boot.serve(bootCtx, &wg, serveErr)
 
 	var runErr error
 	select {
@@ -289,6 +323,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// in-flight ones finish (bounded), then stop the engine; the deferred
 	// closes of the stores run last.
 	shuttingDown.Store(true)
+	stopBoot()
+	boot.close()
 	services.Stop()
 	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()

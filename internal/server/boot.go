@@ -1,0 +1,209 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/anvilproj/anvil/internal/bootpolicy"
+	"github.com/anvilproj/anvil/internal/dhcp"
+	"github.com/anvilproj/anvil/internal/httpboot"
+	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/machinelog"
+	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/syslog"
+	"github.com/anvilproj/anvil/internal/tftp"
+)
+
+// bootServices are the network boot services of `anvil serve`: DHCP (and
+// the PXE port in proxy modes), TFTP, syslog, and the HTTP boot routes. It
+// only wires them: each protocol lives in its own package, and what a
+// machine gets is the boot policy's decision.
+type bootServices struct {
+	log     *slog.Logger
+	http    *httpboot.Handler
+	packets []packetService
+}
+
+// packetService is one UDP socket and the server reading it.
+type packetService struct {
+	name  string
+	conn  net.PacketConn
+	serve func(ctx context.Context, conn net.PacketConn) error
+}
+
+// newBootServices builds the boot services and opens their sockets, so that
+// a busy port or a missing privilege fails at start. events receives every
+// service's machine events.
+func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *slog.Logger) (_ *bootServices, err error) {
+	b := &bootServices{log: log}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	public, err := resolvePublicIP(cfg.PublicIP, cfg.Bind)
+	if err != nil {
+		return nil, err
+	}
+	bind, _ := netip.ParseAddr(cfg.Bind) // checked by Run
+	mode := cfg.DHCPMode
+	if mode == "" {
+		mode = DefaultDHCPMode
+	}
+	if cfg.DisableDHCP {
+		mode = string(dhcp.ModeOff)
+	}
+	dmode, err := dhcp.ParseMode(mode)
+	if err != nil {
+		return nil, fmt.Errorf("--dhcp-mode: %w", err)
+	}
+	httpBase := "http://" + net.JoinHostPort(public.String(), strconv.Itoa(cfg.HTTPPort))
+
+	policy, err := bootpolicy.New(bootpolicy.Config{
+		Store:           st,
+		Mode:            string(dmode),
+		PublicHTTP:      httpBase,
+		GRPCAuthority:   net.JoinHostPort(public.String(), strconv.Itoa(cfg.GRPCPort)),
+		SyslogHost:      syslogHost(cfg, public),
+		ExtraKernelArgs: cfg.KernelArgs,
+		Logger:          log,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// Files: the operator's --tftp-dir over the bundled iPXE binaries, for
+	// TFTP and /ipxe/binary/ alike; the boot environment at /bootenv/.
+	operatorFiles, err := openDirFS(cfg.TFTPDir)
+	if err != nil {
+		return nil, fmt.Errorf("--tftp-dir: %w", err)
+	}
+	files := fs.FS(overlayFS{upper: operatorFiles, lower: ipxe.Binaries()})
+	bootEnvDir := cfg.BootEnvDir
+	if bootEnvDir == "" {
+		// The default lives in the data dir and is created empty: the
+		// boot environment's files are put there later.
+		bootEnvDir = filepath.Join(cfg.DataDir, "bootenv")
+		if err := os.MkdirAll(bootEnvDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	bootEnv, err := httpboot.DirFS(bootEnvDir)
+	if err != nil {
+		return nil, fmt.Errorf("--bootenv-dir: %w", err)
+	}
+	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Logger: log, Events: events})
+
+	if dmode != dhcp.ModeOff {
+		srv, err := dhcp.New(dhcp.Config{Mode: dmode, ServerIP: public, HTTPBase: httpBase, Backend: policy,
+			Events: events, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		port := cfg.DHCPPort
+		if port == 0 {
+			port = DefaultDHCPPort
+		}
+		conn, err := dhcp.ListenInterface(bind, port)
+		if err != nil {
+			return nil, fmt.Errorf("dhcp: %w", err)
+		}
+		b.packets = append(b.packets, packetService{"dhcp", conn, srv.Serve})
+		if dmode == dhcp.ModeProxy || dmode == dhcp.ModeAutoProxy {
+			// PXE clients ask the boot server on 4011 after a proxy offer.
+			conn, err := dhcp.ListenAddr(public, dhcp.PXEPort)
+			if err != nil {
+				return nil, fmt.Errorf("dhcp (PXE port %d): %w", dhcp.PXEPort, err)
+			}
+			b.packets = append(b.packets, packetService{"pxe", conn, srv.Serve})
+		}
+	}
+	if !cfg.DisableTFTP {
+		srv, err := tftp.New(tftp.Config{FS: files, Logger: log, Events: events})
+		if err != nil {
+			return nil, err
+		}
+		conn, err := listenUDP(cfg.Bind, cfg.TFTPPort, DefaultTFTPPort, "tftp")
+		if err != nil {
+			return nil, err
+		}
+		b.packets = append(b.packets, packetService{"tftp", conn, srv.Serve})
+	}
+	if !cfg.DisableSyslog {
+		srv, err := syslog.New(syslog.Config{Events: events, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		conn, err := listenUDP(cfg.Bind, cfg.SyslogPort, DefaultSyslogPort, "syslog")
+		if err != nil {
+			return nil, err
+		}
+		b.packets = append(b.packets, packetService{"syslog", conn, srv.Serve})
+	}
+	log.Info("network boot", "public_ip", public.String(), "dhcp_mode", string(dmode), "http", httpBase,
+		"bootenv_dir", bootEnvDir, "ipxe", ipxe.Version())
+	return b, nil
+}
+
+// syslogHost is the address the boot environment sends syslog to, or ""
+// when the receiver is off.
+func syslogHost(cfg Config, public netip.Addr) string {
+	if cfg.DisableSyslog {
+		return ""
+	}
+	if cfg.SyslogPort != 0 && cfg.SyslogPort != DefaultSyslogPort {
+		return net.JoinHostPort(public.String(), strconv.Itoa(cfg.SyslogPort))
+	}
+	return public.String()
+}
+
+// serve runs every packet service until ctx ends; a service that fails
+// sends its error to errs.
+func (b *bootServices) serve(ctx context.Context, wg *sync.WaitGroup, errs chan<- error) {
+	for _, p := range b.packets {
+		b.log.Info("listening", "service", p.name, "addr", p.conn.LocalAddr().String(), "proto", "udp")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.serve(ctx, p.conn); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s on %s: %w", p.name, p.conn.LocalAddr(), err)
+			}
+		}()
+	}
+}
+
+// close closes the sockets (which also ends Serve loops still reading).
+func (b *bootServices) close() {
+	for _, p := range b.packets {
+		p.conn.Close()
+	}
+}
+
+// listenUDP opens a UDP socket on bind:port (def if port is 0) and turns the
+// common failures into advice.
+func listenUDP(bind string, port, def int, name string) (net.PacketConn, error) {
+	if port == 0 {
+		port = def
+	}
+	conn, err := net.ListenPacket("udp4", net.JoinHostPort(bind, strconv.Itoa(port)))
+	if err == nil {
+		return conn, nil
+	}
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%s: %w: is another %s server running? choose another port with --%s-port, or switch it off with --no-%s", name, err, name, name, name)
+	case errors.Is(err, syscall.EACCES):
+		return nil, fmt.Errorf("%s: %w: ports below 1024 need root or CAP_NET_BIND_SERVICE", name, err)
+	}
+	return nil, fmt.Errorf("%s: %w", name, err)
+}
