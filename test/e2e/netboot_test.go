@@ -53,7 +53,7 @@ func TestNetbootUEFI(t *testing.T) {
 
 	record := a.cli(t, "logs", "hardware/uefi-node")
 	assertRecord(t, record, "dhcp", "ipxe.efi")
-	assertRecord(t, record, "tftp", "ipxe.efi", "served")
+	assertRecord(t, record, "tftp", "RRQ ipxe.efi", "sent", "bytes")
 	assertRecord(t, record, "http", "auto.ipxe", "PENDING")
 	assertRecord(t, record, "http", "vmlinuz-x86_64", "200")
 }
