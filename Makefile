@@ -16,6 +16,7 @@ FUZZ_TARGETS := \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
+	./internal/ipxe:FuzzBootEnv \
 	./internal/labels:FuzzParse \
 	./internal/syslog:FuzzParse
 
