@@ -13,6 +13,7 @@
 #   FLEET_SIZES  machine counts for the fleet bench (default "1000 10000")
 #   FLEET_ARGS   extra flags for bench/fleet (e.g. "-action-time 1s")
 #   BENCH_OUT    directory for each run's output and JSON line (default bench/out)
+#   DHCP_ARGS    extra flags for bench/dhcp (e.g. "-duration 5s -servers anvil,kea")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo /root/go)/bin:$PATH"
@@ -22,7 +23,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet)
+SECTIONS=(fleet dhcp)
 
 say() { echo "bench: $*" >&2; }
 
@@ -39,6 +40,21 @@ section_fleet() {
     grep -v '^{' "$BENCH_OUT/fleet-$n.txt"
     grep '^{' "$BENCH_OUT/fleet-$n.txt" >"$BENCH_OUT/fleet-$n.json" || true
   done
+  return $rc
+}
+
+# dhcp: perfdhcp against anvil serve, dnsmasq and Kea in two network
+# namespaces (bench/dhcp): the highest rate each answers with 0 drops, the
+# server CPU per exchange, and the ratios. Needs root and the peers
+# (scripts/install-deps.sh installs them).
+section_dhcp() {
+  go build -o "$BENCH_OUT/dhcp" ./bench/dhcp || return 1
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/dhcp" -anvil "$ANVIL" -json ${DHCP_ARGS:-} >"$BENCH_OUT/dhcp.txt" \
+    2> >(tee "$BENCH_OUT/dhcp.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/dhcp.txt"
+  grep '^{' "$BENCH_OUT/dhcp.txt" >"$BENCH_OUT/dhcp.json" || true
   return $rc
 }
 

@@ -10,7 +10,7 @@
 // reservations, client i at 10.88.1.0 + i.
 //
 // For each server the rate (-r) is doubled from -start until a trial drops
-// packets, then bisected to -precision. A trial passes when perfdhcp exits
+// packets (or halved until one passes), then bisected to -precision. A trial passes when perfdhcp exits
 // 0 (no DISCOVER-OFFER or REQUEST-ACK drops, in-flight packets at the
 // cut-off excluded by -W). A failing rate is tried -retries more times
 // before it counts as failing, because the machine is shared.
@@ -159,7 +159,11 @@ func run(o options) error {
 			return fmt.Errorf("%s not found (scripts/install-deps.sh installs it)", tool)
 		}
 	}
-	if o.work == "" {
+	if o.work != "" {
+		if err := os.MkdirAll(o.work, 0o755); err != nil {
+			return err
+		}
+	} else {
 		d, err := os.MkdirTemp("", "anvil-bench-dhcp-")
 		if err != nil {
 			return err
@@ -261,6 +265,19 @@ func measure(ctx context.Context, o options, n *netns, r *result) error {
 			return nil
 		}
 	}
+	// Failed at the start: halve until a rate passes.
+	for rate := hi / 2; lo == 0 && rate >= minRate; rate /= 2 {
+		t, err := try(rate)
+		if err != nil {
+			return err
+		}
+		best(t)
+		if t.Pass {
+			lo = rate
+		} else {
+			hi = rate
+		}
+	}
 	for lo > 0 && float64(hi-lo)/float64(lo) > o.precision {
 		mid := (lo + hi) / 2
 		t, err := try(mid)
@@ -275,10 +292,13 @@ func measure(ctx context.Context, o options, n *netns, r *result) error {
 		}
 	}
 	if lo == 0 {
-		return fmt.Errorf("dropped packets even at %d exchanges/s", o.start)
+		return fmt.Errorf("dropped packets even at %d exchanges/s", hi)
 	}
 	return nil
 }
+
+// minRate is the lowest rate the search goes down to.
+const minRate = 50
 
 // runTrial runs perfdhcp once at rate and measures the server around it.
 func runTrial(ctx context.Context, o options, n *netns, srv *server, rate int) (trial, error) {
