@@ -343,11 +343,10 @@ func runTrial(ctx context.Context, o options, n *netns, srv *server, rate int) (
 }
 
 type perfStats struct {
-	rate                 float64
-	sent, acks           int64
-	doDrops, raDrops     int64
-	doReceived, raSent   int64
-	sawDO, sawRA, sawAny bool
+	rate               float64
+	sent, acks         int64
+	doDrops, raDrops   int64
+	doReceived, raSent int64
 }
 
 // parsePerfdhcp reads perfdhcp's summary: "Rate: X 4-way exchanges/second"
@@ -365,9 +364,9 @@ func parsePerfdhcp(out string) perfStats {
 				st.rate, _ = strconv.ParseFloat(f[1], 64)
 			}
 		case strings.Contains(line, "Statistics for: DISCOVER-OFFER"):
-			section, st.sawDO = "DO", true
+			section = "DO"
 		case strings.Contains(line, "Statistics for: REQUEST-ACK"):
-			section, st.sawRA = "RA", true
+			section = "RA"
 		}
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
