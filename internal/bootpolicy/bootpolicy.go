@@ -95,6 +95,8 @@ type Policy struct {
 	extraArgs  []string
 	log        *slog.Logger
 
+	hosts hostCache // fed by Run
+
 	warned  sync.Map // warning key -> struct{}
 	nWarned atomic.Int64
 }

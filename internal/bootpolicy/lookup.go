@@ -22,7 +22,15 @@ import (
 // cannot have, a route that does not parse) is left out and logged once per
 // Hardware version, and the rest is answered. netboot.allowPXE unset means
 // false, as in Tinkerbell: a machine netboots only when its Hardware says so.
+//
+// The returned Host is shared: callers must not modify it.
 func (p *Policy) Lookup(ctx context.Context, mac net.HardwareAddr) (*dhcp.Host, error) {
+	if h, synced := p.hosts.get(mac); synced {
+		if h == nil {
+			return nil, fmt.Errorf("%w: %s", dhcp.ErrUnknownHost, strings.ToLower(mac.String()))
+		}
+		return h, nil
+	}
 	hw, i, err := p.byMAC(ctx, mac)
 	if err != nil {
 		return nil, err

@@ -30,6 +30,7 @@ import (
 // machine gets is the boot policy's decision.
 type bootServices struct {
 	log     *slog.Logger
+	policy  *bootpolicy.Policy
 	http    *httpboot.Handler
 	packets []packetService
 }
@@ -81,6 +82,7 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 	if err != nil {
 		return nil, err
 	}
+	b.policy = policy
 
 	// Files: the operator's --tftp-dir over the bundled iPXE binaries, for
 	// TFTP and /ipxe/binary/ alike; the boot environment at /bootenv/.
@@ -170,6 +172,14 @@ func syslogHost(cfg Config, public netip.Addr) string {
 // serve runs every packet service until ctx ends; a service that fails
 // sends its error to errs.
 func (b *bootServices) serve(ctx context.Context, wg *sync.WaitGroup, errs chan<- error) {
+	// The policy's in-memory view of Hardware, for DHCP's packet path.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := b.policy.Run(ctx); err != nil {
+			errs <- fmt.Errorf("boot policy: %w", err)
+		}
+	}()
 	for _, p := range b.packets {
 		b.log.Info("listening", "service", p.name, "addr", p.conn.LocalAddr().String(), "proto", "udp")
 		wg.Add(1)

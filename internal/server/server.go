@@ -278,7 +278,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	httpMux.Handle("/", apiMux)
 
 	// Stage 5: serve.
-	serveErr := make(chan error, len(lns)+len(boot.packets))
+	serveErr := make(chan error, len(lns)+len(boot.packets)+1)
 	var servers []*http.Server
 	var wg sync.WaitGroup
 	for _, l := range lns {
