@@ -85,6 +85,10 @@ const maxNameLen = 200
 // last line.
 const lastLineWindow = 64 * 1024
 
+// syncDirThreshold is how many dirty files make one syncfs of the whole
+// file system cheaper than an fsync each.
+const syncDirThreshold = 16
+
 // ErrClosed is returned by Append and the Read methods after Close.
 var ErrClosed = errors.New("log store closed")
 
@@ -592,6 +596,12 @@ func (s *Store) takeDirtyLocked() []string {
 // append handle may be closed meanwhile). A file that is gone — trimmed
 // and replaced by a synced copy, or evicted — needs nothing.
 func (s *Store) syncFiles(names []string) (failed []string, err error) {
+	if haveSyncDir && len(names) > syncDirThreshold {
+		if err := syncDir(s.cfg.Dir); err == nil {
+			return nil, nil
+		}
+		// Fall back to one fsync per file.
+	}
 	var errs []error
 	for _, name := range names {
 		f, err := os.Open(filepath.Join(s.cfg.Dir, name))

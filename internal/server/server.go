@@ -156,7 +156,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, logsDir), Logger: log})
+	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, logsDir), Logger: log,
+		MaxOpenFiles: logHandles()})
 	if err != nil {
 		return fmt.Errorf("open log store: %w", err)
 	}
@@ -374,4 +375,17 @@ func listen(ctx context.Context, bind string, port int, name string) (net.Listen
 		return nil, fmt.Errorf("%w: ports below 1024 need root or CAP_NET_BIND_SERVICE", err)
 	}
 	return nil, err
+}
+
+// logHandles is how many log files the log store keeps open: machine
+// records are written one file per machine, and a boot storm touches
+// thousands of machines a second, so as many as a quarter of the process's
+// file limit allows (Go raises the soft limit to the hard one at start), up
+// to 4096.
+func logHandles() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0 // the log store's default
+	}
+	return int(min(rl.Cur/4, 4096))
 }
