@@ -39,9 +39,9 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	// DefaultQueueSize holds about a second and a half of a DHCP flood at
-	// 10,000 events/s: enough to ride out a slow fsync.
-	DefaultQueueSize = 16384
+	// DefaultQueueSize holds a few seconds of a DHCP flood at 20,000
+	// events/s (10,000 exchanges/s): enough to ride out a slow write.
+	DefaultQueueSize = 65536
 	// DefaultCacheTTL: see Config.CacheTTL.
 	DefaultCacheTTL = 5 * time.Second
 	// DefaultAddressTTL: see Config.AddressTTL.
@@ -50,7 +50,13 @@ const (
 
 const (
 	// batchSize bounds the events written in one logstore.Append.
-	batchSize = 512
+	batchSize = 8192
+	// gatherDelay is how long the writer keeps collecting after the first
+	// event of a batch. A machine's events come in bursts (DISCOVER then
+	// REQUEST, a TFTP transfer after them), so a batch holds several lines
+	// per machine record and its file is opened once for them: in a boot
+	// storm of thousands of machines, opening files is the writer's cost.
+	gatherDelay = 250 * time.Millisecond
 	// maxCached bounds the lookup cache and the learned addresses; past
 	// it they start over (a flood of made-up MACs must not grow memory).
 	maxCached = 65536
@@ -295,10 +301,34 @@ func (r *Recorder) Run(ctx context.Context) error {
 			}
 			return nil
 		case it := <-r.queue:
-			batch = r.take(append(batch[:0], it))
+			batch = r.gather(ctx, append(batch[:0], it))
 			lines = r.write(batch, lines[:0])
 		}
 	}
+}
+
+// gather collects queued events into batch for up to gatherDelay, and stops
+// early when the batch is full, a Flush asks for a write, or ctx ends.
+func (r *Recorder) gather(ctx context.Context, batch []item) []item {
+	if batch[len(batch)-1].flush != nil {
+		return batch
+	}
+	timer := time.NewTimer(gatherDelay)
+	defer timer.Stop()
+	for len(batch) < batchSize {
+		select {
+		case it := <-r.queue:
+			batch = append(batch, it)
+			if it.flush != nil {
+				return batch
+			}
+		case <-timer.C:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
 }
 
 // take appends to batch what is queued, up to batchSize, without waiting.

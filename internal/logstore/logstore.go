@@ -159,7 +159,7 @@ type Store struct {
 
 // file is the state of one log file. Guarded by Store.mu.
 type file struct {
-	f     *os.File // nil when not open
+	f     *appendFile // nil when not open
 	lines int      // lines in the file; -1 until counted
 	used  uint64   // tick of the last append, for closing idle handles
 }
@@ -336,13 +336,13 @@ func (s *Store) openLocked(name string) (*file, error) {
 	path := filepath.Join(s.cfg.Dir, name)
 	// Reopening a file that exists (its lines are counted) without O_CREAT
 	// spares the kernel an exclusive lock on the directory.
-	var f *os.File
+	var f *appendFile
 	var err error
 	if fs.lines >= 0 {
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		f, err = openAppend(path, false, 0)
 	}
 	if fs.lines < 0 || errors.Is(err, os.ErrNotExist) {
-		f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		f, err = openAppend(path, true, 0o640)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
