@@ -181,6 +181,7 @@ type Recorder struct {
 
 	// Owned by the Run goroutine.
 	cache   map[string]cached        // "mac:<mac>" or "ip:<ip>" → Hardware
+	repeats map[string]repeat        // an event's text → when it was last written
 	learned map[netip.Addr]learnedIP // IP → the MAC last seen with it
 	limit   rateLimit
 }
@@ -224,6 +225,7 @@ func New(cfg Config) *Recorder {
 		queue:   make(chan item, cfg.QueueSize),
 		done:    make(chan struct{}),
 		cache:   map[string]cached{},
+		repeats: map[string]repeat{},
 		learned: map[netip.Addr]learnedIP{},
 	}
 }
@@ -351,6 +353,10 @@ func (r *Recorder) write(batch []item, lines []logstore.Line) []logstore.Line {
 	counts := map[counted]int{}
 	for _, it := range batch {
 		if it.flush != nil {
+			continue
+		}
+		if r.repeated(&it.ev) {
+			counts[counted{serviceLabel(it.ev.Service), recordRepeated}]++
 			continue
 		}
 		l, record, ok := r.line(it.ev)
@@ -543,3 +549,41 @@ func (l *rateLimit) allow(now time.Time) (suppressed int, ok bool) {
 
 // A Recorder is a machinelog.Sink.
 var _ machinelog.Sink = (*Recorder)(nil)
+
+// repeatWindow is how long an event identical to one just written (same
+// machine, service, outcome and text: a machine retrying DHCP, a PXE loop)
+// is counted instead of written; the next one written after the window says
+// how many were left out. syslogd does the same ("last message repeated N
+// times"): a record stays readable, and a boot storm of retrying machines
+// costs counters, not file writes.
+const repeatWindow = 30 * time.Second
+
+// recordRepeated labels events counted but not written (see repeatWindow).
+const recordRepeated = "repeated"
+
+type repeat struct {
+	written time.Time
+	skipped int
+}
+
+// repeated reports whether e repeats an event written less than
+// repeatWindow ago (and counts it); otherwise it notes e as written and, if
+// repeats were left out before it, says so in e's message.
+func (r *Recorder) repeated(e *machinelog.Event) bool {
+	key := e.Service + "|" + string(e.MAC) + "|" + e.IP.String() + "|" + e.Outcome + "|" + e.Message
+	if p, ok := r.repeats[key]; ok {
+		if e.Time.Sub(p.written) < repeatWindow {
+			p.skipped++
+			r.repeats[key] = p
+			return true
+		}
+		if p.skipped > 0 {
+			e.Message = fmt.Sprintf("%s (and %d identical lines since %s)", e.Message, p.skipped, p.written.Format("15:04:05"))
+		}
+	}
+	if len(r.repeats) >= maxCached {
+		clear(r.repeats)
+	}
+	r.repeats[key] = repeat{written: e.Time}
+	return false
+}

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -254,7 +256,8 @@ func TestCacheTTL(t *testing.T) {
 	flush(t, r)
 	e.hardware(t, "new", macNew.String(), "")
 	e.clock.Add(4 * time.Second)
-	r.Record(ev) // within the TTL: still unknown
+	ev.Message = "DISCOVER again" // an identical line would be folded
+	r.Record(ev)                  // within the TTL: still unknown
 	flush(t, r)
 	e.clock.Add(2 * time.Second)
 	ev.Outcome = "offered"
@@ -360,7 +363,7 @@ func TestWriteErrorCounted(t *testing.T) {
 	go func() { done <- r.Run(ctx) }()
 	before := counter(t, droppedTotal.WithLabelValues(dropWriteError))
 	for i := 0; i < 3; i++ {
-		r.Record(machinelog.Event{Service: "tftp", IP: netip.MustParseAddr("10.0.0.1")})
+		r.Record(machinelog.Event{Service: "tftp", IP: netip.MustParseAddr("10.0.0.1"), Message: fmt.Sprint("transfer ", i)})
 	}
 	flush(t, r)
 	cancel()
@@ -386,8 +389,9 @@ func TestConcurrentRecord(t *testing.T) {
 			defer wg.Done()
 			mac := net.HardwareAddr{2, 0, 0, 0, 0, byte(w)}
 			for i := 0; i < per; i++ {
-				r.Record(machinelog.Event{Service: "dhcp", MAC: mac07, Message: "known"})
-				r.Record(machinelog.Event{Service: "dhcp", MAC: mac, Message: "unknown"})
+				// Distinct texts: identical ones would be folded.
+				r.Record(machinelog.Event{Service: "dhcp", MAC: mac07, Message: fmt.Sprintf("known %d/%d", w, i)})
+				r.Record(machinelog.Event{Service: "dhcp", MAC: mac, Message: fmt.Sprintf("unknown %d", i)})
 				mac[5] = byte(w) // the caller may reuse its buffer
 			}
 		}()
@@ -430,4 +434,32 @@ func BenchmarkRecord(b *testing.B) {
 	dropped := counter(b, droppedTotal.WithLabelValues(dropQueueFull)) - before
 	b.ReportMetric((float64(b.N)-dropped)/time.Since(start).Seconds(), "written/s")
 	b.ReportMetric(dropped, "dropped")
+}
+
+// TestRepeatsAreFolded: a machine retrying DHCP writes its line once per
+// repeatWindow; the next line written says how many were left out.
+func TestRepeatsAreFolded(t *testing.T) {
+	e := newEnv(t)
+	e.hardware(t, "node07", mac07.String(), "10.0.0.7")
+	r := e.start(t, Config{})
+	retry := func(at time.Time) machinelog.Event {
+		return machinelog.Event{Time: at, Service: machinelog.ServiceDHCP, MAC: mac07, Outcome: "offered",
+			Message: "DISCOVER from node07: OFFER 10.0.0.7"}
+	}
+	for i := range 5 {
+		r.Record(retry(t0.Add(time.Duration(i) * time.Second)))
+	}
+	r.Record(machinelog.Event{Time: t0.Add(6 * time.Second), Service: machinelog.ServiceTFTP, MAC: mac07,
+		Outcome: "served", Message: "RRQ ipxe.efi: sent"})
+	r.Record(retry(t0.Add(repeatWindow + time.Second)))
+	flush(t, r)
+	got := lines(t, func() ([]logstore.Line, error) { return e.logs.ReadHardware("default/node07", 0) })
+	want := []string{
+		"dhcp: DISCOVER from node07: OFFER 10.0.0.7",
+		"tftp: RRQ ipxe.efi: sent",
+		"dhcp: DISCOVER from node07: OFFER 10.0.0.7 (and 4 identical lines since " + t0.Format("15:04:05") + ")",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("record =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }

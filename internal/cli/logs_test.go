@@ -369,12 +369,14 @@ func TestLogsFollow(t *testing.T) {
 		}
 	}
 	waitFor("first", 1)
-	// A line with the same time as the last one printed, a repeat of a
-	// line, and a later one: each shows once.
+	// A line with the same time as the last one printed, and two later
+	// ones with one time: each shows once.
 	s.record(t,
 		machinelog.Event{Time: t1, Service: "tftp", MAC: node, Outcome: "served", Message: "same time"},
 		machinelog.Event{Time: t1.Add(time.Second), Service: "http", MAC: node, Outcome: "served", Message: "later"},
-		machinelog.Event{Time: t1.Add(time.Second), Service: "http", MAC: node, Outcome: "served", Message: "later"},
+		// Same time, different text (identical lines are folded by the
+		// recorder, see bootlog's repeatWindow).
+		machinelog.Event{Time: t1.Add(time.Second), Service: "http", MAC: node, Outcome: "served", Message: "later, again"},
 	)
 	waitFor("later", 2)
 	time.Sleep(100 * time.Millisecond) // several more polls
