@@ -61,7 +61,11 @@ cleanup() {
     kill -TERM "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
   fi
-  [ -n "$NS" ] && ip netns del "$NS" 2>/dev/null || true
+  if [ -n "$NS" ]; then
+    # Anything still running in the namespace (QEMU, the RA sender).
+    for p in $(ip netns pids "$NS" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    ip netns del "$NS" 2>/dev/null || true
+  fi
   rm -rf "$DATA"
 }
 trap cleanup EXIT
