@@ -160,8 +160,8 @@ type Store struct {
 // file is the state of one log file. Guarded by Store.mu.
 type file struct {
 	f     *appendFile // nil when not open
-	lines int      // lines in the file; -1 until counted
-	used  uint64   // tick of the last append, for closing idle handles
+	lines int         // lines in the file; -1 until counted
+	used  uint64      // tick of the last append, for closing idle handles
 }
 
 // Open creates cfg.Dir if needed and returns a Store on it.
