@@ -309,28 +309,21 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 }
 
-// gather collects queued events into batch for up to gatherDelay, and stops
-// early when the batch is full, a Flush asks for a write, or ctx ends.
+// gather waits gatherDelay (or until ctx ends), then adds what is queued to
+// batch. It sleeps instead of receiving event by event: each receive would
+// wake this goroutine, and in a storm those wake-ups cost the packet paths
+// more than the writing. A Flush waits at most gatherDelay longer.
 func (r *Recorder) gather(ctx context.Context, batch []item) []item {
 	if batch[len(batch)-1].flush != nil {
 		return batch
 	}
 	timer := time.NewTimer(gatherDelay)
 	defer timer.Stop()
-	for len(batch) < batchSize {
-		select {
-		case it := <-r.queue:
-			batch = append(batch, it)
-			if it.flush != nil {
-				return batch
-			}
-		case <-timer.C:
-			return batch
-		case <-ctx.Done():
-			return batch
-		}
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
 	}
-	return batch
+	return r.take(batch)
 }
 
 // take appends to batch what is queued, up to batchSize, without waiting.
