@@ -49,14 +49,11 @@ const (
 )
 
 const (
-	// batchSize bounds the events written in one logstore.Append.
-	batchSize = 8192
-	// gatherDelay is how long the writer keeps collecting after the first
-	// event of a batch. A machine's events come in bursts (DISCOVER then
-	// REQUEST, a TFTP transfer after them), so a batch holds several lines
-	// per machine record and its file is opened once for them: in a boot
-	// storm of thousands of machines, opening files is the writer's cost.
-	gatherDelay = 250 * time.Millisecond
+	// batchSize bounds the events written in one logstore.Append. The
+	// writer takes what is queued and writes at once: gathering for longer
+	// (tried: 250 ms windows) turned the writing into bursts that starved
+	// the packet paths on a 2-core machine, and cost more than it saved.
+	batchSize = 512
 	// maxCached bounds the lookup cache and the learned addresses; past
 	// it they start over (a flood of made-up MACs must not grow memory).
 	maxCached = 65536
@@ -303,27 +300,10 @@ func (r *Recorder) Run(ctx context.Context) error {
 			}
 			return nil
 		case it := <-r.queue:
-			batch = r.gather(ctx, append(batch[:0], it))
+			batch = r.take(append(batch[:0], it))
 			lines = r.write(batch, lines[:0])
 		}
 	}
-}
-
-// gather waits gatherDelay (or until ctx ends), then adds what is queued to
-// batch. It sleeps instead of receiving event by event: each receive would
-// wake this goroutine, and in a storm those wake-ups cost the packet paths
-// more than the writing. A Flush waits at most gatherDelay longer.
-func (r *Recorder) gather(ctx context.Context, batch []item) []item {
-	if batch[len(batch)-1].flush != nil {
-		return batch
-	}
-	timer := time.NewTimer(gatherDelay)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	return r.take(batch)
 }
 
 // take appends to batch what is queued, up to batchSize, without waiting.
