@@ -51,6 +51,7 @@ type transfer struct {
 	conn      net.PacketConn
 	snd       sender
 	read      func([]byte) (int, netip.AddrPort, error)
+	raw       *rawReader // reads conn when connected (Linux), else nil
 	rbuf      []byte
 	connected bool // conn is connect(2)ed: the kernel drops strangers' packets
 
@@ -90,6 +91,9 @@ func (t *transfer) run(ctx context.Context) (outcome, detail string) {
 	t.conn = conn
 	t.snd, t.connected = newSender(conn, t.peer)
 	t.read = readerFor(conn)
+	if t.connected {
+		t.raw = newRawReader(conn)
+	}
 	t.rbuf = make([]byte, 1024)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(aLongTimeAgo) })
 	defer stop()
@@ -458,6 +462,19 @@ func (t *transfer) recv(ctx context.Context, deadline time.Time) ([]byte, error)
 	// here or wins the deadline (see run's AfterFunc).
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	for t.raw != nil {
+		n, err := t.raw.recv(t.rbuf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		t.heard.Store(true)
+		if n >= headerLen {
+			return t.rbuf[:n], nil
+		}
 	}
 	for {
 		n, from, err := t.read(t.rbuf)

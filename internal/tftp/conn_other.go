@@ -12,3 +12,10 @@ import (
 func newSender(conn net.PacketConn, peer netip.AddrPort) (sender, bool) {
 	return newPacketSender(conn, peer), false
 }
+
+// rawReader is Linux only: newRawReader returns nil elsewhere.
+type rawReader struct{}
+
+func newRawReader(net.PacketConn) *rawReader { return nil }
+
+func (*rawReader) recv([]byte) (int, error) { panic("tftp: rawReader outside Linux") }
