@@ -313,6 +313,7 @@ func (t *transfer) sendFile(ctx context.Context) (outcome, detail string) {
 				return t.failed(ctx, err)
 			}
 			next += uint64(n)
+			t.prefetch(next)
 		}
 		deadline := time.Now().Add(to)
 	wait:
@@ -377,6 +378,21 @@ func (t *transfer) sendBlocks(first uint64, n int) (int, error) {
 	t.sent += int64(len(data))
 	bytesTotal.Add(float64(len(data)))
 	return n, nil
+}
+
+// prefetch reads the window from block next into the cache if it is not
+// there, while the client works through the window just sent, so the
+// read is not between its ACK and the next window. A read error is left
+// for blocks to report.
+func (t *transfer) prefetch(next uint64) {
+	bs := int64(t.blksize)
+	end := (int64(next-1) + int64(t.window)) * bs
+	if t.size >= 0 {
+		end = min(end, t.size)
+	}
+	if end > t.cOff+int64(t.cLen) && (t.size < 0 || t.cOff+int64(t.cLen) < t.size) {
+		_ = t.fill()
+	}
 }
 
 // lastBlock returns the number of the last block (shorter than blksize,
