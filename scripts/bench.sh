@@ -14,6 +14,7 @@
 #   FLEET_ARGS   extra flags for bench/fleet (e.g. "-action-time 1s")
 #   BENCH_OUT    directory for each run's output and JSON line (default bench/out)
 #   DHCP_ARGS    extra flags for bench/dhcp (e.g. "-duration 5s -servers anvil,kea")
+#   TFTP_ARGS    extra flags for bench/tftp (e.g. "-runs 1 -only anvil,dnsmasq")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo /root/go)/bin:$PATH"
@@ -23,7 +24,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp)
+SECTIONS=(fleet dhcp tftp)
 
 say() { echo "bench: $*" >&2; }
 
@@ -55,6 +56,37 @@ section_dhcp() {
     2> >(tee "$BENCH_OUT/dhcp.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/dhcp.txt"
   grep '^{' "$BENCH_OUT/dhcp.txt" >"$BENCH_OUT/dhcp.json" || true
+  return $rc
+}
+
+# tftp: anvil serve's TFTP against dnsmasq, tftpd-hpa and atftpd in a
+# private network namespace (bench/tftp): a 64 MiB file to one client and
+# a 1 MiB file to 100 at once, with curl and atftp, with and without RFC
+# 7440 windowsize; MiB/s, wall time, failed transfers, server CPU and the
+# verdict against the target. atftpd is unpacked from its .deb, not
+# installed: installing it removes tftpd-hpa (and takes over in.tftpd).
+# Needs root.
+section_tftp() {
+  go build -o "$BENCH_OUT/tftpbench" ./bench/tftp || return 1
+  local debs="$BENCH_OUT/debs" args=() rc=0
+  unpack() { # package: unpack its .deb into $debs/root unless done
+    [ -e "$debs/$1.unpacked" ] && return 0
+    mkdir -p "$debs" && (cd "$debs" && apt-get download "$1" >/dev/null 2>&1) &&
+      dpkg-deb -x "$(ls "$debs"/"$1"_*.deb | head -1)" "$debs/root" && touch "$debs/$1.unpacked"
+  }
+  if unpack atftpd; then
+    args+=(-atftpd "$debs/root/usr/sbin/atftpd")
+  else
+    say "tftp: cannot fetch atftpd's .deb; running without atftpd"
+  fi
+  if readlink -f /usr/sbin/in.tftpd | grep -q atftpd; then
+    unpack tftpd-hpa && args+=(-tftpd-hpa "$debs/root/usr/sbin/in.tftpd")
+  fi
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/tftpbench" -anvil "$ANVIL" -json "${args[@]}" ${TFTP_ARGS:-} >"$BENCH_OUT/tftp.txt" \
+    2> >(tee "$BENCH_OUT/tftp.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/tftp.txt"
+  grep '^{' "$BENCH_OUT/tftp.txt" >"$BENCH_OUT/tftp.json" || true
   return $rc
 }
 
