@@ -18,7 +18,8 @@ FUZZ_TARGETS := \
 	./internal/dhcp:FuzzWire \
 	./internal/ipxe:FuzzBootEnv \
 	./internal/labels:FuzzParse \
-	./internal/syslog:FuzzParse
+	./internal/syslog:FuzzParse \
+	./internal/tftp:FuzzParseRequest
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools clean ipxe-refresh
 
