@@ -30,11 +30,11 @@ const (
 	errOptionRefused uint16 = 8 // option negotiation refused (RFC 2347)
 )
 
-// Transfer modes (RFC 1350 section 2; compared case-insensitively).
+// Transfer modes served (RFC 1350 section 2; compared case-insensitively).
+// The third, "mail", is obsolete and refused like any other.
 const (
 	modeOctet    = "octet"
 	modeNetascii = "netascii"
-	modeMail     = "mail"
 )
 
 // Option names (compared case-insensitively; sent in lower case).

@@ -192,26 +192,27 @@ func (t *transfer) negotiate() {
 	if t.peer.Addr().Is6() {
 		maxBlock = t.s.maxBlock6
 	}
-	var seen [4]bool
-	once := func(i int) bool {
-		if seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
-	}
+	seen := make(map[string]bool, len(t.req.options))
 	for _, o := range t.req.options {
-		switch strings.ToLower(o.name) {
+		name := strings.ToLower(o.name)
+		once := func() bool { // the first of a repeated option wins
+			if seen[name] {
+				return false
+			}
+			seen[name] = true
+			return true
+		}
+		switch name {
 		case optBlksize:
 			v, ok := parseDecimal(o.value, maxBlksize)
-			if !ok || v < minBlksize || !once(0) {
+			if !ok || v < minBlksize || !once() {
 				continue
 			}
 			t.blksize = min(v, maxBlock)
 			t.oack = append(t.oack, option{optBlksize, strconv.Itoa(t.blksize)})
 		case optWindowsize:
 			v, ok := parseDecimal(o.value, maxWindowsize)
-			if !ok || v < minWindowsize || !once(1) {
+			if !ok || v < minWindowsize || !once() {
 				continue
 			}
 			t.window = min(v, t.s.maxWindow)
@@ -220,7 +221,7 @@ func (t *transfer) negotiate() {
 			// The server may not change the value (RFC 2349): take it or
 			// leave it.
 			v, ok := parseDecimal(o.value, maxTimeout)
-			if !ok || v < minTimeout || v > maxTimeout || !once(2) {
+			if !ok || v < minTimeout || v > maxTimeout || !once() {
 				continue
 			}
 			t.timeout = time.Duration(v) * time.Second
@@ -231,7 +232,7 @@ func (t *transfer) negotiate() {
 			// An empty file's size is not acknowledged: curl takes
 			// "tsize 0" in an OACK for an illegal operation, and the
 			// single empty block says it all.
-			if t.size <= 0 || !once(3) {
+			if t.size <= 0 || !once() {
 				continue
 			}
 			t.oack = append(t.oack, option{optTsize, strconv.FormatInt(t.size, 10)})
