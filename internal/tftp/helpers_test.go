@@ -118,11 +118,15 @@ func startServerOn(t *testing.T, cfg Config, addr string) *testServer {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	conn, err := net.ListenPacket("udp4", addr)
-	if err != nil {
-		t.Fatal(err)
+	network, host := "udp4", netip.MustParseAddr("127.0.0.1")
+	if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Is6() {
+		network, host = "udp6", netip.IPv6Loopback()
 	}
-	ts.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(conn.LocalAddr().(*net.UDPAddr).Port))
+	conn, err := net.ListenPacket(network, addr)
+	if err != nil {
+		t.Skipf("no %s loopback: %v", network, err)
+	}
+	ts.addr = netip.AddrPortFrom(host, uint16(conn.LocalAddr().(*net.UDPAddr).Port))
 	ctx, cancel := context.WithCancel(context.Background())
 	ts.cancel = cancel
 	go func() { ts.done <- s.Serve(ctx, conn) }()
@@ -208,7 +212,11 @@ type client struct {
 
 func newClient(t *testing.T, srv netip.AddrPort) *client {
 	t.Helper()
-	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	network, local := "udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	if srv.Addr().Is6() {
+		network, local = "udp6", &net.UDPAddr{IP: net.IPv6loopback}
+	}
+	conn, err := net.ListenUDP(network, local)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -677,6 +677,28 @@ func TestWildcardBind(t *testing.T) {
 	}
 }
 
+// TestIPv6 serves over ::1, wildcard too: the default block size limit is
+// 20 bytes less than over IPv4 (the bigger header).
+func TestIPv6(t *testing.T) {
+	fsys := fixture()
+	for _, addr := range []string{"[::1]:0", "[::]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			srv := startServerOn(t, Config{FS: fsys}, addr)
+			c := newClient(t, srv.addr)
+			res := c.get("f100k", getOpts{options: []string{"blksize", "1468", "windowsize", "8"}})
+			if !bytes.Equal(res.data, fsys["f100k"].Data) {
+				t.Fatalf("got %d bytes; want %d", len(res.data), len(fsys["f100k"].Data))
+			}
+			if res.oack["blksize"] != "1448" {
+				t.Errorf("OACK blksize = %q; want 1448", res.oack["blksize"])
+			}
+			if ev := srv.events.wait(t, 1)[0]; ev.Outcome != OutcomeServed || ev.IP != netip.IPv6Loopback() {
+				t.Errorf("event = %+v; want served to ::1", ev)
+			}
+		})
+	}
+}
+
 // TestMalformed sends packets that are not requests: each is dropped and
 // counted, and the server keeps serving.
 func TestMalformed(t *testing.T) {
