@@ -200,6 +200,7 @@ func TestLoss(t *testing.T) {
 		name       string
 		opts       getOpts
 		wantResent bool
+		timeout    time.Duration // the server's; default 50 ms
 	}{
 		{
 			// The client waits, then ACKs block 2 again: that duplicate
@@ -255,18 +256,25 @@ func TestLoss(t *testing.T) {
 		},
 		{
 			// Every ACK three times: no Sorcerer's Apprentice, each
-			// block is sent once.
-			name: "duplicate ACKs",
-			opts: getOpts{extraAcks: 2},
+			// block is sent once. (A long timeout, so a stalled test
+			// machine does not cause a retransmission.)
+			name:    "duplicate ACKs",
+			opts:    getOpts{extraAcks: 2},
+			timeout: 5 * time.Second,
 		},
 		{
-			name: "duplicate ACKs with a window",
-			opts: getOpts{extraAcks: 2, options: []string{"windowsize", "4"}},
+			name:    "duplicate ACKs with a window",
+			opts:    getOpts{extraAcks: 2, options: []string{"windowsize", "4"}},
+			timeout: 5 * time.Second,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startServer(t, Config{FS: fsys, Timeout: 50 * time.Millisecond})
+			timeout := tc.timeout
+			if timeout == 0 {
+				timeout = 50 * time.Millisecond
+			}
+			srv := startServer(t, Config{FS: fsys, Timeout: timeout})
 			before := counterValue(t, retransmitsTotal)
 			c := newClient(t, srv.addr)
 			res := c.get("f100k", tc.opts)
