@@ -15,8 +15,14 @@ const (
 	// OutcomeRefused: the request was turned down by design, not by a
 	// failure: a path outside the served tree, a write request, an
 	// unsupported mode, the server busy, or the client declining the
-	// option acknowledgement (PXE firmware does that to learn tsize).
+	// option acknowledgement for another reason than learning the size.
 	OutcomeRefused = "refused"
+	// OutcomeSizeProbe: the client asked for tsize, read it from the
+	// option acknowledgement and ended the request. PXE firmware (UEFI's
+	// among others) does this before every real transfer: it is normal,
+	// and an operator reading a machine's record must not take it for a
+	// failure.
+	OutcomeSizeProbe = "size-probe"
 	// OutcomeError: the transfer failed: the client sent an ERROR, a read
 	// or network error, or the server shut down.
 	OutcomeError = "error"
@@ -25,7 +31,7 @@ const (
 	OutcomeTimeout = "timeout"
 )
 
-var outcomes = []string{OutcomeServed, OutcomeNotFound, OutcomeRefused, OutcomeError, OutcomeTimeout}
+var outcomes = []string{OutcomeServed, OutcomeNotFound, OutcomeRefused, OutcomeSizeProbe, OutcomeError, OutcomeTimeout}
 
 // Metrics, on the Prometheus default registry.
 var (

@@ -384,7 +384,7 @@ func (s *Server) record(ev event, outcome, detail string) {
 	transfersTotal.WithLabelValues(outcome).Inc()
 	msg := fmt.Sprintf("%s %s from %s: %s", ev.verb, display(ev.name), ev.from, detail)
 	level := slog.LevelInfo
-	if outcome != OutcomeServed && outcome != OutcomeNotFound {
+	if outcome != OutcomeServed && outcome != OutcomeNotFound && outcome != OutcomeSizeProbe {
 		level = slog.LevelWarn
 	}
 	attrs := []any{"outcome", outcome}

@@ -165,6 +165,18 @@ func TestOptions(t *testing.T) {
 	}
 }
 
+// TestOACKDeclinedWithoutTsize: declining an option reply that carried no
+// size is a refusal, not a probe.
+func TestOACKDeclinedWithoutTsize(t *testing.T) {
+	srv := startServer(t, Config{FS: fixture()})
+	c := newClient(t, srv.addr)
+	c.get("ipxe.efi", getOpts{options: []string{"blksize", "1468"}, declineOACK: true})
+	ev := srv.events.wait(t, 1)[0]
+	if ev.Outcome != OutcomeRefused || !strings.Contains(ev.Message, "declined") || !strings.Contains(ev.Message, "error 8") {
+		t.Errorf("event = %+v; want refused, declined with error 8", ev)
+	}
+}
+
 func TestOACKDeclined(t *testing.T) {
 	srv := startServer(t, Config{FS: fixture()})
 	c := newClient(t, srv.addr)
@@ -173,8 +185,9 @@ func TestOACKDeclined(t *testing.T) {
 		t.Fatalf("OACK = %v; want tsize 3000", res.oack)
 	}
 	ev := srv.events.wait(t, 1)[0]
-	if ev.Outcome != OutcomeRefused || !strings.Contains(ev.Message, "declined") || !strings.Contains(ev.Message, "error 8") {
-		t.Errorf("event = %+v; want refused, declined with error 8", ev)
+	// Asking for tsize and then declining is PXE firmware's size probe.
+	if ev.Outcome != OutcomeSizeProbe || !strings.Contains(ev.Message, "3000 bytes") || !strings.Contains(ev.Message, "error 8") {
+		t.Errorf("event = %+v; want a size probe of 3000 bytes, ended with error 8", ev)
 	}
 	// Nothing more comes.
 	if p, _, err := c.recv(200 * time.Millisecond); err == nil {

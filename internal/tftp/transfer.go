@@ -279,6 +279,10 @@ func (t *transfer) negotiateOACK(ctx context.Context) (outcome, detail string) {
 				}
 			case opERROR:
 				code, msg := parseError(p[2:])
+				if size, ok := oackTsize(t.oack); ok {
+					return OutcomeSizeProbe, fmt.Sprintf("size probe: the client read the size (%s bytes) and ended this request, as PXE firmware does before the transfer (error %d %q)",
+						size, code, msg)
+				}
 				return OutcomeRefused, fmt.Sprintf("the client declined the option reply (%s) with error %d (%s) %q",
 					formatOptions(t.oack), code, errorCodeName(code), msg)
 			}
@@ -605,4 +609,14 @@ func readerFor(conn net.PacketConn) func([]byte) (int, netip.AddrPort, error) {
 		n, a, err := conn.ReadFrom(b)
 		return n, addrPortOf(a), err
 	}
+}
+
+// oackTsize returns the tsize value of an option acknowledgement, if any.
+func oackTsize(oack []option) (string, bool) {
+	for _, o := range oack {
+		if o.name == optTsize {
+			return o.value, true
+		}
+	}
+	return "", false
 }
