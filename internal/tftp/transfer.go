@@ -280,7 +280,7 @@ func (t *transfer) negotiateOACK(ctx context.Context) (outcome, detail string) {
 			case opERROR:
 				code, msg := parseError(p[2:])
 				if size, ok := oackTsize(t.oack); ok {
-					return OutcomeSizeProbe, fmt.Sprintf("size probe: the client read the size (%s bytes) and ended this request, as PXE firmware does before the transfer (error %d %q)",
+					return OutcomeSizeProbe, fmt.Sprintf("the client read the size (%s bytes) and ended this request, as PXE firmware does before the transfer (error %d %q)",
 						size, code, msg)
 				}
 				return OutcomeRefused, fmt.Sprintf("the client declined the option reply (%s) with error %d (%s) %q",
