@@ -22,11 +22,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -464,38 +461,7 @@ func text(e machinelog.Event) string {
 	if !quietOutcomes[e.Outcome] {
 		msg = "[" + e.Outcome + "] " + msg
 	}
-	return sanitize(msg)
-}
-
-// sanitize returns s as valid UTF-8 with control characters but tab
-// escaped, so a record line cannot move an operator's terminal cursor.
-func sanitize(s string) string {
-	clean := true
-	for _, c := range s {
-		if c == utf8.RuneError || c != '\t' && unicode.IsControl(c) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for _, c := range s {
-		switch {
-		case c == '\t' || !unicode.IsControl(c):
-			b.WriteRune(c)
-		case c == '\n':
-			b.WriteString(`\n`)
-		case c == '\r':
-			b.WriteString(`\r`)
-		case c < utf8.RuneSelf:
-			fmt.Fprintf(&b, `\x%02x`, c)
-		default:
-			fmt.Fprintf(&b, `\u%04x`, c)
-		}
-	}
-	return b.String()
+	return machinelog.Sanitize(msg)
 }
 
 func serviceLabel(s string) string {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
 // FuzzParse feeds arbitrary datagrams to the parser. Properties: it never
@@ -65,7 +67,7 @@ func FuzzParse(f *testing.F) {
 
 		// Round trip: host, app and a clean message in an RFC 5424 header.
 		tok := token(data)
-		msg := strings.TrimLeft(sanitize(string(trimmed)), " ")
+		msg := strings.TrimLeft(machinelog.Sanitize(string(trimmed)), " ")
 		if len(msg) > 1000 {
 			return
 		}

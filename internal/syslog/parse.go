@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	gosyslog "github.com/leodido/go-syslog/v4"
 	"github.com/leodido/go-syslog/v4/rfc3164"
 	"github.com/leodido/go-syslog/v4/rfc5424"
+
+	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
 // Outcomes of one datagram: Event.Outcome and the outcome label of
@@ -93,7 +94,7 @@ func (p *parser) parse(b []byte) (outcome, text string) {
 	}
 	// Escape first: the RFC 3164 machine stops at a newline or a NUL and
 	// would lose the rest of the message.
-	clean := sanitize(string(b))
+	clean := machinelog.Sanitize(string(b))
 	outcome, text = OutcomeReceived, ""
 	if pri, rest, ok := splitPRI(clean); !ok {
 		outcome, text = OutcomeUnparsed, clean
@@ -104,7 +105,7 @@ func (p *parser) parse(b []byte) (outcome, text string) {
 		outcome = OutcomeOversized
 		text += fmt.Sprintf(" [truncated: %d bytes, first %d kept]", size, len(b))
 	}
-	return outcome, sanitize(text)
+	return outcome, machinelog.Sanitize(text)
 }
 
 // parseHeader formats a message with a valid PRI. rest follows the PRI.
@@ -224,39 +225,6 @@ func dropFraction(rest string) string {
 		end++
 	}
 	return rest[:rfc3339Seconds] + rest[end:]
-}
-
-// sanitize returns s as valid UTF-8 with every control character but tab
-// escaped: \n and \r as such, other C0 controls and DEL as \xHH, C1
-// controls as \uHHHH. Invalid bytes become U+FFFD.
-func sanitize(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || r != '\t' && unicode.IsControl(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 16)
-	for _, r := range s {
-		switch {
-		case r == '\t' || !unicode.IsControl(r):
-			b.WriteRune(r) // writes U+FFFD for an invalid byte
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < utf8.RuneSelf:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		default:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		}
-	}
-	return b.String()
 }
 
 func str(p *string) string {

@@ -3,6 +3,8 @@ package syslog
 import (
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
 // TestParse runs datagrams as real senders emit them through the parser.
@@ -204,9 +206,9 @@ func TestParseOversized(t *testing.T) {
 
 func TestSanitizeIdempotent(t *testing.T) {
 	for _, in := range []string{"plain", "a\x00b\nc\r", "\xff\xfe", "tab\tok", "\u0085\u009f", `already \x00 escaped`} {
-		once := sanitize(in)
-		if twice := sanitize(once); twice != once {
-			t.Errorf("sanitize(sanitize(%q)) = %q; want %q", in, twice, once)
+		once := machinelog.Sanitize(in)
+		if twice := machinelog.Sanitize(once); twice != once {
+			t.Errorf("machinelog.Sanitize(machinelog.Sanitize(%q)) = %q; want %q", in, twice, once)
 		}
 	}
 }
