@@ -36,6 +36,11 @@ APT_PACKAGES+=(kea-admin kea-dhcp4-server dnsmasq-base)
 # peer servers. Not atftpd: installing it removes tftpd-hpa; bench/tftp
 # unpacks it from its .deb instead.
 APT_PACKAGES+=(atftp tftp-hpa tftpd-hpa dnsmasq-base)
+# Provisioning: zstd for the test disk images and the image2disk benchmark's
+# peer pipeline; syslinux, mtools, dosfstools and fdisk to build the small
+# bootable disk the install test writes; busybox-static for the boot
+# environment's debug shell and the installed image's tools.
+APT_PACKAGES+=(zstd syslinux syslinux-common mtools dosfstools fdisk busybox-static)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
