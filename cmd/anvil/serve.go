@@ -68,6 +68,7 @@ the provisioning network's address for the DHCP and boot services.`,
 	f.BoolVar(&cfg.DisableSyslog, "no-syslog", false, "do not receive syslog")
 	f.IntVar(&cfg.SyslogPort, "syslog-port", server.DefaultSyslogPort, "syslog receiver port (UDP)")
 	f.StringVar(&cfg.BootEnvDir, "bootenv-dir", "", "directory of the boot environment files served at /bootenv/ (vmlinuz-x86_64, initramfs-x86_64, …) (default DATA_DIR/bootenv)")
+	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
 	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200")
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")

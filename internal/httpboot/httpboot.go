@@ -28,6 +28,10 @@ import (
 // BootEnvPrefix is the URL path under which Config.BootEnv is served.
 const BootEnvPrefix = "/bootenv/"
 
+// ImagesPrefix is the URL path under which Config.Images is served: the OS
+// images that workflows stream to disks (image2disk's IMG_URL).
+const ImagesPrefix = "/images/"
+
 // Routes, as registered on the mux (with "GET ", which also serves HEAD)
 // and as the "route" label of the metrics.
 const (
@@ -35,6 +39,7 @@ const (
 	routeScriptIP = ipxe.ScriptPrefix + ipxe.ScriptName            // by source IP: Tinkerbell's fallback
 	routeBinary   = ipxe.BinaryPrefix + "{name}"
 	routeBootEnv  = BootEnvPrefix + "{path...}"
+	routeImages   = ImagesPrefix + "{path...}"
 )
 
 // Outcomes recorded in machinelog.Event.Outcome.
@@ -57,6 +62,9 @@ type Config struct {
 	// BootEnv holds the boot environment's files, served at BootEnvPrefix
 	// (see DirFS). If nil, those requests are answered 404.
 	BootEnv fs.FS
+	// Images holds OS images, served at ImagesPrefix (see DirFS). If nil,
+	// those requests are answered 404.
+	Images fs.FS
 	// Logger gets one line per request. If nil, slog.Default() is used.
 	Logger *slog.Logger
 	// Events gets one Event per request. If nil, machinelog.Discard.
@@ -68,6 +76,7 @@ type Handler struct {
 	scripter Scripter
 	binaries fs.FS
 	bootEnv  fs.FS
+	images   fs.FS
 	log      *slog.Logger
 	events   machinelog.Sink
 	mux      *http.ServeMux
@@ -81,6 +90,7 @@ func New(cfg Config) *Handler {
 		scripter: cfg.Scripter,
 		binaries: cfg.Binaries,
 		bootEnv:  cfg.BootEnv,
+		images:   cfg.Images,
 		log:      cfg.Logger,
 		events:   cfg.Events,
 		mux:      http.NewServeMux(),
@@ -101,6 +111,7 @@ func New(cfg Config) *Handler {
 //	GET /ipxe/script/auto.ipxe         the script of the machine with the client's source IP
 //	GET /ipxe/binary/{name}            an iPXE binary
 //	GET /bootenv/{path...}             a boot environment file
+//	GET /images/{path...}              an OS image
 //
 // Script routes take the optional query parameters platform and buildarch
 // (iPXE's ${platform} and ${buildarch}). GET routes also answer HEAD.
@@ -116,6 +127,9 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET "+routeBootEnv, func(w http.ResponseWriter, r *http.Request) {
 		h.serveFile(w, r, routeBootEnv, h.bootEnv, r.PathValue("path"))
+	})
+	mux.HandleFunc("GET "+routeImages, func(w http.ResponseWriter, r *http.Request) {
+		h.serveFile(w, r, routeImages, h.images, r.PathValue("path"))
 	})
 }
 

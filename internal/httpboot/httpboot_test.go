@@ -353,6 +353,38 @@ func TestBootEnv(t *testing.T) {
 	}
 }
 
+// TestImages: OS images are served from their own directory at /images/,
+// with a length and ranges (image2disk resumes with them), and nothing
+// of the boot environment leaks there.
+func TestImages(t *testing.T) {
+	dir := t.TempDir()
+	img := bytes.Repeat([]byte("0123456789"), 1000)
+	if err := os.WriteFile(filepath.Join(dir, "os.raw.zst"), img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	images, err := DirFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, rec := newTest(t, Config{Images: images, BootEnv: fstest.MapFS{"vmlinuz-x86_64": {Data: []byte("k")}}})
+	w := do(h, "GET", "/images/os.raw.zst")
+	if w.Code != 200 || !bytes.Equal(w.Body.Bytes(), img) || w.Header().Get("Content-Length") != "10000" {
+		t.Fatalf("GET /images/os.raw.zst = %d, %d bytes, Content-Length %q", w.Code, w.Body.Len(), w.Header().Get("Content-Length"))
+	}
+	if e := rec.last(t); e.Message != "GET /images/os.raw.zst: 200, 10,000 bytes" {
+		t.Errorf("event message = %q", e.Message)
+	}
+	w = do(h, "GET", "/images/os.raw.zst", "Range", "bytes=9990-")
+	if w.Code != 206 || w.Body.String() != "0123456789" {
+		t.Errorf("range: %d %q", w.Code, w.Body.String())
+	}
+	for _, p := range []string{"/images/vmlinuz-x86_64", "/images/", "/images/nope"} {
+		if w := do(h, "GET", p); w.Code != 404 {
+			t.Errorf("GET %s = %d; want 404", p, w.Code)
+		}
+	}
+}
+
 // seqFS serves files that cannot seek, as some fs.FS implementations do.
 type seqFS struct{ fstest.MapFS }
 

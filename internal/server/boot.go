@@ -91,20 +91,16 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 		return nil, fmt.Errorf("--tftp-dir: %w", err)
 	}
 	files := fs.FS(overlayFS{upper: operatorFiles, lower: ipxe.Binaries()})
-	bootEnvDir := cfg.BootEnvDir
-	if bootEnvDir == "" {
-		// The default lives in the data dir and is created empty: the
-		// boot environment's files are put there later.
-		bootEnvDir = filepath.Join(cfg.DataDir, "bootenv")
-		if err := os.MkdirAll(bootEnvDir, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	bootEnv, err := httpboot.DirFS(bootEnvDir)
+	bootEnvDir, bootEnv, err := servedDir(cfg.BootEnvDir, cfg.DataDir, "bootenv")
 	if err != nil {
-		return nil, fmt.Errorf("--bootenv-dir: %w", err)
+		return nil, err
 	}
-	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Logger: log, Events: events})
+	imagesDir, images, err := servedDir(cfg.ImagesDir, cfg.DataDir, "images")
+	if err != nil {
+		return nil, err
+	}
+	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Images: images,
+		Logger: log, Events: events})
 
 	if dmode != dhcp.ModeOff {
 		srv, err := dhcp.New(dhcp.Config{Mode: dmode, ServerIP: public, HTTPBase: httpBase, Backend: policy,
@@ -153,8 +149,25 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 		b.packets = append(b.packets, packetService{"syslog", conn, srv.Serve})
 	}
 	log.Info("network boot", "public_ip", public.String(), "dhcp_mode", string(dmode), "http", httpBase,
-		"bootenv_dir", bootEnvDir, "ipxe", ipxe.Version())
+		"bootenv_dir", bootEnvDir, "images_dir", imagesDir, "ipxe", ipxe.Version())
 	return b, nil
+}
+
+// servedDir opens the directory served for one kind of file: dir when the
+// operator named one (flag --NAME-dir), else DATA_DIR/NAME, created empty:
+// its files are put there later.
+func servedDir(dir, dataDir, name string) (string, fs.FS, error) {
+	if dir == "" {
+		dir = filepath.Join(dataDir, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, err
+		}
+	}
+	fsys, err := httpboot.DirFS(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("--%s-dir: %w", name, err)
+	}
+	return dir, fsys, nil
 }
 
 // syslogHost is the address the boot environment sends syslog to, or ""
