@@ -241,11 +241,13 @@ type anvil struct {
 	ns   *netns
 	ip   string
 	p    *proc
-	base string // http://IP:7080
+	base string   // http://IP:7080
+	args []string // of `anvil serve`, for restart
 }
 
 // startAnvil runs `anvil serve` bound to ip inside ns, with the test kernel
-// and initramfs as its boot environment, and waits until it is ready.
+// and initramfs as its boot environment (unless extra names another
+// --bootenv-dir), and waits until it is ready.
 func startAnvil(t *testing.T, ns *netns, ip string, extra ...string) *anvil {
 	t.Helper()
 	data := t.TempDir()
@@ -256,34 +258,60 @@ func startAnvil(t *testing.T, ns *netns, ip string, extra ...string) *anvil {
 	// Copies, not symlinks: the server refuses symlinks that leave the
 	// directory it serves.
 	for src, dst := range map[string]string{assets.kernel: "vmlinuz-x86_64", assets.initrd: "initramfs-x86_64"} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(bootenv, dst), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		copyFile(t, src, filepath.Join(bootenv, dst))
 	}
-	args := append([]string{"serve", "--data-dir", data, "--bind", ip, "--log-level", "debug"}, extra...)
-	a := &anvil{ns: ns, ip: ip, base: "http://" + ip + ":7080"}
-	a.p = ns.background("anvil", assets.anvil, args...)
+	a := &anvil{ns: ns, ip: ip, base: "http://" + ip + ":7080",
+		args: append([]string{"serve", "--data-dir", data, "--bind", ip, "--log-level", "debug"}, extra...)}
+	if err := a.start(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// start runs the server with a.args and waits until it is ready.
+func (a *anvil) start() error {
+	a.p = a.ns.background("anvil", assets.anvil, a.args...)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		out, err := ns.exec(ctx, "curl", "-fsS", a.base+"/readyz")
+		out, err := a.ns.exec(ctx, "curl", "-fsS", a.base+"/readyz")
 		cancel()
 		if err == nil && strings.Contains(out, "ok") {
-			return a
+			return nil
 		}
 		select {
 		case <-a.p.done:
-			t.Fatalf("anvil serve exited early (%v):\n%s", a.p.err, tail(a.p.output(), 40))
+			return fmt.Errorf("anvil serve exited early (%v):\n%s", a.p.err, tail(a.p.output(), 40))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("anvil serve not ready after 30s: %s\n%s", out, tail(a.p.output(), 40))
+			return fmt.Errorf("anvil serve not ready after 30s: %s\n%s", out, tail(a.p.output(), 40))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// restart stops the server gracefully (SIGTERM) and starts it again on the
+// same data directory. It may be called from any goroutine.
+func (a *anvil) restart() error {
+	_ = a.p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.p.done:
+	case <-time.After(20 * time.Second):
+		return fmt.Errorf("anvil serve did not stop within 20s:\n%s", tail(a.p.output(), 40))
+	}
+	return a.start()
+}
+
+// copyFile copies src to dst.
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -364,12 +392,21 @@ type vm struct {
 	mac  string
 	uefi bool // OVMF with the NIC's option ROM disabled; else SeaBIOS + iPXE ROM
 	tap  string
+	// disk, if set, is a raw disk image attached as virtio-blk. Such a VM
+	// boots from the network first, then from the disk, and is allowed to
+	// reboot (its installed OS powers it off at the end).
+	disk string
+	// markers are serial console strings whose first appearance is timed
+	// (vmResult.seen), from QEMU's start.
+	markers []string
 }
 
 // vmResult is how a VM run ended.
 type vmResult struct {
 	serial string
 	err    error // nil if QEMU exited by itself (power off)
+	start  time.Time
+	seen   map[string]time.Duration
 }
 
 var qemuSlots = make(chan struct{}, 1) // TCG on 2 cores: one VM at a time
@@ -382,9 +419,14 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	defer func() { <-qemuSlots }()
 	dir := n.t.TempDir()
 	serial := filepath.Join(dir, "serial.log")
-	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-no-reboot", "-display", "none",
+	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none",
 		"-serial", "file:" + serial, "-monitor", "none",
 		"-netdev", "tap,id=n0,ifname=" + m.tap + ",script=no,downscript=no"}
+	if m.disk == "" {
+		args = append(args, "-no-reboot")
+	} else {
+		args = append(args, "-drive", "file="+m.disk+",format=raw,if=virtio")
+	}
 	if m.uefi {
 		vars := filepath.Join(dir, "OVMF_VARS.fd")
 		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS.fd")
@@ -400,7 +442,11 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 			// romfile= disables iPXE's option ROM: OVMF's own PXE client runs.
 			"-device", "virtio-net-pci,netdev=n0,mac="+m.mac+",romfile=,bootindex=1")
 	} else {
-		args = append(args, "-machine", "pc,graphics=off", "-boot", "n",
+		boot := "n"
+		if m.disk != "" {
+			boot = "order=nc"
+		}
+		args = append(args, "-machine", "pc,graphics=off", "-boot", boot,
 			"-device", "virtio-net-pci,netdev=n0,mac="+m.mac)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -409,9 +455,12 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
+	res := vmResult{start: start, seen: map[string]time.Duration{}}
+	stopWatch := watchSerial(serial, m.markers, start, res.seen)
 	err := cmd.Run()
+	stopWatch()
 	b, _ := os.ReadFile(serial)
-	res := vmResult{serial: string(b), err: err}
+	res.serial, res.err = string(b), err
 	if ctx.Err() != nil {
 		res.err = fmt.Errorf("VM %s still running after %s (killed)", m.name, timeout)
 	} else if err != nil {
@@ -419,4 +468,33 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	}
 	n.t.Logf("VM %s (%s, uefi=%v) ran %.1fs", m.name, m.mac, m.uefi, time.Since(start).Seconds())
 	return res
+}
+
+// watchSerial polls the serial log for markers and records in seen when
+// each first appears, relative to start, until the returned stop is called.
+func watchSerial(path string, markers []string, start time.Time, seen map[string]time.Duration) (stop func()) {
+	if len(markers) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			b, _ := os.ReadFile(path)
+			for _, m := range markers {
+				if _, ok := seen[m]; !ok && bytes.Contains(b, []byte(m)) {
+					seen[m] = time.Since(start)
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
