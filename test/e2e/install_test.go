@@ -325,21 +325,65 @@ func mtype(t *testing.T, disk, path string) string {
 	return string(out)
 }
 
-// logTimings reports the timings the issue compares with the bare floor
-// (~8 s from QEMU start to a Go /init under TCG).
-func logTimings(t *testing.T, label string, run installRun) {
+// installTimings are the figures the issue's benchmark compares: the bare
+// floor (QEMU start to a Go /init printing its marker, netbooted the same
+// way, in the same run), the image write (image2disk's duration as the
+// server recorded it), and the install's own times. Target: SUCCESS within
+// floor + write + 2.5 s.
+type installTimings struct {
+	floor, write, agent, success, installed time.Duration
+}
+
+func (x installTimings) margin() time.Duration { return x.success - x.floor - x.write }
+
+// logTimings reports the timings; with ANVIL_E2E_TIMINGS=FILE also as a
+// JSON line (bench/install reads it). Tests do not assert wall-clock time.
+func logTimings(t *testing.T, label string, x installTimings) {
 	t.Helper()
-	t.Logf("%s: QEMU start → agent running %.1fs, → workflow SUCCESS %.1fs, → installed OS marker %.1fs",
-		label, run.res.seen[markerAgent].Seconds(), run.success.Seconds(), run.res.seen[markerInstalled].Seconds())
+	t.Logf("%s: floor %.1fs, image write %.1fs; QEMU start → agent %.1fs, → workflow SUCCESS %.1fs (floor + write + %.1fs; target 2.5s), → installed OS %.1fs",
+		label, x.floor.Seconds(), x.write.Seconds(), x.agent.Seconds(), x.success.Seconds(), x.margin().Seconds(), x.installed.Seconds())
 	if out := os.Getenv("ANVIL_E2E_TIMINGS"); out != "" {
-		line := fmt.Sprintf("{\"test\":%q,\"agent_s\":%.2f,\"success_s\":%.2f,\"installed_s\":%.2f}\n", label,
-			run.res.seen[markerAgent].Seconds(), run.success.Seconds(), run.res.seen[markerInstalled].Seconds())
+		line := fmt.Sprintf("{\"test\":%q,\"floor_s\":%.2f,\"write_s\":%.2f,\"agent_s\":%.2f,\"success_s\":%.2f,\"margin_s\":%.2f,\"installed_s\":%.2f}\n",
+			label, x.floor.Seconds(), x.write.Seconds(), x.agent.Seconds(), x.success.Seconds(), x.margin().Seconds(), x.installed.Seconds())
 		f, err := os.OpenFile(out, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err == nil {
-			_, _ = f.WriteString(line)
-			f.Close()
+		if err != nil {
+			t.Errorf("ANVIL_E2E_TIMINGS: %v", err)
+			return
+		}
+		defer f.Close()
+		if _, err := f.WriteString(line); err != nil {
+			t.Errorf("ANVIL_E2E_TIMINGS: %v", err)
 		}
 	}
+}
+
+// timings gathers an install's timings, with the floor measured apart.
+func timings(floor time.Duration, run installRun, wf storedWorkflow) installTimings {
+	x := installTimings{floor: floor, agent: run.res.seen[markerAgent], success: run.success, installed: run.res.seen[markerInstalled]}
+	for _, task := range wf.Status.Tasks {
+		for _, act := range task.Actions {
+			if act.Name == "stream-image" && act.ExecutionStart != nil && act.ExecutionStop != nil {
+				x.write = act.ExecutionStop.Sub(*act.ExecutionStart)
+			}
+		}
+	}
+	return x
+}
+
+// measureFloor netboots a VM into the test initramfs (a Go /init that
+// prints a marker and powers off) through a server of its own, and returns
+// the time from QEMU's start to the marker.
+func measureFloor(t *testing.T, ns *netns) time.Duration {
+	t.Helper()
+	a := startAnvil(t, ns, serverIP)
+	mac := "52:54:00:77:01:01"
+	a.apply(t, provisioningYAML("node-floor", mac, "10.77.0.101", serverIP))
+	res := ns.boot(vm{name: "node-floor", mac: mac, tap: "tap0", markers: []string{"ANVIL-E2E-BOOTED"}}, vmTimeout)
+	assertBooted(t, res, mac, serverIP+":42113")
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	return res.seen["ANVIL-E2E-BOOTED"]
 }
 
 // TestInstall: a blank BIOS machine is installed end to end and boots the
@@ -350,13 +394,15 @@ func TestInstall(t *testing.T) {
 	ns := newNetns(t, "install")
 	ns.bridge("br0", serverIP+"/24", "fd77::1/64")
 	ns.tap("br0", "tap0")
+	floor := measureFloor(t, ns)
+
 	a := startAnvil(t, ns, serverIP, "--bootenv-dir", installLab.bootEnv, "--images-dir", installLab.images)
 	name, mac, ip := "node-install", "52:54:00:77:01:10", "10.77.0.110"
 	a.apply(t, installYAML(name, mac, ip, serverIP, "http://"+serverIP+":7080/images/os.raw.zst"))
 
 	run := runInstall(t, ns, a, name, mac, nil)
-	assertInstalled(t, a, run, name, ip)
-	logTimings(t, "install", run)
+	wf := assertInstalled(t, a, run, name, ip)
+	logTimings(t, "install", timings(floor, run, wf))
 	record := a.cli(t, "logs", "hardware/"+name)
 	assertRecord(t, record, "http", "initramfs-x86_64", "200")
 	assertRecord(t, record, "http", "os.raw.zst", "200")
@@ -417,7 +463,8 @@ func TestInstallServerRestart(t *testing.T) {
 	})
 	<-restarted
 	wf := assertInstalled(t, a, run, name, ip)
-	logTimings(t, "install-restart", run)
+	t.Logf("install through a restart: QEMU start → workflow SUCCESS %.1fs, → installed OS %.1fs",
+		run.success.Seconds(), run.res.seen[markerInstalled].Seconds())
 	if n := gets.Load(); n != 1 {
 		t.Errorf("the image was fetched %d times; want 1 (image2disk ran again?)", n)
 	}

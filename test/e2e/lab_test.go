@@ -294,13 +294,21 @@ func (a *anvil) start() error {
 // restart stops the server gracefully (SIGTERM) and starts it again on the
 // same data directory. It may be called from any goroutine.
 func (a *anvil) restart() error {
+	if err := a.stop(); err != nil {
+		return err
+	}
+	return a.start()
+}
+
+// stop stops the server gracefully (SIGTERM).
+func (a *anvil) stop() error {
 	_ = a.p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.p.done:
+		return nil
 	case <-time.After(20 * time.Second):
 		return fmt.Errorf("anvil serve did not stop within 20s:\n%s", tail(a.p.output(), 40))
 	}
-	return a.start()
 }
 
 // copyFile copies src to dst.
