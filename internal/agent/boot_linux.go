@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+)
+
+// BootConfig configures Boot.
+type BootConfig struct {
+	// Cmdline is the kernel command line. If "", /proc/cmdline is read.
+	Cmdline string
+	// Actions runs the actions. Required.
+	Actions ActionSet
+	// LoadModules loads the drivers of the machine's devices and returns a
+	// one-line summary; nil loads none (a kernel with its drivers built in).
+	LoadModules func(ctx context.Context, logf func(format string, args ...any)) string
+	// Network, when false, leaves the network as it is (an agent started on
+	// a running OS); when true, Boot brings up every link with DHCP.
+	Network bool
+	// Console is where the operator's lines go. If nil, os.Stdout.
+	Console *os.File
+}
+
+// shellPath is the debug shell the boot environment carries (busybox).
+const shellPath = "/bin/sh"
+
+// Boot is the agent of the boot environment: it reads the kernel command
+// line, loads drivers, brings up the network, and runs actions until ctx
+// ends. A broken command line or a workflow that fails starts a console
+// shell when the command line has anvil.shell=1 (and the boot environment
+// has a shell); the agent keeps asking for work meanwhile, so a reprovision
+// needs no reboot.
+func Boot(ctx context.Context, cfg BootConfig) error {
+	out := cfg.Console
+	if out == nil {
+		out = os.Stdout
+	}
+	con := newConsole(out)
+	started := time.Now()
+	cmdline := cfg.Cmdline
+	if cmdline == "" {
+		b, err := os.ReadFile("/proc/cmdline")
+		if err != nil {
+			return fmt.Errorf("read the kernel command line: %w", err)
+		}
+		cmdline = string(b)
+	}
+	params, err := ParseCmdline(cmdline)
+	if err != nil {
+		con.printf("anvil agent: %v", err)
+		if strings.Contains(cmdline, argShell) {
+			runShell(con, "the kernel command line is not usable")
+		}
+		return err
+	}
+	if cfg.LoadModules != nil {
+		con.printf("anvil agent: loading drivers")
+		con.printf("anvil agent: %s", cfg.LoadModules(ctx, con.printf))
+	}
+	var boot []string // lines for the server, once it is reachable
+	if cfg.Network {
+		leases, err := setupNetwork(ctx, params, con.printf)
+		if err != nil {
+			return err
+		}
+		for _, l := range leases {
+			boot = append(boot, l)
+		}
+	}
+	con.printf("anvil agent: up in %s; server %s, worker %s", time.Since(started).Round(time.Millisecond), params.Server, params.WorkerID)
+
+	workerID := params.WorkerID
+	if workerID == "" {
+		workerID = firstMAC()
+		con.printf("anvil agent: no worker_id= on the command line; using this machine's first MAC %s", workerID)
+	}
+	var shellOnce sync.Once
+	a, err := New(Config{
+		Client:     newClient(params),
+		AgentID:    workerID,
+		Actions:    cfg.Actions,
+		Attributes: attributes(),
+		Console:    out,
+		Verbose:    params.Debug,
+		OnWorkflowEnd: func(id, state, msg string) {
+			if state == stateSuccess {
+				return
+			}
+			con.printf("anvil agent: workflow %s ended %s: %s", id, state, msg)
+			con.printf("anvil agent: the machine stays up for inspection; `anvil logs workflow/%s` shows every line", strings.TrimPrefix(id, "default/"))
+			if params.Shell {
+				shellOnce.Do(func() { go runShell(con, "workflow "+id+" ended "+state) })
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	for _, l := range boot {
+		a.Logf("anvil agent: %s", l)
+	}
+	_, err = a.Run(ctx)
+	return err
+}
+
+// newClient is the AgentService client for the boot parameters: Connect
+// over HTTP/1.1 to anvil.server=, or gRPC (h2c, or TLS) to grpc_authority=.
+func newClient(p BootParams) anvilv1connect.AgentServiceClient {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+	tr := &http.Transport{
+		DialContext:         dialer.DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: p.InsecureTLS}, //nolint:gosec // the operator asked for it (tinkerbell_insecure_tls=true)
+	}
+	var opts []connect.ClientOption
+	if p.GRPC {
+		var protos http.Protocols
+		protos.SetUnencryptedHTTP2(strings.HasPrefix(p.Server, "http://"))
+		protos.SetHTTP2(true)
+		tr.Protocols = &protos
+		opts = append(opts, connect.WithGRPC())
+	}
+	return anvilv1connect.NewAgentServiceClient(&http.Client{Transport: tr}, p.Server, opts...)
+}
+
+// attributes describes this machine to the server.
+func attributes() *v1.AgentAttributes {
+	a := &v1.AgentAttributes{Cpu: fmt.Sprintf("%d x %s", runtime.NumCPU(), runtime.GOARCH)}
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		a.Memory = formatBytes(int64(si.Totalram) * int64(si.Unit))
+	}
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		if len(i.HardwareAddr) == 6 && i.Flags&net.FlagLoopback == 0 {
+			a.Macs = append(a.Macs, i.HardwareAddr.String())
+		}
+	}
+	return a
+}
+
+// firstMAC is the MAC of the first non-loopback interface, or "".
+func firstMAC() string {
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		if len(i.HardwareAddr) == 6 && i.Flags&net.FlagLoopback == 0 {
+			return i.HardwareAddr.String()
+		}
+	}
+	return ""
+}
+
+// runShell runs the boot environment's shell on the console until it
+// exits, if there is one.
+func runShell(con *console, why string) {
+	if _, err := os.Stat(shellPath); err != nil {
+		con.printf("anvil agent: %s; no shell in this boot environment (%s)", why, shellPath)
+		return
+	}
+	con.printf("anvil agent: %s; starting a shell on the console (anvil.shell=1). Exit it to leave it.", why)
+	cmd := exec.Command(shellPath)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), "PS1=anvil# ")
+	if err := cmd.Run(); err != nil {
+		con.printf("anvil agent: shell: %v", err)
+	}
+}
