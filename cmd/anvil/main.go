@@ -17,11 +17,17 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/anvilproj/anvil/internal/agent"
 	"github.com/anvilproj/anvil/internal/cli"
 	"github.com/anvilproj/anvil/internal/version"
 )
 
 func main() {
+	// In the boot environment anvil is /init: PID 1 mounts the kernel's
+	// filesystems, reaps orphans and keeps `anvil agent --boot` running.
+	if os.Getpid() == 1 {
+		agent.Init()
+	}
 	os.Exit(run())
 }
 
@@ -67,7 +73,7 @@ func newRootCmd() *cobra.Command {
 	pf.String("log-format", "text", "log format: text or json")
 	pf.String("log-level", "info", "log level: debug, info, warn or error")
 
-	root.AddCommand(newServeCmd(), newVersionCmd(), newRelayCmd())
+	root.AddCommand(newServeCmd(), newVersionCmd(), newRelayCmd(), newAgentCmd())
 	root.AddCommand(cli.Commands()...)
 	return root
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/actions"
+	"github.com/anvilproj/anvil/internal/agent"
+	"github.com/anvilproj/anvil/internal/cli"
+)
+
+func newAgentCmd() *cobra.Command {
+	var (
+		boot         bool
+		workerID     string
+		cmdline      string
+		exitWhenDone bool
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run a machine's workflow actions (the boot environment runs this as /init)",
+		Long: `agent asks the Anvil server for the next action of this machine's workflow,
+runs it natively (image2disk, writefile, cexec, kexec, archive2disk, reboot,
+poweroff), and reports its start, progress, end and output.
+
+In the boot environment anvil is /init: PID 1 mounts the kernel's filesystems
+and starts "anvil agent --boot", which reads the server and worker ID from the
+kernel command line (anvil.server=, or Hook's grpc_authority= and worker_id=),
+loads the drivers of the machine's devices and brings up every cabled link
+with DHCP first.
+
+Without --boot it runs on a machine that is already up, with its network as
+it is: give --server and --worker-id.`,
+		Example: `  anvil agent --server http://10.20.0.1:7080 --worker-id 3c:ec:ef:12:34:07
+  anvil agent --boot      # as the boot environment does`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			set := actions.New(actions.Config{})
+			if boot {
+				return agent.Boot(cmd.Context(), agent.BootConfig{
+					Cmdline: cmdline, Actions: set, Network: true, LoadModules: loadModules,
+				})
+			}
+			if workerID == "" {
+				return errors.New("--worker-id is required (the machine's agent ID: its Hardware's spec.agentID or first MAC)")
+			}
+			server := cmd.Flag("server").Value.String()
+			if f := cmd.Flag("server"); !f.Changed {
+				if env := os.Getenv(cli.EnvServer); env != "" {
+					server = env
+				}
+			}
+			a, err := agent.New(agent.Config{
+				Client:       anvilv1connect.NewAgentServiceClient(http.DefaultClient, server),
+				AgentID:      workerID,
+				Actions:      set,
+				Console:      cmd.OutOrStdout(),
+				ExitWhenDone: exitWhenDone,
+			})
+			if err != nil {
+				return err
+			}
+			res, err := a.Run(cmd.Context())
+			if err != nil && cmd.Context().Err() == nil {
+				return err
+			}
+			if exitWhenDone && res.WorkflowState != "SUCCESS" {
+				return &cli.ExitError{Code: 3, Err: fmt.Errorf("workflow %s ended %s", res.WorkflowID, res.WorkflowState)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&boot, "boot", false, "run as the boot environment's agent: kernel command line, drivers, DHCP on every link")
+	f.StringVar(&workerID, "worker-id", "", "this machine's agent ID (without --boot)")
+	f.StringVar(&cmdline, "cmdline", "", "with --boot: use this kernel command line instead of /proc/cmdline")
+	f.BoolVar(&exitWhenDone, "exit-when-done", false, "exit when a workflow this agent worked on ends (exit code 3 unless SUCCESS)")
+	return cmd
+}
