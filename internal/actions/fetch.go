@@ -64,6 +64,16 @@ type httpError struct {
 
 func (e *httpError) Error() string { return "HTTP " + e.text }
 
+// permanentError is a failure that no retry can mend.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+// permanent marks err as not worth retrying.
+func permanent(format string, args ...any) error {
+	return permanentError{fmt.Errorf(format, args...)}
+}
+
 // startFetch sends the first request and returns the fetch with its
 // response open. A server error (or a network error when retries are on)
 // is retried; anything else is returned as is.
@@ -117,7 +127,8 @@ func (f *fetch) mayRetry(err error) bool {
 	if errors.As(err, &he) {
 		return he.retryable
 	}
-	return true // a network error
+	var pe permanentError
+	return !errors.As(err, &pe) // a network error may pass
 }
 
 // backoff waits before the next attempt, or returns err (annotated) when
@@ -185,16 +196,16 @@ func (f *fetch) accept(resp *http.Response, from int64) error {
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 	case http.StatusOK:
-		if f.validator != "" && validator(resp) != f.validator {
-			return fmt.Errorf("cannot resume at byte %d: the file changed on the server (was %s, now %s)", from, f.validator, validator(resp))
+		if v := validator(resp); v != "" && v != f.validator {
+			return permanent("cannot resume at byte %d: the file changed on the server (was %s, now %s)", from, f.validator, v)
 		}
-		return fmt.Errorf("cannot resume at byte %d: the server does not serve byte ranges", from)
+		return permanent("cannot resume at byte %d: the server does not serve byte ranges", from)
 	default:
 		return statusError(resp)
 	}
 	start, _, ok := strings.Cut(strings.TrimPrefix(resp.Header.Get("Content-Range"), "bytes "), "-")
 	if n, err := strconv.ParseInt(start, 10, 64); !ok || err != nil || n != from {
-		return fmt.Errorf("cannot resume at byte %d: the server answered with range %q", from, resp.Header.Get("Content-Range"))
+		return permanent("cannot resume at byte %d: the server answered with range %q", from, resp.Header.Get("Content-Range"))
 	}
 	return nil
 }
