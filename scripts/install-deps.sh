@@ -41,6 +41,9 @@ APT_PACKAGES+=(atftp tftp-hpa tftpd-hpa dnsmasq-base)
 # bootable disk the install test writes; busybox-static for the boot
 # environment's debug shell and the installed image's tools.
 APT_PACKAGES+=(zstd syslinux syslinux-common mtools dosfstools fdisk busybox-static)
+# Kernel modules: kmod's depmod is the reference internal/kmod's index
+# generator is checked against.
+APT_PACKAGES+=(kmod)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
