@@ -29,7 +29,7 @@ func main() {
 	mount("sysfs", "/sys", "sysfs")
 	mount("devtmpfs", "/dev", "devtmpfs")
 	uptime, _ := os.ReadFile("/proc/uptime")
-	say("started uptime=%s", strings.Fields(string(uptime)+" ?")[0])
+	say("started uptime=%s", strings.Fields(string(uptime) + " ?")[0])
 	cmdline, _ := os.ReadFile("/proc/cmdline")
 	if !slices.Contains(strings.Fields(string(cmdline)), "bootenvinit.coldplug=0") {
 		coldplug()
