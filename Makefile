@@ -13,6 +13,11 @@ BIN     := bin/anvil
 # Fuzz targets run briefly on every `make test`; FUZZTIME=5m for a real session.
 FUZZTIME ?= 8s
 FUZZ_TARGETS := \
+	./internal/actions:FuzzDetect \
+	./internal/actions:FuzzEntryPath \
+	./internal/actions:FuzzExtract \
+	./internal/actions:FuzzParseChecksum \
+	./internal/actions:FuzzParseMode \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \

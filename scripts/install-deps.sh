@@ -41,6 +41,13 @@ APT_PACKAGES+=(atftp tftp-hpa tftpd-hpa dnsmasq-base)
 # bootable disk the install test writes; busybox-static for the boot
 # environment's debug shell and the installed image's tools.
 APT_PACKAGES+=(zstd syslinux syslinux-common mtools dosfstools fdisk busybox-static)
+# Actions: bzip2 makes internal/actions' bzip2 test images (Go has no
+# bzip2 writer); curl is half of the image2disk benchmark's peer pipeline
+# (curl | zstd -dc | dd).
+APT_PACKAGES+=(bzip2 curl)
+# Kernel modules: kmod's depmod is the reference internal/kmod's index
+# generator is checked against.
+APT_PACKAGES+=(kmod)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -6,12 +6,21 @@
 //
 // It owns what an action does to the machine: disks, filesystems, chroots,
 // power. It must not talk to the server: the agent reports for it, through
-// Output, and decides when a Result's Then may run.
+// Output, and decides when a Result's Then may run. Everything it does to
+// the system goes through Config's functions, so the actions are tested
+// against regular files and directories; the defaults are Linux system
+// calls (mount(2), umount2(2), reboot(2), kexec_file_load(2), the BLKRRPART
+// ioctl). User documentation: docs/actions.md.
 package actions
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
 	"time"
 )
 
@@ -26,11 +35,19 @@ type Spec struct {
 	Timeout time.Duration
 }
 
-// Progress is how far a long action (image2disk) has come.
+// Progress is how far a long action (image2disk, archive2disk) has come.
 type Progress struct {
-	Bytes       int64
-	TotalBytes  int64 // 0 when unknown
+	// Bytes is how much of the source has been fetched: for image2disk
+	// the bytes of IMG_URL as served (compressed when it is compressed).
+	Bytes int64
+	// TotalBytes is the source's size as the server announced it
+	// (Content-Length, so compressed when the image is); 0 when unknown.
+	TotalBytes int64
+	// BytesPerSec is the fetch rate over the last interval.
 	BytesPerSec float64
+	// Written is how much has been written to the destination so far,
+	// after decompression.
+	Written int64
 }
 
 // Output receives what an action does while it runs. Implementations must
@@ -40,21 +57,220 @@ type Output interface {
 	// Line is one line of output; stream is "stdout", "stderr" or "action"
 	// (a line the action itself writes about what it does).
 	Line(stream, line string)
-	// Progress is called every few seconds by actions that move bytes.
+	// Progress is called every few seconds by actions that move bytes,
+	// and once more when they have moved the last byte. It is never
+	// called after the Runner has returned.
 	Progress(p Progress)
 }
+
+// Output streams.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	StreamAction = "action"
+)
 
 // Result is what a successful action leaves to do. Then, when not nil,
 // takes the machine down (reboot, poweroff, kexec): the agent calls it only
 // after the server has acknowledged the action's SUCCESS, so that a finished
-// install is never left RUNNING.
+// install is never left RUNNING. Then does not return when it succeeds.
 type Result struct {
 	Then func() error
 }
 
-// Runner runs one action.
+// Runner runs one action. It never takes the machine down itself: what
+// must happen after the action is reported is in the Result.
 type Runner func(ctx context.Context, s Spec, out Output) (Result, error)
 
 // ErrUnknownImage is wrapped by Lookup's error for an image that has no
 // native implementation.
 var ErrUnknownImage = errors.New("no native action for image")
+
+// Clock is the actions' source of time: progress intervals, transfer
+// rates and the backoff between fetch retries. Tests inject one that
+// never sleeps.
+type Clock interface {
+	Now() time.Time
+	// After is time.After.
+	After(d time.Duration) <-chan time.Time
+	// NewTicker returns a channel that receives every d, and a function
+	// that stops it.
+	NewTicker(d time.Duration) (<-chan time.Time, func())
+}
+
+// realClock is Clock over package time.
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (realClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// Defaults for Config's zero values.
+const (
+	// DefaultDeviceWait is how long an action that mounts a partition
+	// waits for its device node to appear: the kernel creates partition
+	// nodes shortly after image2disk re-reads the partition table.
+	DefaultDeviceWait = 10 * time.Second
+	// DefaultStallTimeout is how long a download may go without a byte
+	// before it counts as lost.
+	DefaultStallTimeout = 60 * time.Second
+	// DefaultWriteBuffer is the size of image2disk's writes.
+	DefaultWriteBuffer = 4 << 20
+	// DefaultHeaderTimeout bounds the wait for an HTTP response's headers.
+	DefaultHeaderTimeout = 60 * time.Second
+)
+
+// Config is what the actions use of the system. Every field is optional;
+// the zero value runs on the real machine (Linux).
+type Config struct {
+	// HTTPClient fetches images and archives. If nil, a client with
+	// connect and response-header timeouts and no overall timeout (the
+	// action's context bounds it) that asks for identity encoding.
+	HTTPClient *http.Client
+	// Mount is mount(2). If nil, unix.Mount.
+	Mount func(source, target, fstype string, flags uintptr, data string) error
+	// Unmount is umount2(2). If nil, unix.Unmount.
+	Unmount func(target string, flags int) error
+	// Power is reboot(2) with a LINUX_REBOOT_CMD_* command; it is only
+	// ever called from a Result's Then. If nil, unix.Reboot.
+	Power func(cmd int) error
+	// KexecLoad is kexec_file_load(2): it loads the kernel (and initrd;
+	// -1 for none) that a later Power(LINUX_REBOOT_CMD_KEXEC) starts. If
+	// nil, unix.KexecFileLoad.
+	KexecLoad func(kernelFd, initrdFd int, cmdline string, flags int) error
+	// RereadPartitions asks the kernel to re-read a block device's
+	// partition table; image2disk calls it only for block devices. If
+	// nil, the BLKRRPART ioctl (retried briefly while the device is busy).
+	RereadPartitions func(disk *os.File) error
+	// Sync flushes every filesystem; Then calls it before Power. If nil,
+	// unix.Sync.
+	Sync func()
+	// Clock is the source of time. If nil, the real clock.
+	Clock Clock
+	// TempDir is where mount points are made. If "", os.TempDir().
+	TempDir string
+	// DeviceWait is how long to wait for a partition's device node to
+	// appear. If 0, DefaultDeviceWait; negative: do not wait.
+	DeviceWait time.Duration
+	// StallTimeout ends a download that has received nothing for this
+	// long (retried when RETRY_ENABLED). If 0, DefaultStallTimeout.
+	StallTimeout time.Duration
+	// WriteBuffer is the size of each write to the destination disk. If
+	// 0, DefaultWriteBuffer (4 MiB).
+	WriteBuffer int
+}
+
+// Catalog is the set of native actions, configured once. It is safe for
+// concurrent use.
+type Catalog struct {
+	cfg     Config
+	runners map[string]Runner
+}
+
+// Short names of the native actions: the last element of a Tinkerbell
+// action image's name, without tag or digest.
+const (
+	NameImage2Disk   = "image2disk"
+	NameArchive2Disk = "archive2disk"
+	NameWriteFile    = "writefile"
+	NameCexec        = "cexec"
+	NameKexec        = "kexec"
+	NameReboot       = "reboot"
+	NamePowerOff     = "poweroff"
+	// NameWaitDaemon is ghcr.io/jacobweinstock/waitdaemon, which
+	// Tinkerbell templates use to reboot or power off after the action
+	// is reported: its command ([reboot] or [poweroff]) says which.
+	NameWaitDaemon = "waitdaemon"
+)
+
+// New returns a Catalog whose actions use cfg, with its zero fields set
+// to their defaults.
+func New(cfg Config) *Catalog {
+	setSystemDefaults(&cfg)
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = defaultHTTPClient()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.TempDir == "" {
+		cfg.TempDir = os.TempDir()
+	}
+	if cfg.DeviceWait == 0 {
+		cfg.DeviceWait = DefaultDeviceWait
+	}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	if cfg.WriteBuffer <= 0 {
+		cfg.WriteBuffer = DefaultWriteBuffer
+	}
+	c := &Catalog{cfg: cfg}
+	c.runners = map[string]Runner{
+		NameImage2Disk:   c.image2disk,
+		NameArchive2Disk: c.archive2disk,
+		NameWriteFile:    c.writefile,
+		NameCexec:        c.cexec,
+		NameKexec:        c.kexec,
+		NameReboot:       c.power(NameReboot),
+		NamePowerOff:     c.power(NamePowerOff),
+		NameWaitDaemon:   c.waitdaemon,
+	}
+	return c
+}
+
+// defaultHTTPClient is Config.HTTPClient's default.
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = DefaultHeaderTimeout
+	t.ReadBufferSize = 256 << 10
+	t.DisableCompression = true
+	return &http.Client{Transport: t}
+}
+
+// Lookup returns the Runner for an action image: a Tinkerbell image name
+// of any registry, repository and tag (quay.io/tinkerbell/actions/cexec:v1.0.0,
+// ghcr.io/jacobweinstock/waitdaemon:latest) or a short name ("cexec"). An
+// image with no native action is an error wrapping ErrUnknownImage.
+func (c *Catalog) Lookup(image string) (Runner, error) {
+	if r, ok := c.runners[actionName(image)]; ok {
+		return r, nil
+	}
+	return nil, fmt.Errorf("%w %q: no container runtime is available in Anvil's boot environment, so only native actions run (%s)",
+		ErrUnknownImage, image, strings.Join(c.Names(), ", "))
+}
+
+// Names lists the short names Lookup knows, sorted.
+func (c *Catalog) Names() []string {
+	names := make([]string, 0, len(c.runners))
+	for n := range c.runners {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// actionName is the short name of an image reference: its last path
+// element, without a digest (@sha256:…) or tag (:v1), in lower case.
+// "quay.io/tinkerbell/actions/image2disk:v1.0.0" → "image2disk".
+func actionName(image string) string {
+	ref := strings.TrimSpace(image)
+	if i := strings.IndexByte(ref, '@'); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndexByte(ref, '/'); i >= 0 {
+		ref = ref[i+1:]
+	}
+	if i := strings.IndexByte(ref, ':'); i >= 0 {
+		ref = ref[:i]
+	}
+	return strings.ToLower(ref)
+}
+
+// line writes one action line.
+func linef(out Output, format string, args ...any) {
+	out.Line(StreamAction, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,193 @@
+package actions
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestLookup(t *testing.T) {
+	c := New(Config{})
+	known := []struct {
+		image string
+		name  string
+	}{
+		{image: "quay.io/tinkerbell/actions/image2disk:v1.0.0", name: "image2disk"},
+		{image: "quay.io/tinkerbell-actions/image2disk:v1.0.0", name: "image2disk"},
+		{image: "registry.local:5000/mirror/tinkerbell/writefile:latest", name: "writefile"},
+		{image: "quay.io/tinkerbell/actions/cexec@sha256:0123abcd", name: "cexec"},
+		{image: "quay.io/tinkerbell/actions/kexec:v1.0.0@sha256:0123abcd", name: "kexec"},
+		{image: "quay.io/tinkerbell/actions/archive2disk", name: "archive2disk"},
+		{image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", name: "waitdaemon"},
+		{image: "reboot", name: "reboot"},
+		{image: " poweroff ", name: "poweroff"},
+		{image: "Quay.io/Tinkerbell/Actions/CEXEC:V1", name: "cexec"},
+	}
+	for _, tc := range known {
+		t.Run(tc.image, func(t *testing.T) {
+			if got := actionName(tc.image); got != tc.name {
+				t.Errorf("actionName(%q) = %q; want %q", tc.image, got, tc.name)
+			}
+			if r, err := c.Lookup(tc.image); err != nil || r == nil {
+				t.Errorf("Lookup(%q) = %v, %v; want a runner", tc.image, r, err)
+			}
+		})
+	}
+	for _, image := range []string{"quay.io/tinkerbell/actions/oci2disk:v1.0.0", "alpine:3.20", "", "quay.io/tinkerbell/actions/"} {
+		t.Run("unknown "+image, func(t *testing.T) {
+			r, err := c.Lookup(image)
+			if r != nil || !errors.Is(err, ErrUnknownImage) {
+				t.Fatalf("Lookup(%q) = %v, %v; want an error wrapping ErrUnknownImage", image, r, err)
+			}
+			for _, want := range []string{`"` + image + `"`, "no container runtime is available", "image2disk, kexec, poweroff"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPower: reboot, poweroff and waitdaemon do nothing while they run;
+// their Then syncs and calls reboot(2) with the right command.
+func TestPower(t *testing.T) {
+	tests := []struct {
+		name    string
+		image   string
+		command []string
+		want    int
+		wantErr string
+	}{
+		{name: "reboot", image: "reboot", want: unix.LINUX_REBOOT_CMD_RESTART},
+		{name: "poweroff", image: "poweroff", want: unix.LINUX_REBOOT_CMD_POWER_OFF},
+		{name: "waitdaemon reboot", image: "ghcr.io/jacobweinstock/waitdaemon:latest", command: []string{"reboot"}, want: unix.LINUX_REBOOT_CMD_RESTART},
+		{name: "waitdaemon /sbin/poweroff", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", command: []string{"/sbin/poweroff", "-f"}, want: unix.LINUX_REBOOT_CMD_POWER_OFF},
+		{name: "waitdaemon other command", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", command: []string{"sh", "-c", "echo hi"}, wantErr: `waitdaemon: command ["sh" "-c" "echo hi"]: only [reboot] and [poweroff] run natively`},
+		{name: "waitdaemon no command", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", wantErr: "only [reboot] and [poweroff]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t)
+			res, err := runAction(t, m.catalog(), tc.image, Spec{Command: tc.command}, &recorder{})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v; want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.power) != 0 || m.syncs != 0 {
+				t.Fatalf("Run called Power %v (syncs %d); it must leave that to Then", m.power, m.syncs)
+			}
+			if res.Then == nil {
+				t.Fatal("no Then")
+			}
+			if err := res.Then(); err != nil {
+				t.Fatal(err)
+			}
+			if len(m.power) != 1 || m.power[0] != tc.want || m.syncs != 1 {
+				t.Errorf("Then called Power %#x (syncs %d); want [%#x] after 1 sync", m.power, m.syncs, tc.want)
+			}
+		})
+	}
+}
+
+// TestPowerThenError: a reboot(2) that fails is Then's error.
+func TestPowerThenError(t *testing.T) {
+	m := newMachine(t)
+	cfg := m.config()
+	cfg.Power = func(int) error { return syscall.EPERM }
+	r, _ := New(cfg).Lookup("reboot")
+	res, err := r(t.Context(), Spec{}, &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Then(); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("Then() = %v; want EPERM", err)
+	}
+}
+
+func TestKexec(t *testing.T) {
+	needRoot(t)
+	tests := []struct {
+		name       string
+		env        map[string]string
+		kexecErr   error
+		wantKernel string
+		wantInitrd string // "" for none
+		wantCmd    string
+		wantFlags  int
+		wantErr    string
+	}{
+		{
+			name:       "kernel, initrd and command line",
+			env:        map[string]string{"KERNEL_PATH": "/boot/vmlinuz", "INITRD_PATH": "/boot/initrd.img", "CMD_LINE": "root=/dev/sda2 ro console=ttyS0"},
+			wantKernel: "KERNEL", wantInitrd: "INITRD", wantCmd: "root=/dev/sda2 ro console=ttyS0",
+		},
+		{
+			name:       "no initrd",
+			env:        map[string]string{"KERNEL_PATH": "boot/vmlinuz", "CMD_LINE": "root=/dev/sda2"},
+			wantKernel: "KERNEL", wantCmd: "root=/dev/sda2", wantFlags: unix.KEXEC_FILE_NO_INITRAMFS,
+		},
+		{name: "missing kernel", env: map[string]string{"KERNEL_PATH": "/boot/nope"}, wantErr: "kexec: KERNEL_PATH: openat boot/nope: no such file or directory"},
+		{name: "kernel through a link out of the filesystem", env: map[string]string{"KERNEL_PATH": "/escape/vmlinuz"}, wantErr: "path escapes from parent"},
+		{name: "GRUBCFG_PATH alone", env: map[string]string{"GRUBCFG_PATH": "/boot/grub/grub.cfg"}, wantErr: "GRUBCFG_PATH is not supported natively"},
+		{name: "no KERNEL_PATH", env: map[string]string{}, wantErr: "kexec: KERNEL_PATH is required"},
+		{name: "kexec_file_load fails", env: map[string]string{"KERNEL_PATH": "/boot/vmlinuz"}, kexecErr: syscall.EPERM, wantErr: "kexec_file_load /boot/vmlinuz: operation not permitted"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			top := t.TempDir()
+			os.Mkdir(filepath.Join(top, "boot"), 0o755)
+			os.WriteFile(filepath.Join(top, "boot/vmlinuz"), []byte("KERNEL"), 0o644)
+			os.WriteFile(filepath.Join(top, "boot/initrd.img"), []byte("INITRD"), 0o644)
+			outside := t.TempDir()
+			os.WriteFile(filepath.Join(outside, "vmlinuz"), []byte("HOST KERNEL"), 0o644)
+			os.Symlink(outside, filepath.Join(top, "escape"))
+			m := newMachine(t)
+			m.kexecErr = tc.kexecErr
+			env := map[string]string{"BLOCK_DEVICE": top, "FS_TYPE": "ext4"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			res, err := runAction(t, m.catalog(), "quay.io/tinkerbell/actions/kexec:v1.0.0", Spec{Env: env}, &recorder{})
+			m.checkUnmounted()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v; want %q", err, tc.wantErr)
+				}
+				if res.Then != nil {
+					t.Error("a failed kexec returned a Then")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.kexecs) != 1 {
+				t.Fatalf("%d kexec_file_load calls; want 1", len(m.kexecs))
+			}
+			k := m.kexecs[0]
+			if string(k.kernel) != tc.wantKernel || string(k.initrd) != tc.wantInitrd || k.cmdline != tc.wantCmd || k.flags != tc.wantFlags {
+				t.Errorf("kexec_file_load(kernel %q, initrd %q, %q, flags %#x); want (%q, %q, %q, %#x)",
+					k.kernel, k.initrd, k.cmdline, k.flags, tc.wantKernel, tc.wantInitrd, tc.wantCmd, tc.wantFlags)
+			}
+			if len(m.power) != 0 {
+				t.Fatalf("Run called Power %v", m.power)
+			}
+			if err := res.Then(); err != nil {
+				t.Fatal(err)
+			}
+			if len(m.power) != 1 || m.power[0] != unix.LINUX_REBOOT_CMD_KEXEC || m.syncs != 1 {
+				t.Errorf("Then called Power %#x (syncs %d); want [LINUX_REBOOT_CMD_KEXEC] after a sync", m.power, m.syncs)
+			}
+		})
+	}
+}

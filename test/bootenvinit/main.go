@@ -1,0 +1,100 @@
+// Command bootenvinit is the /init of internal/bootenv's QEMU tests and
+// of bench/bootenv, standing in for anvil: it proves that a boot
+// environment boots and that internal/kmod loads a machine's drivers from
+// the modules inside it, by modalias, as the agent does.
+//
+// It prints lines starting with "BOOTENV " on the console: "started"
+// with the kernel's uptime as soon as it runs, then (unless the kernel
+// command line says bootenvinit.coldplug=0) what coldplug loaded, the
+// failures, the network interfaces and disks that appeared, and the
+// result of probing a filesystem module by name; then it powers off so
+// that QEMU, run with -no-reboot, exits.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/anvilproj/anvil/internal/kmod"
+)
+
+func main() {
+	mount("proc", "/proc", "proc")
+	mount("sysfs", "/sys", "sysfs")
+	mount("devtmpfs", "/dev", "devtmpfs")
+	uptime, _ := os.ReadFile("/proc/uptime")
+	say("started uptime=%s", strings.Fields(string(uptime) + " ?")[0])
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	if !slices.Contains(strings.Fields(string(cmdline)), "bootenvinit.coldplug=0") {
+		coldplug()
+	}
+	say("done")
+	syscall.Sync()
+	time.Sleep(100 * time.Millisecond) // let the serial line drain
+	if err := syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
+		say("power off: %v", err)
+	}
+	select {} // PID 1 must not exit
+}
+
+func coldplug() {
+	dir, err := kmod.RunningDir()
+	if err != nil {
+		say("error %v", err)
+		return
+	}
+	idx, err := kmod.Open(dir)
+	if err != nil {
+		say("error %v", err)
+		return
+	}
+	p := kmod.NewProber(kmod.ProberConfig{Index: idx})
+	start := time.Now()
+	res, err := p.Coldplug(context.Background())
+	if err != nil {
+		say("error coldplug: %v", err)
+	}
+	say("coldplug rounds=%d modules=%d in %dms", res.Rounds, len(res.Loaded), time.Since(start).Milliseconds())
+	say("loaded %s", strings.Join(res.Loaded, " "))
+	for _, e := range res.Errors {
+		say("failed %s", e)
+	}
+	say("unmatched %d", len(res.Unmatched))
+	say("net %s", strings.Join(list("/sys/class/net", "lo"), " "))
+	say("block %s", strings.Join(list("/sys/block", ""), " "))
+	loaded, err := p.Probe("fs-vfat")
+	if err != nil {
+		say("probe fs-vfat: %v", err)
+	} else {
+		say("probe fs-vfat loaded %s", strings.Join(loaded, " "))
+	}
+}
+
+// list returns the entries of a sysfs class directory but skip.
+func list(dir, skip string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		if e.Name() != skip {
+			names = append(names, filepath.Base(e.Name()))
+		}
+	}
+	return names
+}
+
+func mount(source, target, fstype string) {
+	_ = os.MkdirAll(target, 0o755)
+	if err := syscall.Mount(source, target, fstype, 0, ""); err != nil {
+		say("mount %s: %v", target, err)
+	}
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("BOOTENV "+format+"\n", args...)
+}
