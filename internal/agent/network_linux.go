@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/fnv"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
+	"github.com/insomniacslk/dhcp/iana"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -203,18 +206,80 @@ func vlanLink(parent netlink.Link, id int) (netlink.Link, error) {
 	return l, netlink.LinkSetUp(l)
 }
 
-// dhcpLease runs one DHCP exchange on ifname.
+// dhcpLease runs one DHCP exchange (DISCOVER, OFFER, REQUEST, ACK) on
+// ifname. Its messages are built here rather than with the DHCP library's
+// constructors because those draw the transaction ID from the kernel's
+// random pool, which early in boot on a machine without a hardware random
+// source (a VM's default CPU model, older servers) is not ready for
+// seconds; a transaction ID only has to differ from other clients' on the
+// segment, which the MAC and the clock give.
 func dhcpLease(ctx context.Context, ifname string) (*nclient4.Lease, error) {
 	c, err := nclient4.New(ifname, nclient4.WithTimeout(dhcpTimeout), nclient4.WithRetry(dhcpRetries))
 	if err != nil {
 		return nil, fmt.Errorf("dhcp on %s: %w", ifname, err)
 	}
 	defer c.Close()
-	lease, err := c.Request(ctx, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("anvil-agent")))
-	if err != nil {
-		return nil, fmt.Errorf("dhcp on %s: %w", ifname, err)
+	hw := c.InterfaceAddr()
+	common := []dhcpv4.Modifier{
+		dhcpv4.WithHwAddr(hw),
+		dhcpv4.WithBroadcast(true),
+		dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter, dhcpv4.OptionDomainName,
+			dhcpv4.OptionDomainNameServer, dhcpv4.OptionClasslessStaticRoute, dhcpv4.OptionIPAddressLeaseTime),
+		dhcpv4.WithOption(dhcpv4.OptMaxMessageSize(nclient4.MaxMessageSize)),
+		dhcpv4.WithOption(dhcpv4.OptClassIdentifier(vendorClass)),
 	}
-	return lease, nil
+	discover := newMessage(hw, append(common, dhcpv4.WithMessageType(dhcpv4.MessageTypeDiscover))...)
+	offer, err := c.SendAndRead(ctx, c.RemoteAddr(), discover, nclient4.IsMessageType(dhcpv4.MessageTypeOffer))
+	if err != nil {
+		return nil, fmt.Errorf("dhcp on %s: no offer: %w", ifname, err)
+	}
+	request := newMessage(hw, append(common,
+		dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr)),
+		dhcpv4.WithOptionCopied(offer, dhcpv4.OptionServerIdentifier),
+	)...)
+	request.TransactionID = discover.TransactionID
+	ack, err := c.SendAndRead(ctx, c.RemoteAddr(), request, nclient4.IsAll(
+		nclient4.IsCorrectServer(offer.ServerIdentifier()),
+		nclient4.IsMessageType(dhcpv4.MessageTypeAck, dhcpv4.MessageTypeNak)))
+	if err != nil {
+		return nil, fmt.Errorf("dhcp on %s: no answer to the request for %s: %w", ifname, offer.YourIPAddr, err)
+	}
+	if ack.MessageType() == dhcpv4.MessageTypeNak {
+		return nil, fmt.Errorf("dhcp on %s: %s refused %s: %s", ifname, offer.ServerIdentifier(), offer.YourIPAddr, ack.Message())
+	}
+	return &nclient4.Lease{Offer: offer, ACK: ack, CreationTime: time.Now()}, nil
+}
+
+// vendorClass is the agent's DHCP option 60, so a server's log tells the
+// boot environment's requests from the firmware's.
+const vendorClass = "anvil-agent"
+
+// newMessage is a BOOTREQUEST with a transaction ID from the MAC and the
+// clock (see dhcpLease).
+func newMessage(hw net.HardwareAddr, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	h := fnv.New32a()
+	h.Write(hw)
+	var t [8]byte
+	binary.LittleEndian.PutUint64(t[:], uint64(time.Now().UnixNano()))
+	h.Write(t[:])
+	var xid dhcpv4.TransactionID
+	binary.BigEndian.PutUint32(xid[:], h.Sum32())
+	m := &dhcpv4.DHCPv4{
+		OpCode:        dhcpv4.OpcodeBootRequest,
+		HWType:        iana.HWTypeEthernet,
+		ClientHWAddr:  make(net.HardwareAddr, 6),
+		TransactionID: xid,
+		ClientIPAddr:  net.IPv4zero,
+		YourIPAddr:    net.IPv4zero,
+		ServerIPAddr:  net.IPv4zero,
+		GatewayIPAddr: net.IPv4zero,
+		Options:       dhcpv4.Options{},
+	}
+	for _, mod := range mods {
+		mod(m)
+	}
+	return m
 }
 
 // applyLease puts the lease's address on link, and, when withDefault, its
@@ -285,10 +350,10 @@ func renew(ctx context.Context, link netlink.Link, lease *nclient4.Lease, logf f
 			continue
 		}
 		next, err := c.Renew(ctx, lease)
-		if err != nil {
-			next, err = c.Request(ctx)
-		}
 		c.Close()
+		if err != nil {
+			next, err = dhcpLease(ctx, name)
+		}
 		if err != nil {
 			logf("anvil agent: renew the lease on %s: %v (keeping the address)", name, err)
 			continue
