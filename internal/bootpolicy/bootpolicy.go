@@ -217,13 +217,10 @@ func (p *Policy) hwWarn(hw *model.Hardware, field, problem string) {
 // byMAC returns the Hardware with an interface of that MAC and the index of
 // the interface, or nil.
 func (p *Policy) byMAC(ctx context.Context, mac net.HardwareAddr) (*model.Hardware, int, error) {
-	canon := strings.ToLower(mac.String())
+	// The index holds MACs in canonical form, however the Hardware spells
+	// them (model.CanonicalMAC); net.HardwareAddr.String is that form.
+	canon := mac.String()
 	objs, err := p.store.ByIndex(ctx, model.KindHardware, store.IndexMAC, canon)
-	if err == nil && len(objs) == 0 {
-		// The index keeps a MAC as written, lower-cased: a Hardware that
-		// spells it with hyphens is found under that spelling.
-		objs, err = p.store.ByIndex(ctx, model.KindHardware, store.IndexMAC, strings.ReplaceAll(canon, ":", "-"))
-	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("find hardware by MAC %s: %w", canon, err)
 	}
