@@ -78,6 +78,11 @@ type Config struct {
 	// TLS says whether the agent dials GRPCAuthority with TLS
 	// (tinkerbell_tls=).
 	TLS bool
+	// InsecureTLS says whether the agent, dialling with TLS, skips
+	// verifying the server's certificate (tinkerbell_insecure_tls=). Hook
+	// reads both arguments; it is always sent, false by default, so that
+	// no boot environment falls back to a default of its own.
+	InsecureTLS bool
 	// Logger gets warnings about Hardware fields that cannot be used. If
 	// nil, uses slog.Default().
 	Logger *slog.Logger
@@ -146,6 +151,7 @@ func New(cfg Config) (*Policy, error) {
 		"grpc_authority=" + cfg.GRPCAuthority,
 		"", // worker_id=, per machine
 		fmt.Sprintf("tinkerbell_tls=%t", cfg.TLS),
+		fmt.Sprintf("tinkerbell_insecure_tls=%t", cfg.InsecureTLS),
 	}
 	if cfg.SyslogHost != "" {
 		p.baseArgs = append(p.baseArgs, "syslog_host="+cfg.SyslogHost)
