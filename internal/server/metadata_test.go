@@ -251,3 +251,54 @@ func TestStoreFinder(t *testing.T) {
 		t.Errorf("ambiguous error %v does not name both Hardware", err)
 	}
 }
+
+// BenchmarkMetadata measures one EC2-style item and the /metadata document
+// through the handler and the store-backed Finder with 10,000 Hardware.
+func BenchmarkMetadata(b *testing.B) {
+	st, err := bolt.Open(b.TempDir()+"/anvil.db", bolt.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	const n = 10000
+	objs := make([]model.Object, 0, n)
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String()
+		mac := net.HardwareAddr{2, 0, 0, 0, byte(i >> 8), byte(i)}.String()
+		objs = append(objs, &model.Hardware{ObjectMeta: model.ObjectMeta{Name: "m" + strconv.Itoa(i)}, Spec: model.HardwareSpec{
+			Metadata:   &model.HardwareMetadata{Instance: &model.MetadataInstance{Hostname: "m" + strconv.Itoa(i), SSHKeys: []string{"ssh-ed25519 AAAA k"}}},
+			Interfaces: []model.Interface{{DHCP: &model.DHCP{MAC: mac, IP: &model.IP{Address: ip}}}}}})
+	}
+	if _, err := st.Apply(context.Background(), objs); err != nil {
+		b.Fatal(err)
+	}
+	h, err := metadata.New(metadata.Config{Finder: storeFinder{st}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, path := range []string{"/2009-04-04/meta-data/hostname", "/metadata"} {
+		b.Run(path, func(b *testing.B) {
+			r, err := http.NewRequest(http.MethodGet, path, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.RemoteAddr = "10.1.20.7:40000"
+			for b.Loop() {
+				w := &discardWriter{h: http.Header{}}
+				h.ServeHTTP(w, r)
+				if w.code != http.StatusOK {
+					b.Fatalf("GET %s = %d", path, w.code)
+				}
+			}
+		})
+	}
+}
+
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }
