@@ -24,7 +24,8 @@ FUZZ_TARGETS := \
 	./internal/ipxe:FuzzBootEnv \
 	./internal/labels:FuzzParse \
 	./internal/syslog:FuzzParse \
-	./internal/tftp:FuzzParseRequest
+	./internal/tftp:FuzzParseRequest \
+	./internal/metadata:FuzzClientAddr
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools clean ipxe-refresh
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/server"
 	"github.com/anvilproj/anvil/internal/version"
 )
@@ -15,6 +16,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var memoryLimitMiB int64
+	var metadataPort int
 	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -28,6 +30,10 @@ the provisioning network's address for the DHCP and boot services.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.Default() // set up by the root's --log-* flags
+			cfg.MetadataPort = metadataPort
+			if metadataPort == 0 {
+				cfg.DisableMetadata = true // --metadata-port 0 is documented as "off"
+			}
 			// A soft limit makes the garbage collector work harder near it
 			// instead of letting RSS float to 2-3x the live heap under a
 			// burst of reports. GOMEMLIMIT in the environment wins.
@@ -70,6 +76,10 @@ the provisioning network's address for the DHCP and boot services.`,
 	f.StringVar(&cfg.BootEnvDir, "bootenv-dir", "", "directory of the boot environment files served at /bootenv/ (vmlinuz-x86_64, initramfs-x86_64, …) (default DATA_DIR/bootenv)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
 	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200")
+	// Metadata.
+	f.IntVar(&metadataPort, "metadata-port", metadata.DefaultPort, "port of the metadata service's own listener (Hegel's); the metadata routes are on the HTTP port too. 0: no own listener")
+	f.BoolVar(&cfg.DisableMetadata, "no-metadata", false, "do not open the metadata service's own listener (the routes stay on the HTTP port)")
+	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of proxies whose X-Forwarded-For the metadata service believes, e.g. 10.0.0.0/24,192.0.2.9 (default none: the TCP peer is the caller)")
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	return cmd

@@ -4,9 +4,10 @@
 //
 // It owns the translation between the wire (proto messages, connect codes)
 // and the model: converting objects, parsing selectors, mapping errors to
-// codes. It must not hold state of its own, open listeners or decide policy —
-// the store, the engine and the model's validation decide; internal/server
-// mounts the handlers and serves them.
+// codes, and the few operations that are several store calls in one
+// (Reprovision). It must not hold state of its own beyond a lock, open
+// listeners or decide policy — the store, the engine and the model's
+// validation decide; internal/server mounts the handlers and serves them.
 package api
 
 import (
@@ -14,6 +15,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -62,6 +64,8 @@ type Config struct {
 	// Logger receives internal errors (those answered as INTERNAL). If
 	// nil, uses slog.Default().
 	Logger *slog.Logger
+	// Now names reprovision workflows by default. If nil, uses time.Now.
+	Now func() time.Time
 }
 
 // Services implements every anvil.v1 service. It is safe for concurrent use.
@@ -73,6 +77,10 @@ type Services struct {
 	// polls) end early so a graceful shutdown need not wait for them.
 	stopping context.Context
 	stop     context.CancelFunc
+
+	// reprovisionMu makes Reprovision's check (no unfinished workflow on
+	// the Hardware) and its writes one step for concurrent callers.
+	reprovisionMu sync.Mutex
 }
 
 // New returns the services for cfg.
@@ -82,6 +90,9 @@ func New(cfg Config) *Services {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	stopping, stop := context.WithCancel(context.Background())
 	return &Services{cfg: cfg, log: cfg.Logger, stopping: stopping, stop: stop}
@@ -120,7 +131,7 @@ func ServiceNames() []string {
 func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
 	mux.Handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))
-	mux.Handle(anvilv1connect.NewWorkflowServiceHandler(newWorkflowService(s), opts...))
+	mux.Handle(anvilv1connect.NewWorkflowServiceHandler(workflowHandler{newWorkflowService(s), newHardwareService(s)}, opts...))
 	mux.Handle(anvilv1connect.NewManifestServiceHandler(manifestService{s}, opts...))
 	mux.Handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
 	mux.Handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))

@@ -105,7 +105,8 @@ func notOwnAddress(e machinelog.Event) bool {
 }
 
 // services are the known Event.Service values, for metric labels.
-var services = []string{machinelog.ServiceDHCP, machinelog.ServiceTFTP, machinelog.ServiceHTTP, machinelog.ServiceSyslog}
+var services = []string{machinelog.ServiceDHCP, machinelog.ServiceTFTP, machinelog.ServiceHTTP, machinelog.ServiceSyslog,
+	machinelog.ServiceMetadata}
 
 var (
 	eventsTotal = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -463,3 +463,27 @@ func TestRepeatsAreFolded(t *testing.T) {
 		t.Errorf("record =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestAttributionAnyMACSpelling: a Hardware whose MAC is written dotted or
+// hyphenated in upper case gets the events of its per-MAC TFTP paths and
+// script requests (which carry the MAC in canonical form).
+func TestAttributionAnyMACSpelling(t *testing.T) {
+	e := newEnv(t)
+	e.hardware(t, "dotted", "3CEC.EF12.3407", "")
+	e.hardware(t, "hyphens", "3C-EC-EF-12-34-08", "")
+	r := e.start(t, Config{})
+	r.Record(machinelog.Event{Service: "tftp", MAC: mac07, IP: netip.MustParseAddr("10.0.0.7"), Outcome: "served",
+		Message: "RRQ 3c:ec:ef:12:34:07/ipxe.efi from 10.0.0.7:1024: sent"})
+	r.Record(machinelog.Event{Service: "http", MAC: mac08, IP: netip.MustParseAddr("10.0.0.8"), Outcome: "served",
+		Message: "GET /ipxe/script/3c:ec:ef:12:34:08/auto.ipxe: workflow pending"})
+	flush(t, r)
+	for _, tc := range []struct{ hardware, want string }{
+		{"default/dotted", "tftp: RRQ 3c:ec:ef:12:34:07/ipxe.efi from 10.0.0.7:1024: sent"},
+		{"default/hyphens", "http: GET /ipxe/script/3c:ec:ef:12:34:08/auto.ipxe: workflow pending"},
+	} {
+		got := lines(t, func() ([]logstore.Line, error) { return e.logs.ReadHardware(tc.hardware, 0) })
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("record of %s = %q; want [%q]", tc.hardware, got, tc.want)
+		}
+	}
+}

@@ -78,6 +78,11 @@ type Config struct {
 	// TLS says whether the agent dials GRPCAuthority with TLS
 	// (tinkerbell_tls=).
 	TLS bool
+	// InsecureTLS says whether the agent, dialling with TLS, skips
+	// verifying the server's certificate (tinkerbell_insecure_tls=). Hook
+	// reads both arguments; it is always sent, false by default, so that
+	// no boot environment falls back to a default of its own.
+	InsecureTLS bool
 	// Logger gets warnings about Hardware fields that cannot be used. If
 	// nil, uses slog.Default().
 	Logger *slog.Logger
@@ -146,6 +151,7 @@ func New(cfg Config) (*Policy, error) {
 		"grpc_authority=" + cfg.GRPCAuthority,
 		"", // worker_id=, per machine
 		fmt.Sprintf("tinkerbell_tls=%t", cfg.TLS),
+		fmt.Sprintf("tinkerbell_insecure_tls=%t", cfg.InsecureTLS),
 	}
 	if cfg.SyslogHost != "" {
 		p.baseArgs = append(p.baseArgs, "syslog_host="+cfg.SyslogHost)
@@ -217,13 +223,10 @@ func (p *Policy) hwWarn(hw *model.Hardware, field, problem string) {
 // byMAC returns the Hardware with an interface of that MAC and the index of
 // the interface, or nil.
 func (p *Policy) byMAC(ctx context.Context, mac net.HardwareAddr) (*model.Hardware, int, error) {
-	canon := strings.ToLower(mac.String())
+	// The index holds MACs in canonical form, however the Hardware spells
+	// them (model.CanonicalMAC); net.HardwareAddr.String is that form.
+	canon := mac.String()
 	objs, err := p.store.ByIndex(ctx, model.KindHardware, store.IndexMAC, canon)
-	if err == nil && len(objs) == 0 {
-		// The index keeps a MAC as written, lower-cased: a Hardware that
-		// spells it with hyphens is found under that spelling.
-		objs, err = p.store.ByIndex(ctx, model.KindHardware, store.IndexMAC, strings.ReplaceAll(canon, ":", "-"))
-	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("find hardware by MAC %s: %w", canon, err)
 	}

@@ -161,7 +161,7 @@ const (
 )
 
 // defaultArgs are the kernel arguments baseConfig gives, after worker_id.
-var defaultArgs = []string{"tinkerbell_tls=false", "syslog_host=10.0.0.1", "anvil.server=http://10.0.0.1:7080",
+var defaultArgs = []string{"tinkerbell_tls=false", "tinkerbell_insecure_tls=false", "syslog_host=10.0.0.1", "anvil.server=http://10.0.0.1:7080",
 	"console=tty0", "console=ttyS0,115200"}
 
 func bootEnvLine(arch, worker string, extra ...string) []string {
@@ -244,6 +244,7 @@ func TestScript(t *testing.T) {
 				c.ExtraKernelArgs = []string{"anvil.debug=1"}
 				c.Console = []string{"ttyS1,9600"}
 				c.TLS = true
+				c.InsecureTLS = true
 			},
 			objs: []model.Object{with(allowed(), func(h *model.Hardware) {
 				h.Spec.Interfaces[0].DHCP.VLANID = "42"
@@ -252,7 +253,7 @@ func TestScript(t *testing.T) {
 			}), wf("default", "w", "m1", "PENDING")},
 			req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
 			wantKernel: []string{"kernel", "http://10.0.0.1:7080/bootenv/vmlinuz-x86_64", "initrd=initramfs-x86_64",
-				"grpc_authority=10.0.0.1:42113", "worker_id=" + mac1, "tinkerbell_tls=true", "syslog_host=10.0.0.1",
+				"grpc_authority=10.0.0.1:42113", "worker_id=" + mac1, "tinkerbell_tls=true", "tinkerbell_insecure_tls=true", "syslog_host=10.0.0.1",
 				"anvil.server=http://10.0.0.1:7080", "console=ttyS1,9600", "vlan_id=42", "facility=lab1", "quiet", "ip=${ip}", "anvil.debug=1"}},
 		{name: "osie.baseURL", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
 			h.Spec.Interfaces[0].Netboot.OSIE = &model.OSIE{BaseURL: "http://mirror.lab/hook/"}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/anvilproj/anvil/internal/dhcp"
+	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -99,5 +101,54 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMACSpellings: a MAC written in the Hardware with hyphens, upper case or
+// Cisco's dots is found by DHCP (from the store and from memory) and by the
+// script route, and the boot environment's worker_id is the canonical form
+// the agent reports as.
+func TestMACSpellings(t *testing.T) {
+	tests := []struct {
+		name    string
+		written string
+	}{
+		{name: "upper case colons", written: "52:54:00:AA:BB:01"},
+		{name: "hyphens", written: "52-54-00-aa-bb-01"},
+		{name: "upper case hyphens", written: "52-54-00-AA-BB-01"},
+		{name: "dotted", written: "5254.00aa.bb01"},
+		{name: "dotted upper case", written: "5254.00AA.BB01"},
+	}
+	const asked = "52:54:00:aa:bb:01"
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := hw("m1", nic(tc.written, "10.0.0.11", bp(true)))
+			p, _ := newPolicy(t, baseConfig(), h, wf("default", "w1", "m1", model.StatePending))
+
+			got, err := p.Lookup(t.Context(), mustMAC(asked))
+			if err != nil || got.Name != "default/m1" {
+				t.Fatalf("Lookup(%s) from the store = %+v, %v; want default/m1", asked, got, err)
+			}
+			s, err := p.Script(t.Context(), httpboot.ScriptRequest{MAC: mustMAC(asked)})
+			if err != nil {
+				t.Fatalf("Script(%s) = %v", asked, err)
+			}
+			if !slices.Contains(kernelLine(s.Body), "worker_id="+asked) {
+				t.Errorf("Script(%s) kernel line %v; want worker_id=%s", asked, kernelLine(s.Body), asked)
+			}
+
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			waitFor(t, "the first sync", func() bool { _, synced := p.hosts.get(mustMAC(asked)); return synced })
+			got, err = p.Lookup(ctx, mustMAC(asked))
+			if err != nil || got.Name != "default/m1" {
+				t.Errorf("Lookup(%s) from memory = %+v, %v; want default/m1", asked, got, err)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		})
 	}
 }

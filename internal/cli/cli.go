@@ -1,5 +1,5 @@
 // Package cli holds anvil's client commands: apply, get, describe, delete,
-// workflow watch and logs. They talk to a running `anvil serve` through the
+// workflow watch, reprovision and logs. They talk to a running `anvil serve` through the
 // anvil.v1 API (Connect protocol over HTTP) and never open the store or any
 // server package's state themselves.
 package cli
@@ -36,6 +36,7 @@ func Commands() []*cobra.Command {
 		newDescribeCmd(),
 		newDeleteCmd(),
 		newWorkflowCmd(),
+		newReprovisionCmd(),
 		newLogsCmd(),
 		newSimulateAgentCmd(),
 	}

@@ -22,6 +22,8 @@ const (
 	ServiceTFTP   = "tftp"
 	ServiceHTTP   = "http"
 	ServiceSyslog = "syslog"
+	// ServiceMetadata: the metadata service (internal/metadata).
+	ServiceMetadata = "metadata"
 )
 
 // Event is one thing a service did for (or refused to) a machine.

@@ -1,6 +1,9 @@
 package model
 
-import "strings"
+import (
+	"net"
+	"strings"
+)
 
 // Hardware describes one machine: its interfaces (what DHCP hands out and
 // whether it may netboot), its disks and the metadata the machine reads about
@@ -169,12 +172,33 @@ type MetadataIP struct {
 	Management *bool  `json:"management,omitempty"`
 }
 
-// MACs returns the interfaces' MAC addresses, lower-cased, in order.
+// macLen is the length of an Ethernet (EUI-48) address, the only kind a
+// Hardware interface has.
+const macLen = 6
+
+// CanonicalMAC returns s in the one form Anvil compares MACs in: lower-case
+// hex pairs separated by colons ("3c:ec:ef:12:34:07"), and true. It accepts
+// every spelling net.ParseMAC does for a six-byte address: colons, hyphens
+// ("3C-EC-EF-12-34-07") and Cisco's dotted form ("3cec.ef12.3407"), in any
+// case. For anything else it returns s lower-cased and false.
+func CanonicalMAC(s string) (string, bool) {
+	hw, err := net.ParseMAC(strings.TrimSpace(s))
+	if err != nil || len(hw) != macLen {
+		return strings.ToLower(s), false
+	}
+	return hw.String(), true // net.HardwareAddr.String is lower-case, colon-separated
+}
+
+// MACs returns the interfaces' MAC addresses in canonical form (see
+// CanonicalMAC), in order. The Hardware keeps each MAC as written: `get -o
+// yaml` shows what was applied; every lookup by MAC (the store's index,
+// field selectors, agent IDs) goes through this canonical form instead.
 func (h *Hardware) MACs() []string {
 	var out []string
 	for _, i := range h.Spec.Interfaces {
 		if i.DHCP != nil && i.DHCP.MAC != "" {
-			out = append(out, strings.ToLower(i.DHCP.MAC))
+			m, _ := CanonicalMAC(i.DHCP.MAC)
+			out = append(out, m)
 		}
 	}
 	return out
@@ -192,7 +216,7 @@ func (h *Hardware) IPs() []string {
 }
 
 // AgentIDs returns the IDs an agent on this machine may report as: spec.agentID
-// if set, and the first MAC (Tinkerbell's default).
+// if set, and the first MAC in canonical form (Tinkerbell's default).
 func (h *Hardware) AgentIDs() []string {
 	var out []string
 	if h.Spec.AgentID != "" {

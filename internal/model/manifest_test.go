@@ -299,3 +299,71 @@ func TestDeepCopy(t *testing.T) {
 		t.Error("mutating the copy changed the original")
 	}
 }
+
+func TestCanonicalMAC(t *testing.T) {
+	tests := []struct {
+		name   string
+		in     string
+		want   string
+		wantOK bool
+	}{
+		{name: "canonical", in: "3c:ec:ef:12:34:07", want: "3c:ec:ef:12:34:07", wantOK: true},
+		{name: "upper case", in: "3C:EC:EF:12:34:07", want: "3c:ec:ef:12:34:07", wantOK: true},
+		{name: "hyphens", in: "3c-ec-ef-12-34-07", want: "3c:ec:ef:12:34:07", wantOK: true},
+		{name: "dotted", in: "3cec.ef12.3407", want: "3c:ec:ef:12:34:07", wantOK: true},
+		{name: "dotted upper case", in: "3CEC.EF12.3407", want: "3c:ec:ef:12:34:07", wantOK: true},
+		{name: "surrounding space", in: " 3c:ec:ef:12:34:07 ", want: "3c:ec:ef:12:34:07", wantOK: true},
+		{name: "too short", in: "3C:EC:EF:12:34", want: "3c:ec:ef:12:34", wantOK: false},
+		{name: "eight bytes", in: "02:00:5e:10:00:00:00:01", want: "02:00:5e:10:00:00:00:01", wantOK: false},
+		{name: "not a MAC", in: "Agent-1", want: "agent-1", wantOK: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := CanonicalMAC(tc.in)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("CanonicalMAC(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+// TestMACsCanonicalKeepsSpelling: MACs() (what the store indexes) is
+// canonical, and the Hardware itself keeps the MAC as written, so `get -o
+// yaml` shows what was applied.
+func TestMACsCanonicalKeepsSpelling(t *testing.T) {
+	doc := []byte(`apiVersion: tinkerbell.org/v1alpha1
+kind: Hardware
+metadata: {name: m1}
+spec:
+  interfaces:
+    - dhcp: {mac: 5254.00AA.BB01}
+    - dhcp: {mac: 52-54-00-AA-BB-02}
+`)
+	res, err := ParseManifests("m1.yaml", doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := res.Docs[0].Object.(*Hardware)
+	if got, want := h.MACs(), []string{"52:54:00:aa:bb:01", "52:54:00:aa:bb:02"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("MACs() = %v; want %v", got, want)
+	}
+	if got, want := h.AgentIDs(), []string{"52:54:00:aa:bb:01"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("AgentIDs() = %v; want %v", got, want)
+	}
+	if got := h.Spec.Interfaces[0].DHCP.MAC; got != "5254.00AA.BB01" {
+		t.Errorf("stored MAC = %q; want it as written, 5254.00AA.BB01", got)
+	}
+	if !reflect.DeepEqual(specOf(t, doc), normalize(t, h.Spec)) {
+		t.Errorf("spec after parsing = %v; want the document's %v", normalize(t, h.Spec), specOf(t, doc))
+	}
+}
+
+func TestDuplicateMACInOtherSpelling(t *testing.T) {
+	h := &Hardware{ObjectMeta: ObjectMeta{Name: "m1"}, Spec: HardwareSpec{Interfaces: []Interface{
+		{DHCP: &DHCP{MAC: "52:54:00:aa:bb:01"}}, {DHCP: &DHCP{MAC: "5254.00AA.BB01"}},
+	}}}
+	err := Validate(h)
+	if err == nil || !strings.Contains(err.Error(), "spec.interfaces[1].dhcp.mac") {
+		t.Errorf("Validate(the same MAC in two spellings) = %v; want an error on spec.interfaces[1].dhcp.mac", err)
+	}
+}

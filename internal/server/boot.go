@@ -19,20 +19,22 @@ import (
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
 	"github.com/anvilproj/anvil/internal/machinelog"
+	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/syslog"
 	"github.com/anvilproj/anvil/internal/tftp"
 )
 
 // bootServices are the network boot services of `anvil serve`: DHCP (and
-// the PXE port in proxy modes), TFTP, syslog, and the HTTP boot routes. It
-// only wires them: each protocol lives in its own package, and what a
-// machine gets is the boot policy's decision.
+// the PXE port in proxy modes), TFTP, syslog, the HTTP boot routes and the
+// metadata service. It only wires them: each protocol lives in its own
+// package, and what a machine gets is the boot policy's decision.
 type bootServices struct {
-	log     *slog.Logger
-	policy  *bootpolicy.Policy
-	http    *httpboot.Handler
-	packets []packetService
+	log      *slog.Logger
+	policy   *bootpolicy.Policy
+	http     *httpboot.Handler
+	metadata *metadata.Handler
+	packets  []packetService
 }
 
 // packetService is one UDP socket and the server reading it.
@@ -101,6 +103,15 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 	}
 	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Images: images,
 		Logger: log, Events: events})
+	trusted, err := metadata.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	b.metadata, err = metadata.New(metadata.Config{Finder: storeFinder{st}, TrustedProxies: trusted, Logger: log,
+		Events: events})
+	if err != nil {
+		return nil, err
+	}
 
 	if dmode != dhcp.ModeOff {
 		srv, err := dhcp.New(dhcp.Config{Mode: dmode, ServerIP: public, HTTPBase: httpBase, Backend: policy,
@@ -149,7 +160,7 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 		b.packets = append(b.packets, packetService{"syslog", conn, srv.Serve})
 	}
 	log.Info("network boot", "public_ip", public.String(), "dhcp_mode", string(dmode), "http", httpBase,
-		"bootenv_dir", bootEnvDir, "images_dir", imagesDir, "ipxe", ipxe.Version())
+		"bootenv_dir", bootEnvDir, "images_dir", imagesDir, "ipxe", ipxe.Version(), "trusted_proxies", trusted)
 	return b, nil
 }
 

@@ -1,8 +1,9 @@
 // Package server runs `anvil serve`: it opens the store and the log store in
 // the data directory, runs the workflow engine, and serves the API over HTTP
 // (HTTP/1.1 and h2c: gRPC, gRPC-Web, Connect JSON, plus /healthz, /readyz and
-// /metrics) and over a gRPC port (h2c), then shuts all of it down gracefully
-// when its context ends.
+// /metrics) and over a gRPC port (h2c), the network boot services and the
+// metadata service (on the HTTP port and its own), then shuts all of it down
+// gracefully when its context ends.
 //
 // It owns the wiring and the lifecycle only — listeners, timeouts, start and
 // stop order. It must not implement request handling (internal/api),
@@ -32,6 +33,7 @@ import (
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -114,6 +116,19 @@ type Config struct {
 	ImagesDir string
 	// KernelArgs are extra kernel arguments for the boot environment.
 	KernelArgs []string
+
+	// MetadataPort is the metadata service's own listener (Hegel's port,
+	// where Tinkerbell's actions look). The metadata routes are also
+	// served on the HTTP port, whatever this says. If 0, uses
+	// metadata.DefaultPort.
+	MetadataPort int
+	// DisableMetadata switches the metadata listener off (not the routes
+	// on the HTTP port).
+	DisableMetadata bool
+	// TrustedProxies are the addresses or CIDR prefixes of proxies whose
+	// X-Forwarded-For the metadata service believes. If empty, a caller
+	// is always its TCP peer.
+	TrustedProxies []string
 }
 
 // Run serves until ctx ends, then shuts down gracefully and returns nil; or
@@ -134,6 +149,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if cfg.GRPCPort == 0 {
 		cfg.GRPCPort = DefaultGRPCPort
+	}
+	if cfg.MetadataPort == 0 {
+		cfg.MetadataPort = metadata.DefaultPort
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
@@ -191,6 +209,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		lns = append(lns, namedListener{"grpc", ln})
+	}
+	if !cfg.DisableMetadata {
+		ln, err := listen(ctx, cfg.Bind, cfg.MetadataPort, "metadata")
+		if err != nil {
+			return err
+		}
+		lns = append(lns, namedListener{"metadata", ln})
 	}
 
 	// Network boot: its sockets open here too. Machine events (what each
@@ -279,6 +304,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	})
 	httpMux.Handle("GET /metrics", promhttp.Handler())
 	boot.http.Register(httpMux)
+	boot.metadata.Register(httpMux)
 	httpMux.Handle("/", apiMux)
 
 	// Stage 5: serve.
@@ -287,9 +313,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var wg sync.WaitGroup
 	for _, l := range lns {
 		var srv *http.Server
-		if l.name == "http" {
+		switch l.name {
+		case "http":
 			srv = newHTTPServer(httpMux, true)
-		} else {
+		case "metadata":
+			srv = newHTTPServer(boot.metadata, true)
+		default:
 			srv = newHTTPServer(apiMux, false)
 		}
 		servers = append(servers, srv)

@@ -72,7 +72,7 @@ func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, 
 			GRPCPort: grpcPort,
 			Logger:   slog.New(slog.NewTextHandler(logs, nil)),
 			// The boot services have their own tests (boot_test.go, test/e2e).
-			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true,
+			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
 		})
 	}()
 	httpBase = "http://127.0.0.1:" + strconv.Itoa(httpPort)
@@ -269,6 +269,7 @@ func TestRunErrors(t *testing.T) {
 				tc.cfg.DataDir = t.TempDir()
 			}
 			tc.cfg.Logger = quiet
+			tc.cfg.DisableMetadata = true // Hegel's fixed port is not free in every test run
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			err := Run(ctx, tc.cfg)
@@ -285,7 +286,7 @@ func TestDisableListeners(t *testing.T) {
 	logs := newSyncBuffer()
 	go func() {
 		errc <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", DisableHTTP: true, DisableGRPC: true,
-			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true,
+			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	}()
 	cancel()

@@ -38,6 +38,11 @@ func ParseFieldSelector(kind, s string) ([]FieldRequirement, error) {
 			return nil, fmt.Errorf("field selector %q: want field=value or field!=value", term)
 		}
 		r.Field, r.Value = strings.TrimSpace(r.Field), strings.TrimSpace(r.Value)
+		if r.Field == fieldMAC {
+			// The field's values are canonical (model.CanonicalMAC): so is
+			// what they are compared with, however the user spells it.
+			r.Value, _ = model.CanonicalMAC(r.Value)
+		}
 		if _, ok := FieldValues(kind, nil, r.Field); !ok {
 			return nil, fmt.Errorf("field selector %q: %s has no selectable field %q (have: %s)",
 				term, kind, r.Field, strings.Join(SelectableFields(kind), ", "))
@@ -47,9 +52,12 @@ func ParseFieldSelector(kind, s string) ([]FieldRequirement, error) {
 	return out, nil
 }
 
+// fieldMAC is the Hardware field selector of MACs.
+const fieldMAC = "spec.interfaces.dhcp.mac"
+
 // selectable lists, per kind, the fields a field selector may name.
 var selectable = map[string][]string{
-	model.KindHardware: {"metadata.name", "metadata.namespace", "spec.interfaces.dhcp.mac",
+	model.KindHardware: {"metadata.name", "metadata.namespace", fieldMAC,
 		"spec.interfaces.dhcp.ip.address", "spec.metadata.instance.id", "spec.agentID"},
 	model.KindTemplate: {"metadata.name", "metadata.namespace"},
 	model.KindWorkflow: {"metadata.name", "metadata.namespace", "spec.templateRef",
@@ -82,7 +90,7 @@ func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
 	switch o := obj.(type) {
 	case *model.Hardware:
 		switch field {
-		case "spec.interfaces.dhcp.mac":
+		case fieldMAC:
 			return o.MACs(), true
 		case "spec.interfaces.dhcp.ip.address":
 			return o.IPs(), true

@@ -70,7 +70,7 @@ func testHardware() *model.Hardware {
 	h.Spec.AgentID = "agent-1"
 	h.Spec.Interfaces = []model.Interface{
 		{DHCP: &model.DHCP{MAC: "AA:BB:CC:DD:EE:01", IP: &model.IP{Address: "10.0.0.1"}}},
-		{DHCP: &model.DHCP{MAC: "aa:bb:cc:dd:ee:02"}},
+		{DHCP: &model.DHCP{MAC: "aabb.ccdd.ee02"}},
 		{Netboot: &model.Netboot{}},
 	}
 	h.Spec.Metadata = &model.HardwareMetadata{Instance: &model.MetadataInstance{ID: "inst-1"}}
@@ -103,6 +103,10 @@ func TestMatchFields(t *testing.T) {
 		{model.KindHardware, h, "metadata.namespace=ns,metadata.name=m2", false},
 		// List fields: = if any value equals, != if none does.
 		{model.KindHardware, h, "spec.interfaces.dhcp.mac=aa:bb:cc:dd:ee:01", true}, // lower-cased
+		// The selector's MAC is canonicalised too, in any spelling.
+		{model.KindHardware, h, "spec.interfaces.dhcp.mac=AA-BB-CC-DD-EE-01", true},
+		{model.KindHardware, h, "spec.interfaces.dhcp.mac=aabb.ccdd.ee02", true},
+		{model.KindHardware, h, "spec.interfaces.dhcp.mac!=AABB.CCDD.EE02", false},
 		{model.KindHardware, h, "spec.interfaces.dhcp.mac=aa:bb:cc:dd:ee:02", true},
 		{model.KindHardware, h, "spec.interfaces.dhcp.mac!=aa:bb:cc:dd:ee:02", false},
 		{model.KindHardware, h, "spec.interfaces.dhcp.mac!=ff:ff:ff:ff:ff:ff", true},

@@ -40,7 +40,8 @@ var (
 
 // Index names. Hardware is indexed by MAC, IP, agent ID and instance ID;
 // Workflow by the hardware it runs on and the agent IDs of its tasks. Index
-// values are compared exactly; MACs are lower-case, colon-separated.
+// values are compared exactly; MACs are in model.CanonicalMAC's form
+// (lower-case, colon-separated) whatever the Hardware's spelling.
 const (
 	IndexMAC         = "mac"         // Hardware: spec.interfaces[].dhcp.mac
 	IndexIP          = "ip"          // Hardware: spec.interfaces[].dhcp.ip.address

@@ -26,10 +26,13 @@
 // request with that machine and is stripped: "ipxe.efi" is served.
 //
 // Every request leaves one machinelog.Event (outcome served, not-found,
-// refused, error or timeout) and the Prometheus metrics
+// refused, error or timeout) — except refusals (refused, not-found) of one
+// source address beyond a token-bucket rate limit, which are counted and
+// summarized in one Event of outcome suppressed — and the Prometheus metrics
 // anvil_tftp_transfers_total{outcome}, anvil_tftp_bytes_total,
-// anvil_tftp_retransmits_total, anvil_tftp_active_transfers and
-// anvil_tftp_malformed_packets_total.
+// anvil_tftp_retransmits_total, anvil_tftp_active_transfers,
+// anvil_tftp_malformed_packets_total and
+// anvil_tftp_refusals_suppressed_total.
 //
 // It owns the TFTP protocol only. It knows nothing of hardware, boot
 // policy or stores, and imports no package of this module but

@@ -31,6 +31,12 @@ const (
 	OutcomeTimeout = "timeout"
 )
 
+// OutcomeSuppressed is the outcome of the Event that summarizes a source's
+// refused and not-found requests left unrecorded by the rate limit
+// (Config.RefusalBurst). It is not a transfer outcome: those requests are
+// counted under their own outcomes.
+const OutcomeSuppressed = "suppressed"
+
 var outcomes = []string{OutcomeServed, OutcomeNotFound, OutcomeRefused, OutcomeSizeProbe, OutcomeError, OutcomeTimeout}
 
 // Metrics, on the Prometheus default registry.
@@ -54,6 +60,10 @@ var (
 	malformedTotal = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "anvil_tftp_malformed_packets_total",
 		Help: "Packets on the TFTP port that were not a well-formed request; each is logged and dropped.",
+	})
+	suppressedTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_tftp_refusals_suppressed_total",
+		Help: "Refused and not-found TFTP requests counted but not recorded one by one (per-source rate limit); each is also in anvil_tftp_transfers_total.",
 	})
 )
 

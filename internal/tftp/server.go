@@ -88,6 +88,21 @@ type Config struct {
 	// dropped (the client asks again) and recorded as refused. If 0, uses
 	// DefaultMaxTransfers.
 	MaxTransfers int
+	// RefusalBurst and RefusalEvery limit how many refused and not-found
+	// requests of one source address become an Event and a log line: up
+	// to RefusalBurst at once, then one per RefusalEvery. The others are
+	// only counted (anvil_tftp_transfers_total and
+	// anvil_tftp_refusals_suppressed_total) and reported in one Event of
+	// outcome OutcomeSuppressed once the source earns a token again (at
+	// its next request, at a sweep of every source every 10 s that a
+	// request triggers, or when Serve returns). If 0, uses
+	// DefaultRefusalBurst and DefaultRefusalEvery; a negative RefusalBurst
+	// records every refusal.
+	RefusalBurst int
+	RefusalEvery time.Duration
+	// Now stamps Events and drives the refusal limiter. If nil, uses
+	// time.Now. (Retransmission timeouts use the sockets' deadlines.)
+	Now func() time.Time
 }
 
 // Server is a read-only TFTP server. Create it with New; it is safe for
@@ -105,6 +120,8 @@ type Server struct {
 	maxWindow     int
 	slots         chan struct{}
 	malformedLast atomic.Int64 // unix nanoseconds of the last malformed-packet log line
+	now           func() time.Time
+	refusals      *refusalLimiter // nil: every refusal is recorded
 
 	mu sync.Mutex
 	// active maps a client's address to its newest transfer, to drop
@@ -134,6 +151,23 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.events == nil {
 		s.events = machinelog.Discard
+	}
+	s.now = cfg.Now
+	if s.now == nil {
+		s.now = time.Now
+	}
+	switch {
+	case cfg.RefusalEvery < 0:
+		return nil, fmt.Errorf("tftp: negative RefusalEvery %v", cfg.RefusalEvery)
+	case cfg.RefusalBurst >= 0:
+		burst, every := cfg.RefusalBurst, cfg.RefusalEvery
+		if burst == 0 {
+			burst = DefaultRefusalBurst
+		}
+		if every == 0 {
+			every = DefaultRefusalEvery
+		}
+		s.refusals = newRefusalLimiter(burst, every)
 	}
 	switch {
 	case cfg.Timeout < 0:
@@ -184,6 +218,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 // socket uses the address the client sent to.
 func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	var wg sync.WaitGroup
+	defer s.flushSuppressed() // after the transfers: their refusals count too
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -379,9 +414,27 @@ type event struct {
 	mac  net.HardwareAddr
 }
 
-// record counts a request's outcome, logs it and emits its Event.
+// record counts a request's outcome, logs it and emits its Event — unless
+// it is a refusal its source has no token for (see Config.RefusalBurst):
+// that one is only counted.
 func (s *Server) record(ev event, outcome, detail string) {
 	transfersTotal.WithLabelValues(outcome).Inc()
+	now := s.now()
+	if s.refusals != nil {
+		if outcome == OutcomeRefused || outcome == OutcomeNotFound {
+			ok, sum := s.refusals.allow(ev.from.Addr(), now)
+			if sum != nil {
+				s.recordSuppressed(*sum, now)
+			}
+			if !ok {
+				suppressedTotal.Inc()
+				return
+			}
+		}
+		for _, sum := range s.refusals.due(now) {
+			s.recordSuppressed(sum, now)
+		}
+	}
 	msg := fmt.Sprintf("%s %s from %s: %s", ev.verb, display(ev.name), ev.from, detail)
 	level := slog.LevelInfo
 	if outcome != OutcomeServed && outcome != OutcomeNotFound && outcome != OutcomeSizeProbe {
@@ -393,13 +446,43 @@ func (s *Server) record(ev event, outcome, detail string) {
 	}
 	s.log.Log(context.Background(), level, "tftp: "+msg, attrs...)
 	s.events.Record(machinelog.Event{
-		Time:    time.Now(),
+		Time:    now,
 		Service: machinelog.ServiceTFTP,
 		MAC:     ev.mac,
 		IP:      ev.from.Addr(),
 		Outcome: outcome,
 		Message: msg,
 	})
+}
+
+// recordSuppressed logs and emits the summary of a source's refusals that
+// were only counted.
+func (s *Server) recordSuppressed(sum suppression, now time.Time) {
+	who := sum.source.String()
+	if !sum.source.IsValid() {
+		who = fmt.Sprintf("sources beyond the %d tracked one by one", maxLimitedSources)
+	}
+	msg := fmt.Sprintf("%d more refused or not-found requests from %s since %s were counted, not recorded one by one (rate limit: %d at once, then one per %s per source)",
+		sum.count, who, sum.since.Format("15:04:05"), int(s.refusals.burst), s.refusals.every)
+	s.log.Warn("tftp: "+msg, "outcome", OutcomeSuppressed, "suppressed", sum.count)
+	s.events.Record(machinelog.Event{
+		Time:    now,
+		Service: machinelog.ServiceTFTP,
+		IP:      sum.source,
+		Outcome: OutcomeSuppressed,
+		Message: msg,
+	})
+}
+
+// flushSuppressed emits every summary still pending.
+func (s *Server) flushSuppressed() {
+	if s.refusals == nil {
+		return
+	}
+	now := s.now()
+	for _, sum := range s.refusals.flush() {
+		s.recordSuppressed(sum, now)
+	}
 }
 
 // display returns a file name for a message: as is when it is plain

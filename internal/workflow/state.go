@@ -141,7 +141,8 @@ func idPrefix(uid string) string {
 }
 
 // InitialStatus builds the status of a freshly rendered workflow: one Task per
-// task of def with its agent (the rendered worker), every action PENDING with
+// task of def with its agent (the rendered worker; a MAC in canonical form,
+// see model.CanonicalMAC), every action PENDING with
 // its retries, the global timeout, state PENDING and a history entry. Task IDs
 // are "<uid8>-t<N>", action IDs "<uid8>-t<N>a<M>" (1-based; without the
 // prefix when the workflow has no UID).
@@ -163,10 +164,17 @@ func InitialStatus(wf *model.Workflow, def *model.WorkflowDefinition, now time.T
 	}
 	n := 0
 	for i, td := range def.Tasks {
+		// A worker that is a MAC (usually {{.device_1}}) is kept in the
+		// canonical form agents report as (worker_id=, Hardware.AgentIDs),
+		// however the workflow's hardwareMap spells it.
+		agent := td.Worker
+		if m, ok := model.CanonicalMAC(agent); ok {
+			agent = m
+		}
 		t := model.Task{
 			ID:          fmt.Sprintf("%st%d", p, i+1),
 			Name:        td.Name,
-			AgentID:     td.Worker,
+			AgentID:     agent,
 			Volumes:     td.Volumes,
 			Environment: td.Environment,
 			Actions:     make([]model.Action, 0, len(td.Actions)),

@@ -370,3 +370,27 @@ func TestRenderFailedStatus(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// A worker that is a MAC in another spelling becomes the canonical form
+// agents report as; any other worker is kept as it is.
+func TestInitialStatusCanonicalWorker(t *testing.T) {
+	tests := []struct {
+		name   string
+		worker string
+		want   string
+	}{
+		{name: "dotted MAC", worker: "5254.00AA.BB01", want: "52:54:00:aa:bb:01"},
+		{name: "hyphenated MAC", worker: "52-54-00-AA-BB-01", want: "52:54:00:aa:bb:01"},
+		{name: "canonical MAC", worker: "52:54:00:aa:bb:01", want: "52:54:00:aa:bb:01"},
+		{name: "agent name", worker: "Rack1-Agent", want: "Rack1-Agent"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := def3(nil, nil, 0)
+			d.Tasks[0].Worker = tc.worker
+			if got := newStatus(d).Tasks[0].AgentID; got != tc.want {
+				t.Errorf("InitialStatus with worker %q: agent %q; want %q", tc.worker, got, tc.want)
+			}
+		})
+	}
+}

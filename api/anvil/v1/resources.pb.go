@@ -1264,6 +1264,144 @@ func (x *WorkflowEvent) GetWorkflow() *Workflow {
 	return nil
 }
 
+// ReprovisionRequest names a Hardware to provision again from a Template.
+type ReprovisionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the Hardware, the Template and the new Workflow. Empty:
+	// "default".
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Hardware  string `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	Template  string `protobuf:"bytes,3,opt,name=template,proto3" json:"template,omitempty"`
+	// Name of the new Workflow. Empty: "<hardware>-<UTC time, YYYYMMDD-HHMMSS>".
+	Workflow      string `protobuf:"bytes,4,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReprovisionRequest) Reset() {
+	*x = ReprovisionRequest{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReprovisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReprovisionRequest) ProtoMessage() {}
+
+func (x *ReprovisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReprovisionRequest.ProtoReflect.Descriptor instead.
+func (*ReprovisionRequest) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReprovisionRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ReprovisionRequest) GetHardware() string {
+	if x != nil {
+		return x.Hardware
+	}
+	return ""
+}
+
+func (x *ReprovisionRequest) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *ReprovisionRequest) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+type ReprovisionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Workflow as created.
+	Workflow *Workflow `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// The Hardware after allowPXE was set on every interface (by this call
+	// or, racing it, by the workflow engine starting the workflow).
+	Hardware *Hardware `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	// What the caller should know: an interface with allowWorkflow false,
+	// allowPXE that could not be set (the engine sets it when the workflow
+	// starts).
+	Warnings      []string `protobuf:"bytes,3,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReprovisionResponse) Reset() {
+	*x = ReprovisionResponse{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReprovisionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReprovisionResponse) ProtoMessage() {}
+
+func (x *ReprovisionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReprovisionResponse.ProtoReflect.Descriptor instead.
+func (*ReprovisionResponse) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ReprovisionResponse) GetWorkflow() *Workflow {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *ReprovisionResponse) GetHardware() *Hardware {
+	if x != nil {
+		return x.Hardware
+	}
+	return nil
+}
+
+func (x *ReprovisionResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 // ManifestService applies multi-document YAML the way `anvil apply` does:
 // parsed and validated on the server, all-or-nothing per request.
 type ApplyRequest struct {
@@ -1280,7 +1418,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	mi := &file_anvil_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1430,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	mi := &file_anvil_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1443,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyRequest) GetSource() string {
@@ -1342,7 +1480,7 @@ type AppliedObject struct {
 
 func (x *AppliedObject) Reset() {
 	*x = AppliedObject{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	mi := &file_anvil_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1492,7 @@ func (x *AppliedObject) String() string {
 func (*AppliedObject) ProtoMessage() {}
 
 func (x *AppliedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	mi := &file_anvil_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1505,7 @@ func (x *AppliedObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedObject.ProtoReflect.Descriptor instead.
 func (*AppliedObject) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AppliedObject) GetKind() string {
@@ -1410,7 +1548,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[23]
+	mi := &file_anvil_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1560,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[23]
+	mi := &file_anvil_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1573,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ApplyResponse) GetObjects() []*AppliedObject {
@@ -1543,7 +1681,16 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"h\n" +
 	"\rWorkflowEvent\x12'\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x13.anvil.v1.EventTypeR\x04type\x12.\n" +
-	"\bworkflow\x18\x02 \x01(\v2\x12.anvil.v1.WorkflowR\bworkflow\"Y\n" +
+	"\bworkflow\x18\x02 \x01(\v2\x12.anvil.v1.WorkflowR\bworkflow\"\x86\x01\n" +
+	"\x12ReprovisionRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bhardware\x18\x02 \x01(\tR\bhardware\x12\x1a\n" +
+	"\btemplate\x18\x03 \x01(\tR\btemplate\x12\x1a\n" +
+	"\bworkflow\x18\x04 \x01(\tR\bworkflow\"\x91\x01\n" +
+	"\x13ReprovisionResponse\x12.\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x12.anvil.v1.WorkflowR\bworkflow\x12.\n" +
+	"\bhardware\x18\x02 \x01(\v2\x12.anvil.v1.HardwareR\bhardware\x12\x1a\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"Y\n" +
 	"\fApplyRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x17\n" +
@@ -1574,14 +1721,15 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x04List\x12\x15.anvil.v1.ListRequest\x1a\x16.anvil.v1.TemplateList\x12=\n" +
 	"\x06Update\x12\x1f.anvil.v1.UpdateTemplateRequest\x1a\x12.anvil.v1.Template\x12;\n" +
 	"\x06Delete\x12\x17.anvil.v1.DeleteRequest\x1a\x18.anvil.v1.DeleteResponse\x12:\n" +
-	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.TemplateEvent0\x012\xf0\x02\n" +
+	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.TemplateEvent0\x012\xbc\x03\n" +
 	"\x0fWorkflowService\x12=\n" +
 	"\x06Create\x12\x1f.anvil.v1.CreateWorkflowRequest\x1a\x12.anvil.v1.Workflow\x12/\n" +
 	"\x03Get\x12\x14.anvil.v1.GetRequest\x1a\x12.anvil.v1.Workflow\x125\n" +
 	"\x04List\x12\x15.anvil.v1.ListRequest\x1a\x16.anvil.v1.WorkflowList\x12=\n" +
 	"\x06Update\x12\x1f.anvil.v1.UpdateWorkflowRequest\x1a\x12.anvil.v1.Workflow\x12;\n" +
 	"\x06Delete\x12\x17.anvil.v1.DeleteRequest\x1a\x18.anvil.v1.DeleteResponse\x12:\n" +
-	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.WorkflowEvent0\x012K\n" +
+	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.WorkflowEvent0\x01\x12J\n" +
+	"\vReprovision\x12\x1c.anvil.v1.ReprovisionRequest\x1a\x1d.anvil.v1.ReprovisionResponse2K\n" +
 	"\x0fManifestService\x128\n" +
 	"\x05Apply\x12\x16.anvil.v1.ApplyRequest\x1a\x17.anvil.v1.ApplyResponseB1Z/github.com/anvilproj/anvil/api/anvil/v1;anvilv1b\x06proto3"
 
@@ -1598,7 +1746,7 @@ func file_anvil_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_anvil_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_anvil_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_anvil_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_anvil_v1_resources_proto_goTypes = []any{
 	(EventType)(0),                // 0: anvil.v1.EventType
 	(*ObjectMeta)(nil),            // 1: anvil.v1.ObjectMeta
@@ -1622,27 +1770,29 @@ var file_anvil_v1_resources_proto_goTypes = []any{
 	(*UpdateWorkflowRequest)(nil), // 19: anvil.v1.UpdateWorkflowRequest
 	(*WorkflowList)(nil),          // 20: anvil.v1.WorkflowList
 	(*WorkflowEvent)(nil),         // 21: anvil.v1.WorkflowEvent
-	(*ApplyRequest)(nil),          // 22: anvil.v1.ApplyRequest
-	(*AppliedObject)(nil),         // 23: anvil.v1.AppliedObject
-	(*ApplyResponse)(nil),         // 24: anvil.v1.ApplyResponse
-	nil,                           // 25: anvil.v1.ObjectMeta.LabelsEntry
-	nil,                           // 26: anvil.v1.ObjectMeta.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
+	(*ReprovisionRequest)(nil),    // 22: anvil.v1.ReprovisionRequest
+	(*ReprovisionResponse)(nil),   // 23: anvil.v1.ReprovisionResponse
+	(*ApplyRequest)(nil),          // 24: anvil.v1.ApplyRequest
+	(*AppliedObject)(nil),         // 25: anvil.v1.AppliedObject
+	(*ApplyResponse)(nil),         // 26: anvil.v1.ApplyResponse
+	nil,                           // 27: anvil.v1.ObjectMeta.LabelsEntry
+	nil,                           // 28: anvil.v1.ObjectMeta.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
 }
 var file_anvil_v1_resources_proto_depIdxs = []int32{
-	27, // 0: anvil.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	25, // 1: anvil.v1.ObjectMeta.labels:type_name -> anvil.v1.ObjectMeta.LabelsEntry
-	26, // 2: anvil.v1.ObjectMeta.annotations:type_name -> anvil.v1.ObjectMeta.AnnotationsEntry
+	29, // 0: anvil.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	27, // 1: anvil.v1.ObjectMeta.labels:type_name -> anvil.v1.ObjectMeta.LabelsEntry
+	28, // 2: anvil.v1.ObjectMeta.annotations:type_name -> anvil.v1.ObjectMeta.AnnotationsEntry
 	1,  // 3: anvil.v1.Hardware.metadata:type_name -> anvil.v1.ObjectMeta
-	28, // 4: anvil.v1.Hardware.spec:type_name -> google.protobuf.Struct
-	28, // 5: anvil.v1.Hardware.status:type_name -> google.protobuf.Struct
+	30, // 4: anvil.v1.Hardware.spec:type_name -> google.protobuf.Struct
+	30, // 5: anvil.v1.Hardware.status:type_name -> google.protobuf.Struct
 	1,  // 6: anvil.v1.Template.metadata:type_name -> anvil.v1.ObjectMeta
-	28, // 7: anvil.v1.Template.spec:type_name -> google.protobuf.Struct
-	28, // 8: anvil.v1.Template.status:type_name -> google.protobuf.Struct
+	30, // 7: anvil.v1.Template.spec:type_name -> google.protobuf.Struct
+	30, // 8: anvil.v1.Template.status:type_name -> google.protobuf.Struct
 	1,  // 9: anvil.v1.Workflow.metadata:type_name -> anvil.v1.ObjectMeta
-	28, // 10: anvil.v1.Workflow.spec:type_name -> google.protobuf.Struct
-	28, // 11: anvil.v1.Workflow.status:type_name -> google.protobuf.Struct
+	30, // 10: anvil.v1.Workflow.spec:type_name -> google.protobuf.Struct
+	30, // 11: anvil.v1.Workflow.status:type_name -> google.protobuf.Struct
 	2,  // 12: anvil.v1.CreateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
 	2,  // 13: anvil.v1.UpdateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
 	2,  // 14: anvil.v1.HardwareList.items:type_name -> anvil.v1.Hardware
@@ -1658,50 +1808,54 @@ var file_anvil_v1_resources_proto_depIdxs = []int32{
 	4,  // 24: anvil.v1.WorkflowList.items:type_name -> anvil.v1.Workflow
 	0,  // 25: anvil.v1.WorkflowEvent.type:type_name -> anvil.v1.EventType
 	4,  // 26: anvil.v1.WorkflowEvent.workflow:type_name -> anvil.v1.Workflow
-	23, // 27: anvil.v1.ApplyResponse.objects:type_name -> anvil.v1.AppliedObject
-	10, // 28: anvil.v1.HardwareService.Create:input_type -> anvil.v1.CreateHardwareRequest
-	5,  // 29: anvil.v1.HardwareService.Get:input_type -> anvil.v1.GetRequest
-	6,  // 30: anvil.v1.HardwareService.List:input_type -> anvil.v1.ListRequest
-	11, // 31: anvil.v1.HardwareService.Update:input_type -> anvil.v1.UpdateHardwareRequest
-	7,  // 32: anvil.v1.HardwareService.Delete:input_type -> anvil.v1.DeleteRequest
-	9,  // 33: anvil.v1.HardwareService.Watch:input_type -> anvil.v1.WatchRequest
-	14, // 34: anvil.v1.TemplateService.Create:input_type -> anvil.v1.CreateTemplateRequest
-	5,  // 35: anvil.v1.TemplateService.Get:input_type -> anvil.v1.GetRequest
-	6,  // 36: anvil.v1.TemplateService.List:input_type -> anvil.v1.ListRequest
-	15, // 37: anvil.v1.TemplateService.Update:input_type -> anvil.v1.UpdateTemplateRequest
-	7,  // 38: anvil.v1.TemplateService.Delete:input_type -> anvil.v1.DeleteRequest
-	9,  // 39: anvil.v1.TemplateService.Watch:input_type -> anvil.v1.WatchRequest
-	18, // 40: anvil.v1.WorkflowService.Create:input_type -> anvil.v1.CreateWorkflowRequest
-	5,  // 41: anvil.v1.WorkflowService.Get:input_type -> anvil.v1.GetRequest
-	6,  // 42: anvil.v1.WorkflowService.List:input_type -> anvil.v1.ListRequest
-	19, // 43: anvil.v1.WorkflowService.Update:input_type -> anvil.v1.UpdateWorkflowRequest
-	7,  // 44: anvil.v1.WorkflowService.Delete:input_type -> anvil.v1.DeleteRequest
-	9,  // 45: anvil.v1.WorkflowService.Watch:input_type -> anvil.v1.WatchRequest
-	22, // 46: anvil.v1.ManifestService.Apply:input_type -> anvil.v1.ApplyRequest
-	2,  // 47: anvil.v1.HardwareService.Create:output_type -> anvil.v1.Hardware
-	2,  // 48: anvil.v1.HardwareService.Get:output_type -> anvil.v1.Hardware
-	12, // 49: anvil.v1.HardwareService.List:output_type -> anvil.v1.HardwareList
-	2,  // 50: anvil.v1.HardwareService.Update:output_type -> anvil.v1.Hardware
-	8,  // 51: anvil.v1.HardwareService.Delete:output_type -> anvil.v1.DeleteResponse
-	13, // 52: anvil.v1.HardwareService.Watch:output_type -> anvil.v1.HardwareEvent
-	3,  // 53: anvil.v1.TemplateService.Create:output_type -> anvil.v1.Template
-	3,  // 54: anvil.v1.TemplateService.Get:output_type -> anvil.v1.Template
-	16, // 55: anvil.v1.TemplateService.List:output_type -> anvil.v1.TemplateList
-	3,  // 56: anvil.v1.TemplateService.Update:output_type -> anvil.v1.Template
-	8,  // 57: anvil.v1.TemplateService.Delete:output_type -> anvil.v1.DeleteResponse
-	17, // 58: anvil.v1.TemplateService.Watch:output_type -> anvil.v1.TemplateEvent
-	4,  // 59: anvil.v1.WorkflowService.Create:output_type -> anvil.v1.Workflow
-	4,  // 60: anvil.v1.WorkflowService.Get:output_type -> anvil.v1.Workflow
-	20, // 61: anvil.v1.WorkflowService.List:output_type -> anvil.v1.WorkflowList
-	4,  // 62: anvil.v1.WorkflowService.Update:output_type -> anvil.v1.Workflow
-	8,  // 63: anvil.v1.WorkflowService.Delete:output_type -> anvil.v1.DeleteResponse
-	21, // 64: anvil.v1.WorkflowService.Watch:output_type -> anvil.v1.WorkflowEvent
-	24, // 65: anvil.v1.ManifestService.Apply:output_type -> anvil.v1.ApplyResponse
-	47, // [47:66] is the sub-list for method output_type
-	28, // [28:47] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	4,  // 27: anvil.v1.ReprovisionResponse.workflow:type_name -> anvil.v1.Workflow
+	2,  // 28: anvil.v1.ReprovisionResponse.hardware:type_name -> anvil.v1.Hardware
+	25, // 29: anvil.v1.ApplyResponse.objects:type_name -> anvil.v1.AppliedObject
+	10, // 30: anvil.v1.HardwareService.Create:input_type -> anvil.v1.CreateHardwareRequest
+	5,  // 31: anvil.v1.HardwareService.Get:input_type -> anvil.v1.GetRequest
+	6,  // 32: anvil.v1.HardwareService.List:input_type -> anvil.v1.ListRequest
+	11, // 33: anvil.v1.HardwareService.Update:input_type -> anvil.v1.UpdateHardwareRequest
+	7,  // 34: anvil.v1.HardwareService.Delete:input_type -> anvil.v1.DeleteRequest
+	9,  // 35: anvil.v1.HardwareService.Watch:input_type -> anvil.v1.WatchRequest
+	14, // 36: anvil.v1.TemplateService.Create:input_type -> anvil.v1.CreateTemplateRequest
+	5,  // 37: anvil.v1.TemplateService.Get:input_type -> anvil.v1.GetRequest
+	6,  // 38: anvil.v1.TemplateService.List:input_type -> anvil.v1.ListRequest
+	15, // 39: anvil.v1.TemplateService.Update:input_type -> anvil.v1.UpdateTemplateRequest
+	7,  // 40: anvil.v1.TemplateService.Delete:input_type -> anvil.v1.DeleteRequest
+	9,  // 41: anvil.v1.TemplateService.Watch:input_type -> anvil.v1.WatchRequest
+	18, // 42: anvil.v1.WorkflowService.Create:input_type -> anvil.v1.CreateWorkflowRequest
+	5,  // 43: anvil.v1.WorkflowService.Get:input_type -> anvil.v1.GetRequest
+	6,  // 44: anvil.v1.WorkflowService.List:input_type -> anvil.v1.ListRequest
+	19, // 45: anvil.v1.WorkflowService.Update:input_type -> anvil.v1.UpdateWorkflowRequest
+	7,  // 46: anvil.v1.WorkflowService.Delete:input_type -> anvil.v1.DeleteRequest
+	9,  // 47: anvil.v1.WorkflowService.Watch:input_type -> anvil.v1.WatchRequest
+	22, // 48: anvil.v1.WorkflowService.Reprovision:input_type -> anvil.v1.ReprovisionRequest
+	24, // 49: anvil.v1.ManifestService.Apply:input_type -> anvil.v1.ApplyRequest
+	2,  // 50: anvil.v1.HardwareService.Create:output_type -> anvil.v1.Hardware
+	2,  // 51: anvil.v1.HardwareService.Get:output_type -> anvil.v1.Hardware
+	12, // 52: anvil.v1.HardwareService.List:output_type -> anvil.v1.HardwareList
+	2,  // 53: anvil.v1.HardwareService.Update:output_type -> anvil.v1.Hardware
+	8,  // 54: anvil.v1.HardwareService.Delete:output_type -> anvil.v1.DeleteResponse
+	13, // 55: anvil.v1.HardwareService.Watch:output_type -> anvil.v1.HardwareEvent
+	3,  // 56: anvil.v1.TemplateService.Create:output_type -> anvil.v1.Template
+	3,  // 57: anvil.v1.TemplateService.Get:output_type -> anvil.v1.Template
+	16, // 58: anvil.v1.TemplateService.List:output_type -> anvil.v1.TemplateList
+	3,  // 59: anvil.v1.TemplateService.Update:output_type -> anvil.v1.Template
+	8,  // 60: anvil.v1.TemplateService.Delete:output_type -> anvil.v1.DeleteResponse
+	17, // 61: anvil.v1.TemplateService.Watch:output_type -> anvil.v1.TemplateEvent
+	4,  // 62: anvil.v1.WorkflowService.Create:output_type -> anvil.v1.Workflow
+	4,  // 63: anvil.v1.WorkflowService.Get:output_type -> anvil.v1.Workflow
+	20, // 64: anvil.v1.WorkflowService.List:output_type -> anvil.v1.WorkflowList
+	4,  // 65: anvil.v1.WorkflowService.Update:output_type -> anvil.v1.Workflow
+	8,  // 66: anvil.v1.WorkflowService.Delete:output_type -> anvil.v1.DeleteResponse
+	21, // 67: anvil.v1.WorkflowService.Watch:output_type -> anvil.v1.WorkflowEvent
+	23, // 68: anvil.v1.WorkflowService.Reprovision:output_type -> anvil.v1.ReprovisionResponse
+	26, // 69: anvil.v1.ManifestService.Apply:output_type -> anvil.v1.ApplyResponse
+	50, // [50:70] is the sub-list for method output_type
+	30, // [30:50] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_anvil_v1_resources_proto_init() }
@@ -1715,7 +1869,7 @@ func file_anvil_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_anvil_v1_resources_proto_rawDesc), len(file_anvil_v1_resources_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -442,8 +442,9 @@ func testIndexesHardware(t *testing.T, s store.Store) {
 	h.Spec.Metadata = &model.HardwareMetadata{Instance: &model.MetadataInstance{ID: "inst-1"}}
 	h.Spec.AgentID = "agent-1"
 	mustCreate(t, s, h)
-	mustCreate(t, s, Hardware("aa", "m2", "aa:bb:cc:dd:ee:03"))
-	mustCreate(t, s, Hardware("zz", "m3", "aa:bb:cc:dd:ee:02")) // shares a MAC with m1
+	// MACs are indexed in canonical form whatever the spelling.
+	mustCreate(t, s, Hardware("aa", "m2", "AABB.CCDD.EE03"))
+	mustCreate(t, s, Hardware("zz", "m3", "aa-bb-cc-dd-ee-02")) // shares a MAC with m1
 
 	k := model.KindHardware
 	wantKeys(t, "mac (lower-cased)", byIndex(t, s, k, store.IndexMAC, "aa:bb:cc:dd:ee:01"), "ns/m1")

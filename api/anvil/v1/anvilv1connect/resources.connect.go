@@ -81,6 +81,9 @@ const (
 	WorkflowServiceDeleteProcedure = "/anvil.v1.WorkflowService/Delete"
 	// WorkflowServiceWatchProcedure is the fully-qualified name of the WorkflowService's Watch RPC.
 	WorkflowServiceWatchProcedure = "/anvil.v1.WorkflowService/Watch"
+	// WorkflowServiceReprovisionProcedure is the fully-qualified name of the WorkflowService's
+	// Reprovision RPC.
+	WorkflowServiceReprovisionProcedure = "/anvil.v1.WorkflowService/Reprovision"
 	// ManifestServiceApplyProcedure is the fully-qualified name of the ManifestService's Apply RPC.
 	ManifestServiceApplyProcedure = "/anvil.v1.ManifestService/Apply"
 )
@@ -493,6 +496,13 @@ type WorkflowServiceClient interface {
 	Update(context.Context, *connect.Request[v1.UpdateWorkflowRequest]) (*connect.Response[v1.Workflow], error)
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WorkflowEvent], error)
+	// Reprovision starts a new Workflow for a Hardware from a Template
+	// (hardwareMap device_1: the Hardware's first MAC; bootOptions
+	// toggleAllowNetboot) and sets allowPXE on every interface of the
+	// Hardware, so that its next network boot runs the workflow. It refuses
+	// (FAILED_PRECONDITION) while another unfinished, enabled workflow is on
+	// the Hardware, and NOT_FOUND a missing Hardware or Template.
+	Reprovision(context.Context, *connect.Request[v1.ReprovisionRequest]) (*connect.Response[v1.ReprovisionResponse], error)
 }
 
 // NewWorkflowServiceClient constructs a client for the anvil.v1.WorkflowService service. By
@@ -542,17 +552,24 @@ func NewWorkflowServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(workflowServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		reprovision: connect.NewClient[v1.ReprovisionRequest, v1.ReprovisionResponse](
+			httpClient,
+			baseURL+WorkflowServiceReprovisionProcedure,
+			connect.WithSchema(workflowServiceMethods.ByName("Reprovision")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // workflowServiceClient implements WorkflowServiceClient.
 type workflowServiceClient struct {
-	create *connect.Client[v1.CreateWorkflowRequest, v1.Workflow]
-	get    *connect.Client[v1.GetRequest, v1.Workflow]
-	list   *connect.Client[v1.ListRequest, v1.WorkflowList]
-	update *connect.Client[v1.UpdateWorkflowRequest, v1.Workflow]
-	delete *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
-	watch  *connect.Client[v1.WatchRequest, v1.WorkflowEvent]
+	create      *connect.Client[v1.CreateWorkflowRequest, v1.Workflow]
+	get         *connect.Client[v1.GetRequest, v1.Workflow]
+	list        *connect.Client[v1.ListRequest, v1.WorkflowList]
+	update      *connect.Client[v1.UpdateWorkflowRequest, v1.Workflow]
+	delete      *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	watch       *connect.Client[v1.WatchRequest, v1.WorkflowEvent]
+	reprovision *connect.Client[v1.ReprovisionRequest, v1.ReprovisionResponse]
 }
 
 // Create calls anvil.v1.WorkflowService.Create.
@@ -585,6 +602,11 @@ func (c *workflowServiceClient) Watch(ctx context.Context, req *connect.Request[
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// Reprovision calls anvil.v1.WorkflowService.Reprovision.
+func (c *workflowServiceClient) Reprovision(ctx context.Context, req *connect.Request[v1.ReprovisionRequest]) (*connect.Response[v1.ReprovisionResponse], error) {
+	return c.reprovision.CallUnary(ctx, req)
+}
+
 // WorkflowServiceHandler is an implementation of the anvil.v1.WorkflowService service.
 type WorkflowServiceHandler interface {
 	Create(context.Context, *connect.Request[v1.CreateWorkflowRequest]) (*connect.Response[v1.Workflow], error)
@@ -593,6 +615,13 @@ type WorkflowServiceHandler interface {
 	Update(context.Context, *connect.Request[v1.UpdateWorkflowRequest]) (*connect.Response[v1.Workflow], error)
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WorkflowEvent]) error
+	// Reprovision starts a new Workflow for a Hardware from a Template
+	// (hardwareMap device_1: the Hardware's first MAC; bootOptions
+	// toggleAllowNetboot) and sets allowPXE on every interface of the
+	// Hardware, so that its next network boot runs the workflow. It refuses
+	// (FAILED_PRECONDITION) while another unfinished, enabled workflow is on
+	// the Hardware, and NOT_FOUND a missing Hardware or Template.
+	Reprovision(context.Context, *connect.Request[v1.ReprovisionRequest]) (*connect.Response[v1.ReprovisionResponse], error)
 }
 
 // NewWorkflowServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -638,6 +667,12 @@ func NewWorkflowServiceHandler(svc WorkflowServiceHandler, opts ...connect.Handl
 		connect.WithSchema(workflowServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workflowServiceReprovisionHandler := connect.NewUnaryHandler(
+		WorkflowServiceReprovisionProcedure,
+		svc.Reprovision,
+		connect.WithSchema(workflowServiceMethods.ByName("Reprovision")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/anvil.v1.WorkflowService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkflowServiceCreateProcedure:
@@ -652,6 +687,8 @@ func NewWorkflowServiceHandler(svc WorkflowServiceHandler, opts ...connect.Handl
 			workflowServiceDeleteHandler.ServeHTTP(w, r)
 		case WorkflowServiceWatchProcedure:
 			workflowServiceWatchHandler.ServeHTTP(w, r)
+		case WorkflowServiceReprovisionProcedure:
+			workflowServiceReprovisionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -683,6 +720,10 @@ func (UnimplementedWorkflowServiceHandler) Delete(context.Context, *connect.Requ
 
 func (UnimplementedWorkflowServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WorkflowEvent]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.WorkflowService.Watch is not implemented"))
+}
+
+func (UnimplementedWorkflowServiceHandler) Reprovision(context.Context, *connect.Request[v1.ReprovisionRequest]) (*connect.Response[v1.ReprovisionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.WorkflowService.Reprovision is not implemented"))
 }
 
 // ManifestServiceClient is a client for the anvil.v1.ManifestService service.

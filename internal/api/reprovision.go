@@ -1,0 +1,199 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+)
+
+// reprovisionNameTime is the time format of a default reprovision workflow
+// name's suffix (UTC).
+const reprovisionNameTime = "20060102-150405"
+
+// hardwareMapDevice is the hardwareMap key Tinkerbell's templates name the
+// machine's worker by ({{.device_1}}).
+const hardwareMapDevice = "device_1"
+
+// allowPXERetries bounds the re-reads when the Hardware changes between
+// reading it and setting allowPXE.
+const allowPXERetries = 5
+
+// workflowHandler is the WorkflowService: the shared resource methods and
+// Reprovision.
+type workflowHandler struct {
+	*workflowService
+	hardware *hardwareService
+}
+
+// Reprovision starts a new Workflow for a Hardware from a Template and sets
+// allowPXE on every interface of the Hardware.
+//
+// The checks (Hardware, Template, no other unfinished enabled workflow on
+// the Hardware) and the writes run under one lock, so two Reprovision
+// calls cannot both pass the check. The Workflow is created first
+// (Create: a taken name is refused, never overwritten), then allowPXE is
+// set with a conditional update that re-reads on conflict, so no
+// concurrent change to the Hardware is lost. Should that second write
+// fail, the workflow still converges: its toggleAllowNetboot makes the
+// engine set allowPXE when it starts; the answer says so in a warning.
+func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v1.ReprovisionRequest]) (*connect.Response[v1.ReprovisionResponse], error) {
+	s := w.s
+	m := req.Msg
+	ns := m.GetNamespace()
+	if ns == "" {
+		ns = model.DefaultNamespace
+	}
+	if m.GetHardware() == "" {
+		return nil, invalid("missing hardware: the name of the Hardware to reprovision")
+	}
+	if m.GetTemplate() == "" {
+		return nil, invalid("missing template: the name of the Template the new workflow runs")
+	}
+
+	s.reprovisionMu.Lock()
+	defer s.reprovisionMu.Unlock()
+
+	obj, err := s.cfg.Store.Get(ctx, model.KindHardware, ns, m.GetHardware())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("hardware %s/%s not found (anvil get hardware -n %s lists them)", ns, m.GetHardware(), ns))
+	}
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	hw := obj.(*model.Hardware)
+	if _, err := s.cfg.Store.Get(ctx, model.KindTemplate, ns, m.GetTemplate()); errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %s/%s not found (anvil get templates -n %s lists them)", ns, m.GetTemplate(), ns))
+	} else if err != nil {
+		return nil, s.toConnect(err)
+	}
+	macs := hw.MACs()
+	if len(macs) == 0 {
+		return nil, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("hardware %s has no interface with a MAC: a workflow's worker is the machine's first MAC", hw.Key()))
+	}
+	if busy, err := unfinishedWorkflows(ctx, s.cfg.Store, hw); err != nil {
+		return nil, s.toConnect(err)
+	} else if len(busy) > 0 {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, busyError(hw, busy))
+	}
+
+	name := m.GetWorkflow()
+	if name == "" {
+		name = hw.Name + "-" + s.cfg.Now().UTC().Format(reprovisionNameTime)
+	}
+	wf := &model.Workflow{
+		TypeMeta:   model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindWorkflow},
+		ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name},
+		Spec: model.WorkflowSpec{
+			TemplateRef: m.GetTemplate(),
+			HardwareRef: hw.Name,
+			HardwareMap: map[string]string{hardwareMapDevice: macs[0]},
+			BootOptions: &model.BootOptions{ToggleAllowNetboot: true, BootMode: "netboot"},
+		},
+	}
+	if err := model.Validate(wf); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("workflow %s/%s is invalid (choose another name with --name):\n%w", ns, name, err))
+	}
+	created, err := s.cfg.Store.Create(ctx, wf)
+	if errors.Is(err, store.ErrAlreadyExists) {
+		return nil, connect.NewError(connect.CodeAlreadyExists,
+			fmt.Errorf("a workflow %s/%s already exists: choose another name with --name, or delete it first (anvil delete workflow %s -n %s)", ns, name, name, ns))
+	}
+	if err != nil {
+		return nil, s.toConnect(fmt.Errorf("create workflow %s/%s: %w", ns, name, err))
+	}
+
+	out := &v1.ReprovisionResponse{}
+	hw, err = setAllowPXE(ctx, s.cfg.Store, hw)
+	if err != nil {
+		s.log.Warn("reprovision: allowPXE not set", "hardware", hw.Key(), "workflow", created.GetObjectMeta().Key(), "err", err)
+		out.Warnings = append(out.Warnings, fmt.Sprintf("allowPXE could not be set on hardware %s (%v); the workflow engine sets it when workflow %s starts (toggleAllowNetboot)",
+			hw.Key(), err, name))
+	}
+	for i, ifc := range hw.Spec.Interfaces {
+		if ifc.Netboot != nil && !model.BoolValue(ifc.Netboot.AllowWorkflow, true) {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("spec.interfaces[%d].netboot.allowWorkflow is false: that interface boots its disk, not the workflow; set it to true", i))
+		}
+	}
+	if out.Workflow, err = w.encode(created); err != nil {
+		return nil, err
+	}
+	if out.Hardware, err = w.hardware.encode(hw); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+// unfinishedWorkflows returns the workflows on hw (its namespace) that are
+// neither final nor disabled: the ones that would run before, or instead
+// of, a new one.
+func unfinishedWorkflows(ctx context.Context, st store.Indexer, hw *model.Hardware) ([]*model.Workflow, error) {
+	objs, err := st.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, hw.Name)
+	if err != nil {
+		return nil, fmt.Errorf("find workflows of hardware %s: %w", hw.Key(), err)
+	}
+	var out []*model.Workflow
+	for _, o := range objs {
+		w, ok := o.(*model.Workflow)
+		if !ok || w.Namespace != hw.Namespace || model.IsFinal(w.Status.State) || model.BoolValue(w.Spec.Disabled, false) {
+			continue
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+func busyError(hw *model.Hardware, busy []*model.Workflow) error {
+	var names, deletes []string
+	for _, w := range busy {
+		state := model.NormalizeState(w.Status.State)
+		if state == "" {
+			state = "not yet started"
+		}
+		names = append(names, fmt.Sprintf("%s (%s)", w.Name, state))
+		deletes = append(deletes, fmt.Sprintf("anvil delete workflow %s -n %s", w.Name, w.Namespace))
+	}
+	return fmt.Errorf("hardware %s already has an unfinished workflow: %s. Wait for it to finish, or delete it first (%s), then reprovision again",
+		hw.Key(), strings.Join(names, ", "), strings.Join(deletes, "; "))
+}
+
+// setAllowPXE sets allowPXE on every interface of hw with conditional
+// updates, re-reading on conflict (the engine, starting the new workflow,
+// may set it first). It returns the Hardware as stored.
+func setAllowPXE(ctx context.Context, st store.Store, hw *model.Hardware) (*model.Hardware, error) {
+	for attempt := 0; ; attempt++ {
+		n := 0
+		for i := range hw.Spec.Interfaces {
+			ifc := &hw.Spec.Interfaces[i]
+			if ifc.Netboot == nil {
+				ifc.Netboot = &model.Netboot{}
+			}
+			if !model.BoolValue(ifc.Netboot.AllowPXE, false) {
+				ifc.Netboot.AllowPXE = model.Bool(true)
+				n++
+			}
+		}
+		if n == 0 {
+			return hw, nil
+		}
+		updated, err := st.Update(ctx, hw) // hw carries the resourceVersion read: conditional
+		if err == nil {
+			return updated.(*model.Hardware), nil
+		}
+		if !errors.Is(err, store.ErrConflict) || attempt == allowPXERetries {
+			return hw, err
+		}
+		obj, gerr := st.Get(ctx, model.KindHardware, hw.Namespace, hw.Name)
+		if gerr != nil {
+			return hw, gerr
+		}
+		hw = obj.(*model.Hardware)
+	}
+}
