@@ -111,7 +111,9 @@ func serve(args []string) error {
 // lineOutput prints the action's lines to stderr and drops progress.
 type lineOutput struct{}
 
-func (lineOutput) Line(stream, line string)   { fmt.Fprintf(os.Stderr, "image2disk %s: %s\n", stream, line) }
+func (lineOutput) Line(stream, line string) {
+	fmt.Fprintf(os.Stderr, "image2disk %s: %s\n", stream, line)
+}
 func (lineOutput) Progress(actions.Progress) {}
 
 // write runs the image2disk action once, as the agent would.

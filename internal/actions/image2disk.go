@@ -185,7 +185,10 @@ func (c *Catalog) streamToDisk(ctx context.Context, out Output, j streamJob) err
 		return fmt.Errorf("fsync %s: %w", j.dest, err)
 	}
 	if isBlock {
-		if err := c.cfg.RereadPartitions(disk); err != nil {
+		switch err := c.cfg.RereadPartitions(disk); {
+		case errors.Is(err, errNoPartitions):
+			linef(out, "%s holds no partitions (a partition itself, or a device without partition support): partition table not re-read", j.dest)
+		case err != nil:
 			return fmt.Errorf("the image is written, but the kernel did not re-read the partition table: %w", err)
 		}
 	}
@@ -246,11 +249,11 @@ func rate(n int64, d time.Duration) float64 {
 func (c *Catalog) reportProgress(out Output, interval time.Duration, total int64, fetched, written func() int64) (stop func()) {
 	tick, stopTick := c.cfg.Clock.NewTicker(interval)
 	done := make(chan struct{})
+	last, lastAt := int64(0), c.cfg.Clock.Now()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		last, lastAt := int64(0), c.cfg.Clock.Now()
 		for {
 			select {
 			case <-done:
