@@ -269,11 +269,15 @@ func (f *fetch) Read(p []byte) (int, error) {
 				return n, io.EOF
 			}
 		}
+		if f.ctx.Err() != nil {
+			f.err = fmt.Errorf("fetch %s: stopped at byte %d%s: %w", f.url, at, f.ofSize(), context.Cause(f.ctx))
+			return n, f.err
+		}
 		if f.stalled.Load() {
 			err = fmt.Errorf("no data for %s", f.c.cfg.StallTimeout)
 		}
 		lost := fmt.Errorf("connection lost at byte %d%s: %w", at, f.ofSize(), err)
-		if f.ctx.Err() != nil || !f.mayRetry(lost) {
+		if !f.mayRetry(lost) {
 			f.fail(lost)
 			return n, f.err
 		}

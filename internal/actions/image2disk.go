@@ -155,7 +155,7 @@ func (c *Catalog) streamToDisk(ctx context.Context, out Output, j streamJob) err
 	w := newDiskWriter(disk, c.cfg.WriteBuffer)
 	stop := c.reportProgress(out, j.interval, size, src.Fetched, w.Written)
 	rerr := w.copyFrom(ctx, dec)
-	if rerr == nil {
+	if rerr == nil && !w.failed.Load() {
 		// Bytes after the end of the compressed stream: read them so
 		// that the checksum covers the whole file, and say so.
 		if extra, err := io.Copy(io.Discard, src); err != nil {
