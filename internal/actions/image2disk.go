@@ -123,6 +123,9 @@ func (c *Catalog) streamToDisk(parent context.Context, out Output, j streamJob) 
 		return err
 	}
 	head = head[:n]
+	if n == 0 {
+		return fmt.Errorf("%s is empty (0 bytes): nothing written", j.url)
+	}
 	f, how := formatRaw, "COMPRESSED is false"
 	if j.compressed {
 		if f, how, err = detect(head, j.url); err != nil {

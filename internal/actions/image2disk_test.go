@@ -218,6 +218,7 @@ func TestImage2DiskBadImages(t *testing.T) {
 	srv.files["/corrupt.raw.gz"] = corruptGz
 	srv.files["/raw-named.raw.gz"] = img
 	srv.files["/short.zst"] = zst[:3]
+	srv.files["/empty.raw"] = []byte{}
 	srv.special["/cut.raw.zst"] = func(w http.ResponseWriter, r *http.Request, hit int) { cutAfter(w, zst, len(zst)/3) }
 	srv.special["/error.raw"] = func(w http.ResponseWriter, r *http.Request, hit int) {
 		http.Error(w, "disk on fire", http.StatusInternalServerError)
@@ -238,6 +239,7 @@ func TestImage2DiskBadImages(t *testing.T) {
 			want: []string{"fetch " + srv.url("/cut.raw.zst") + ": connection lost at byte " + itoa(len(zst)/3) + " of " + itoa(len(zst))}},
 		{name: "name says gzip, bytes do not", path: "/raw-named.raw.gz", want: []string{"the name says gzip but the data does not start with gzip's magic bytes"}},
 		{name: "three bytes of zstd", path: "/short.zst", want: []string{"the name says zstd"}},
+		{name: "empty", path: "/empty.raw", want: []string{srv.url("/empty.raw") + " is empty (0 bytes): nothing written"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
