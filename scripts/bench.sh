@@ -15,6 +15,7 @@
 #   BENCH_OUT    directory for each run's output and JSON line (default bench/out)
 #   DHCP_ARGS    extra flags for bench/dhcp (e.g. "-duration 5s -servers anvil,kea")
 #   TFTP_ARGS    extra flags for bench/tftp (e.g. "-runs 1 -only anvil,dnsmasq")
+#   IMAGE2DISK_ARGS extra flags for bench/image2disk (e.g. "-runs 5 -checksum")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo /root/go)/bin:$PATH"
@@ -24,7 +25,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp tftp)
+SECTIONS=(fleet dhcp tftp image2disk)
 
 say() { echo "bench: $*" >&2; }
 
@@ -90,13 +91,31 @@ section_tftp() {
   return $rc
 }
 
-if [ ! -x "$ANVIL" ]; then
+# image2disk: a 1 GiB zstd disk image over HTTP into a file, by the native
+# image2disk action (internal/actions) and by `curl | zstd -dc | dd
+# conv=fsync`, alternating, medians of 3 (bench/image2disk). The image is
+# made once and kept in $BENCH_OUT/image2disk; the written files go there
+# too (a disk-backed filesystem, so fsync costs what it costs).
+section_image2disk() {
+  go build -o "$BENCH_OUT/image2diskbench" ./bench/image2disk || return 1
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/image2diskbench" -work "$BENCH_OUT/image2disk" -json ${IMAGE2DISK_ARGS:-} >"$BENCH_OUT/image2disk.txt" \
+    2> >(tee "$BENCH_OUT/image2disk.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/image2disk.txt"
+  grep '^{' "$BENCH_OUT/image2disk.txt" >"$BENCH_OUT/image2disk.json" || true
+  return $rc
+}
+
+run=("${SECTIONS[@]}")
+[ $# -gt 0 ] && run=("$@")
+# Sections that do not run the anvil binary (image2disk runs the action
+# package directly).
+if [ "${run[*]}" != "image2disk" ] && [ ! -x "$ANVIL" ]; then
   say "$ANVIL not found: run \`make build\` first (or set ANVIL)"
   exit 1
 fi
 mkdir -p "$BENCH_OUT"
-run=("${SECTIONS[@]}")
-[ $# -gt 0 ] && run=("$@")
 failed=()
 for s in "${run[@]}"; do
   if ! declare -F "section_$s" >/dev/null; then

@@ -270,7 +270,7 @@ func actionName(image string) string {
 	return strings.ToLower(ref)
 }
 
-// line writes one action line.
+// linef writes one action line.
 func linef(out Output, format string, args ...any) {
 	out.Line(StreamAction, fmt.Sprintf(format, args...))
 }

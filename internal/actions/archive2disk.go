@@ -84,9 +84,9 @@ func (c *Catalog) archive2disk(ctx context.Context, s Spec, out Output) (Result,
 }
 
 // unpackURL fetches the archive and unpacks it into rel under dir.
-func (c *Catalog) unpackURL(ctx context.Context, out Output, dir, rel, archiveURL string, f format,
+func (c *Catalog) unpackURL(parent context.Context, out Output, dir, rel, archiveURL string, f format,
 	want *checksum, retryFor, interval time.Duration) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -122,13 +122,15 @@ func (c *Catalog) unpackURL(ctx context.Context, out Output, dir, rel, archiveUR
 		}
 		return fmt.Errorf("%s: not a %s stream: %w", archiveURL, f, err)
 	}
-	defer dec.Close()
-	defer cancel()
 	linef(out, "unpacking %s (%s tar, %s) into /%s", archiveURL, f, sizeText(src.Size()), strings.TrimPrefix(rel, "."))
 
 	x := &extractor{root: dest, out: out}
 	stop := c.reportProgress(out, interval, src.Size(), src.Fetched, x.written.Load)
 	xerr := x.extract(ctx, dec)
+	if xerr != nil {
+		cancel()
+	}
+	dec.Close() // waits for its goroutines: from here on only this one reads src
 	if xerr == nil {
 		if _, err := io.Copy(io.Discard, src); err != nil {
 			xerr = err
@@ -137,6 +139,8 @@ func (c *Catalog) unpackURL(ctx context.Context, out Output, dir, rel, archiveUR
 	stop()
 	out.Progress(Progress{Bytes: src.Fetched(), TotalBytes: max(src.Size(), 0), Written: x.written.Load()})
 	switch {
+	case parent.Err() != nil:
+		return fmt.Errorf("stopped at byte %d%s of %s (%d entries unpacked): %w", src.Fetched(), src.ofSize(), archiveURL, x.entries, context.Cause(parent))
 	case src.Err() != nil:
 		return fmt.Errorf("%w (%d entries unpacked)", src.Err(), x.entries)
 	case xerr != nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -22,9 +23,10 @@ const (
 	// maxLine splits longer output lines, so a command that prints
 	// without newlines cannot hold unbounded memory.
 	maxLine = 16 << 10
-	// cexecWaitDelay is how long, once the command has exited (or been
-	// killed), its output may still be read from children that keep
-	// the pipes open.
+	// cexecWaitDelay is how long, once the command and its process
+	// group are gone, its output may still be read from processes that
+	// left the group and keep the pipes open. Real time: it bounds
+	// plumbing, not the action.
 	cexecWaitDelay = 2 * time.Second
 	// cexecPath is the command's PATH.
 	cexecPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -138,24 +140,66 @@ func (c *Catalog) runIn(ctx context.Context, m *mountStack, chroot bool, argv []
 		linef(out, "running %q on the host in %s", argv, m.dir)
 	}
 	cmd.Env = commandEnv(vars)
-	tail := &tailBuffer{}
-	stdout := &lineWriter{stream: StreamStdout, out: out, tail: tail}
-	stderr := &lineWriter{stream: StreamStderr, out: out, tail: tail}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Cancel kills the whole process group: a shell's children too.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = cexecWaitDelay
 
-	if err := cmd.Start(); err != nil {
+	// Pipes of our own (not io.Writers): Wait returns when the command
+	// exits, not when the last holder of its output does.
+	tail := &tailBuffer{}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
 		where := "on the host"
 		if chroot {
 			where = "in the chroot"
 		}
 		return fmt.Errorf("start %s %s: %w", argv[0], where, err)
 	}
-	err := cmd.Wait()
-	stdout.flush()
-	stderr.flush()
+	var readers sync.WaitGroup
+	for _, p := range []struct {
+		r      *os.File
+		stream string
+	}{{outR, StreamStdout}, {errR, StreamStderr}} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			lw := &lineWriter{stream: p.stream, out: out, tail: tail}
+			io.Copy(lw, p.r)
+			lw.flush()
+		}()
+	}
+	err = cmd.Wait()
+	// What the command left running in its group would keep the
+	// filesystem busy: it goes with the command, as a container's
+	// processes go with the container.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(cexecWaitDelay):
+		// A process outside the group (setsid) still holds the output.
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+
 	if ctx.Err() != nil {
 		return fmt.Errorf("%q stopped: %w; its last lines:\n%s", argv, context.Cause(ctx), strings.Join(tail.lines(), "\n"))
 	}
@@ -167,10 +211,7 @@ func (c *Catalog) runIn(ctx context.Context, m *mountStack, chroot bool, argv []
 		}
 		return x
 	}
-	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
-		return err
-	}
-	return nil
+	return err
 }
 
 // commandEnv is the command's environment: a standard PATH and the

@@ -56,6 +56,7 @@ func TestCexec(t *testing.T) {
 	tests := []struct {
 		name       string
 		dirs       []string // made in the filesystem; default dev, proc, sys
+		setup      func(t *testing.T, top string)
 		env        map[string]string
 		command    []string
 		wantStdout []string
@@ -135,6 +136,20 @@ func TestCexec(t *testing.T) {
 			wantStdout: []string{"bin", "busybox", "dev", "proc", "sys", "host-ok"},
 			wantLine:   "on the host in ",
 		},
+		{
+			name:       "what the command leaves running goes with it, so the filesystem unmounts",
+			env:        map[string]string{"CHROOT": "y", "DEFAULT_INTERPRETER": "/busybox sh -c", "CMD_LINE": "/busybox sleep 1000 & echo bye"},
+			wantStdout: []string{"bye"},
+		},
+		{
+			name: "a /dev that is a symlink is not mounted over",
+			dirs: []string{"proc", "sys"},
+			setup: func(t *testing.T, top string) {
+				os.Symlink(t.TempDir(), filepath.Join(top, "dev"))
+			},
+			env:     map[string]string{"CHROOT": "y", "CMD_LINE": "/busybox true"},
+			wantErr: "/dev in the filesystem is a symbolic link, not a directory: refusing to bind /dev over it",
+		},
 		{name: "no command at all", env: map[string]string{"CHROOT": "y"}, wantErr: "CMD_LINE is empty and the action has no command"},
 		{name: "CHROOT not a flag", env: map[string]string{"CHROOT": "maybe", "CMD_LINE": "x"}, wantErr: `CHROOT: "maybe" is not a boolean`},
 	}
@@ -145,6 +160,9 @@ func TestCexec(t *testing.T) {
 				dirs = []string{"dev", "proc", "sys"}
 			}
 			top := busyboxRoot(t, dirs...)
+			if tc.setup != nil {
+				tc.setup(t, top)
+			}
 			m := newMachine(t)
 			env := map[string]string{"BLOCK_DEVICE": top, "FS_TYPE": "vfat"}
 			for k, v := range tc.env {

@@ -172,7 +172,7 @@ func (c *checksum) String() string { return c.algo + ":" + hex.EncodeToString(c.
 // newHash returns a hash for the checksum's algorithm.
 func (c *checksum) newHash() hash.Hash { return checksumAlgos[c.algo].new() }
 
-// checksumEnv reads a checksum variable.
+// checksum reads a checksum variable.
 func (e env) checksum(name string) (*checksum, error) {
 	c, err := parseChecksum(e[name])
 	if err != nil {

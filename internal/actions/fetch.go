@@ -45,7 +45,7 @@ type fetch struct {
 	opts  fetchOpts
 	until time.Time // retry deadline
 
-	mu        sync.Mutex    // guards body against onStall
+	mu        sync.Mutex    // guards body against onStall, and err
 	body      io.ReadCloser // written under mu, read by Read without it
 	stall     *time.Timer   // runs while Read waits for the network
 	stalled   atomic.Bool
@@ -98,7 +98,11 @@ func (f *fetch) Fetched() int64 { return f.offset.Load() }
 
 // Err is the error that ended the fetch, if it failed (as opposed to a
 // decoder failing on what it delivered).
-func (f *fetch) Err() error { return f.err }
+func (f *fetch) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
 
 // open requests the object from the current offset, retrying while it
 // may.
@@ -245,8 +249,8 @@ func (f *fetch) onStall() {
 // when retries are on; otherwise it is an error naming the URL and the
 // byte offset.
 func (f *fetch) Read(p []byte) (int, error) {
-	if f.err != nil {
-		return 0, f.err
+	if err := f.Err(); err != nil {
+		return 0, err
 	}
 	for {
 		f.stall.Reset(f.c.cfg.StallTimeout)
@@ -269,24 +273,24 @@ func (f *fetch) Read(p []byte) (int, error) {
 				return n, io.EOF
 			}
 		}
+		if f.ctx.Err() != nil {
+			return n, f.setErr(fmt.Errorf("fetch %s: stopped at byte %d%s: %w", f.url, at, f.ofSize(), context.Cause(f.ctx)))
+		}
 		if f.stalled.Load() {
 			err = fmt.Errorf("no data for %s", f.c.cfg.StallTimeout)
 		}
 		lost := fmt.Errorf("connection lost at byte %d%s: %w", at, f.ofSize(), err)
-		if f.ctx.Err() != nil || !f.mayRetry(lost) {
-			f.fail(lost)
-			return n, f.err
+		if !f.mayRetry(lost) {
+			return n, f.fail(lost)
 		}
 		f.body.Close()
 		delay := retryFirst
 		if err := f.backoff(&delay, lost); err != nil {
-			f.fail(err)
-			return n, f.err
+			return n, f.fail(err)
 		}
 		linef(f.out, "resuming %s at byte %d", f.url, at)
 		if err := f.open(); err != nil {
-			f.fail(fmt.Errorf("%w (after the connection was lost at byte %d)", err, at))
-			return n, f.err
+			return n, f.fail(fmt.Errorf("%w (after the connection was lost at byte %d)", err, at))
 		}
 		if n > 0 {
 			return n, nil
@@ -302,12 +306,20 @@ func (f *fetch) ofSize() string {
 	return " of " + strconv.FormatInt(f.size, 10)
 }
 
-// fail records the fetch's error, naming the URL.
-func (f *fetch) fail(err error) {
+// fail records and returns the fetch's error, naming the URL.
+func (f *fetch) fail(err error) error {
 	if ce := f.ctx.Err(); ce != nil {
 		err = fmt.Errorf("%w (%v)", err, context.Cause(f.ctx))
 	}
-	f.err = fmt.Errorf("fetch %s: %w", f.url, err)
+	return f.setErr(fmt.Errorf("fetch %s: %w", f.url, err))
+}
+
+// setErr records and returns err as the fetch's error.
+func (f *fetch) setErr(err error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+	return err
 }
 
 // Close ends the download.

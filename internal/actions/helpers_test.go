@@ -64,8 +64,8 @@ func (r *recorder) progresses() []Progress {
 	return append([]Progress(nil), r.progress...)
 }
 
-// testClock is a Clock whose time moves only when something waits on
-// it: After advances Now by d and fires at once. Its tickers fire when
+// testClock is a Clock that never sleeps: After advances the time by d
+// and fires at once, and each Now is 1 ms after the last. Its tickers fire when
 // the test sends on tick.
 type testClock struct {
 	mu   sync.Mutex
@@ -77,11 +77,9 @@ func newTestClock() *testClock {
 	return &testClock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), tick: make(chan time.Time)}
 }
 
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
+// Now is a millisecond after the previous reading: time never stands
+// still between two readings, so a rate is never over zero seconds.
+func (c *testClock) Now() time.Time { return c.advance(time.Millisecond) }
 
 func (c *testClock) advance(d time.Duration) time.Time {
 	c.mu.Lock()

@@ -96,10 +96,10 @@ type streamJob struct {
 
 // streamToDisk does image2disk's work. Nothing is written to the
 // destination until the image has answered and its format is known.
-func (c *Catalog) streamToDisk(ctx context.Context, out Output, j streamJob) error {
-	// Cancelled first on the way out, so that a decoder's goroutine
+func (c *Catalog) streamToDisk(parent context.Context, out Output, j streamJob) error {
+	// ctx is cancelled when the stream fails, so that a decoder goroutine
 	// blocked on the network returns before the decoder is closed.
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	disk, isBlock, err := openDestination(j.dest)
 	if err != nil {
@@ -123,6 +123,9 @@ func (c *Catalog) streamToDisk(ctx context.Context, out Output, j streamJob) err
 		return err
 	}
 	head = head[:n]
+	if n == 0 {
+		return fmt.Errorf("%s is empty (0 bytes): nothing written", j.url)
+	}
 	f, how := formatRaw, "COMPRESSED is false"
 	if j.compressed {
 		if f, how, err = detect(head, j.url); err != nil {
@@ -148,14 +151,18 @@ func (c *Catalog) streamToDisk(ctx context.Context, out Output, j streamJob) err
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w (at byte %d)", j.url, f, err, src.Fetched())
 	}
-	defer dec.Close()
-	defer cancel()
-
 	start := c.cfg.Clock.Now()
 	w := newDiskWriter(disk, c.cfg.WriteBuffer)
 	stop := c.reportProgress(out, j.interval, size, src.Fetched, w.Written)
 	rerr := w.copyFrom(ctx, dec)
-	if rerr == nil {
+	ok := rerr == nil && !w.failed.Load()
+	if !ok {
+		cancel()
+	}
+	// Close waits for the decoder's goroutines: from here on, only this
+	// goroutine reads src.
+	dec.Close()
+	if ok {
 		// Bytes after the end of the compressed stream: read them so
 		// that the checksum covers the whole file, and say so.
 		if extra, err := io.Copy(io.Discard, src); err != nil {
@@ -170,22 +177,25 @@ func (c *Catalog) streamToDisk(ctx context.Context, out Output, j streamJob) err
 		BytesPerSec: rate(src.Fetched(), c.cfg.Clock.Now().Sub(start))})
 
 	switch {
+	case parent.Err() != nil:
+		return fmt.Errorf("stopped at byte %d%s of %s (%d bytes written to %s): %w", src.Fetched(), src.ofSize(), j.url, w.Written(), j.dest, context.Cause(parent))
+	case werr != nil:
+		return fmt.Errorf("writing %s: %w (after %d bytes; fetched %d bytes of %s)", j.dest, werr, w.Written(), src.Fetched(), j.url)
 	case src.Err() != nil:
 		return fmt.Errorf("%w (%d bytes written to %s)", src.Err(), w.Written(), j.dest)
-	case rerr != nil && ctx.Err() != nil:
-		return fmt.Errorf("stopped at byte %d of %s (%d bytes written to %s): %w", src.Fetched(), j.url, w.Written(), j.dest, context.Cause(ctx))
 	case rerr != nil:
 		return fmt.Errorf("%s: %s data is corrupt or truncated near byte %d%s of the download (%d bytes written to %s): %w",
 			j.url, f, src.Fetched(), src.ofSize(), w.Written(), j.dest, rerr)
-	case werr != nil:
-		return fmt.Errorf("writing %s: %w (after %d bytes; fetched %d bytes of %s)", j.dest, werr, w.Written(), src.Fetched(), j.url)
 	}
 
 	if err := disk.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", j.dest, err)
 	}
 	if isBlock {
-		if err := c.cfg.RereadPartitions(disk); err != nil {
+		switch err := c.cfg.RereadPartitions(disk); {
+		case errors.Is(err, errNoPartitions):
+			linef(out, "%s holds no partitions (a partition itself, or a device without partition support): partition table not re-read", j.dest)
+		case err != nil:
 			return fmt.Errorf("the image is written, but the kernel did not re-read the partition table: %w", err)
 		}
 	}
@@ -246,11 +256,11 @@ func rate(n int64, d time.Duration) float64 {
 func (c *Catalog) reportProgress(out Output, interval time.Duration, total int64, fetched, written func() int64) (stop func()) {
 	tick, stopTick := c.cfg.Clock.NewTicker(interval)
 	done := make(chan struct{})
+	last, lastAt := int64(0), c.cfg.Clock.Now()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		last, lastAt := int64(0), c.cfg.Clock.Now()
 		for {
 			select {
 			case <-done:

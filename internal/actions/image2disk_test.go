@@ -218,6 +218,7 @@ func TestImage2DiskBadImages(t *testing.T) {
 	srv.files["/corrupt.raw.gz"] = corruptGz
 	srv.files["/raw-named.raw.gz"] = img
 	srv.files["/short.zst"] = zst[:3]
+	srv.files["/empty.raw"] = []byte{}
 	srv.special["/cut.raw.zst"] = func(w http.ResponseWriter, r *http.Request, hit int) { cutAfter(w, zst, len(zst)/3) }
 	srv.special["/error.raw"] = func(w http.ResponseWriter, r *http.Request, hit int) {
 		http.Error(w, "disk on fire", http.StatusInternalServerError)
@@ -238,6 +239,7 @@ func TestImage2DiskBadImages(t *testing.T) {
 			want: []string{"fetch " + srv.url("/cut.raw.zst") + ": connection lost at byte " + itoa(len(zst)/3) + " of " + itoa(len(zst))}},
 		{name: "name says gzip, bytes do not", path: "/raw-named.raw.gz", want: []string{"the name says gzip but the data does not start with gzip's magic bytes"}},
 		{name: "three bytes of zstd", path: "/short.zst", want: []string{"the name says zstd"}},
+		{name: "empty", path: "/empty.raw", want: []string{srv.url("/empty.raw") + " is empty (0 bytes): nothing written"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -467,26 +469,32 @@ func TestImage2DiskStall(t *testing.T) {
 	}
 }
 
-// TestImage2DiskCancel: the action's context ends it mid-stream.
+// TestImage2DiskCancel: the action's context ends it mid-stream, also
+// while a decoder's own goroutine waits on the network.
 func TestImage2DiskCancel(t *testing.T) {
 	img := diskImage(1<<20, 7)
-	srv := newFileServer(t)
-	srv.special["/endless.raw"] = func(w http.ResponseWriter, r *http.Request, hit int) {
-		w.Write(img[:1000])
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-	}
-	m := newMachine(t)
-	ctx, cancel := context.WithCancelCause(context.Background())
-	out := &recorder{onLine: func(l outLine) {
-		if strings.HasPrefix(l.text, "writing ") {
-			cancel(errors.New("action timed out"))
-		}
-	}}
-	r, _ := m.catalog().Lookup("image2disk")
-	_, err := r(ctx, Spec{Env: map[string]string{"IMG_URL": srv.url("/endless.raw"), "DEST_DISK": newDisk(t, nil)}}, out)
-	if err == nil || !strings.Contains(err.Error(), "action timed out") {
-		t.Fatalf("error = %v; want the context's cause", err)
+	for _, f := range []format{formatRaw, formatZstd, formatGzip} {
+		t.Run(f.String(), func(t *testing.T) {
+			data := compressImage(t, f, img)
+			srv := newFileServer(t)
+			srv.special["/endless"] = func(w http.ResponseWriter, r *http.Request, hit int) {
+				w.Write(data[:len(data)/2])
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			}
+			m := newMachine(t)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			out := &recorder{onLine: func(l outLine) {
+				if strings.HasPrefix(l.text, "writing ") {
+					cancel(errors.New("action timed out"))
+				}
+			}}
+			r, _ := m.catalog().Lookup("image2disk")
+			_, err := r(ctx, Spec{Env: map[string]string{"IMG_URL": srv.url("/endless"), "DEST_DISK": newDisk(t, nil), "COMPRESSED": "true"}}, out)
+			if err == nil || !strings.Contains(err.Error(), "image2disk: stopped at byte ") || !strings.Contains(err.Error(), "action timed out") {
+				t.Fatalf("error = %v; want it stopped with the context's cause", err)
+			}
+		})
 	}
 }
 

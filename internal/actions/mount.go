@@ -74,11 +74,23 @@ func (c *Catalog) waitDevice(ctx context.Context, path string) error {
 // filesystem, creating the directory if it is missing.
 func (m *mountStack) bind(src, rel string) (created bool, err error) {
 	target := filepath.Join(m.dir, rel)
-	if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) {
+	switch st, err := os.Lstat(target); {
+	case errors.Is(err, os.ErrNotExist):
 		if err := os.Mkdir(target, 0o755); err != nil {
 			return false, err
 		}
 		created = true
+	case err != nil:
+		return false, err
+	case !st.IsDir():
+		// mount(2) follows a symbolic link on the host: a filesystem
+		// whose /dev leads elsewhere must not get the host's /dev
+		// mounted there.
+		kind := "file"
+		if st.Mode()&os.ModeSymlink != 0 {
+			kind = "symbolic link"
+		}
+		return false, fmt.Errorf("%s in the filesystem is a %s, not a directory: refusing to bind %s over it", rel, kind, src)
 	}
 	if err := m.c.cfg.Mount(src, target, "", mountBind|mountRecursive, ""); err != nil {
 		return created, fmt.Errorf("bind %s at %s: %w", src, target, err)

@@ -28,6 +28,9 @@ const (
 	// returns for chown and chmod it cannot store.
 	errBusy = unix.EBUSY
 	errPerm = unix.EPERM
+	// errNoPartitions is what BLKRRPART returns for a device that cannot
+	// hold partitions (a partition, a loop device without partscan).
+	errNoPartitions = unix.EINVAL
 )
 
 // setSystemDefaults fills the system functions of cfg that are nil with

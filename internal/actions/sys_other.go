@@ -11,15 +11,16 @@ import (
 // The actions run on Linux only; elsewhere the package builds (so the
 // agent's code compiles everywhere) and every system call fails.
 const (
-	powerRestart   = 0x01234567
-	powerOff       = 0x4321fedc
-	powerKexec     = 0x45584543
-	kexecNoInitrd  = 0x4
-	mountBind      = 0x1000
-	mountRecursive = 0x4000
-	unmountDetach  = 0x2
-	errBusy        = syscall.EBUSY
-	errPerm        = syscall.EPERM
+	powerRestart    = 0x01234567
+	powerOff        = 0x4321fedc
+	powerKexec      = 0x45584543
+	kexecNoInitrd   = 0x4
+	mountBind       = 0x1000
+	mountRecursive  = 0x4000
+	unmountDetach   = 0x2
+	errBusy         = syscall.EBUSY
+	errPerm         = syscall.EPERM
+	errNoPartitions = syscall.EINVAL
 )
 
 var errUnsupported = errors.New("native actions need Linux")
