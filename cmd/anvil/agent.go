@@ -43,7 +43,7 @@ it is: give --server and --worker-id.`,
 			set := actions.New(actions.Config{})
 			if boot {
 				return agent.Boot(cmd.Context(), agent.BootConfig{
-					Cmdline: cmdline, Actions: set, Network: true, LoadModules: agent.LoadModules,
+					Cmdline: cmdline, Actions: set, Network: true, Drivers: true,
 				})
 			}
 			if workerID == "" {

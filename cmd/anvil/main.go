@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -27,6 +28,11 @@ func main() {
 	// filesystems, reaps orphans and keeps `anvil agent --boot` running.
 	if os.Getpid() == 1 {
 		agent.Init()
+	}
+	// The boot environment's agent makes anvil the kernel's module helper
+	// (/sbin/modprobe), for filesystems and the like loaded on demand.
+	if filepath.Base(os.Args[0]) == "modprobe" {
+		os.Exit(agent.Modprobe(os.Args[1:]))
 	}
 	os.Exit(run())
 }

@@ -98,6 +98,9 @@ type Config struct {
 	OnWorkflowEnd func(workflowID, state, message string)
 	// Now is the clock for report times; nil means time.Now.
 	Now func() time.Time
+	// BeforeAction, if set, is called before each action runs (the boot
+	// environment loads the action's filesystem driver there).
+	BeforeAction func(ctx context.Context, s actions.Spec)
 }
 
 // Result says how Run ended.
@@ -157,6 +160,11 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Logf(format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
 	a.console.printf("%s", line)
+	a.record(line)
+}
+
+// record streams a line to the server without printing it.
+func (a *Agent) record(line string) {
 	a.logs.add(&v1.LogLine{AgentId: a.cfg.AgentID, Stream: "agent", Line: line, Time: timestamppb.New(a.cfg.Now())})
 }
 
@@ -313,10 +321,14 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 		if t := act.GetTimeout(); t > 0 {
 			runCtx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Second)
 		}
-		result, runErr = runner(runCtx, actions.Spec{
+		spec := actions.Spec{
 			Name: name, Image: act.GetImage(), Command: act.GetCommand(), Env: act.GetEnvironment(),
 			Volumes: act.GetVolumes(), Timeout: time.Duration(act.GetTimeout()) * time.Second,
-		}, out)
+		}
+		if a.cfg.BeforeAction != nil {
+			a.cfg.BeforeAction(runCtx, spec)
+		}
+		result, runErr = runner(runCtx, spec, out)
 		timedOut := runCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 		cancel()
 		out.stopProgress()

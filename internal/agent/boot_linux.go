@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/actions"
 )
 
 // BootConfig configures Boot.
@@ -26,15 +27,19 @@ type BootConfig struct {
 	Cmdline string
 	// Actions runs the actions. Required.
 	Actions ActionSet
-	// LoadModules loads the drivers of the machine's devices and returns a
-	// one-line summary; nil loads none (a kernel with its drivers built in).
-	LoadModules func(ctx context.Context, logf func(format string, args ...any)) string
+	// Drivers loads the drivers of the machine's devices from
+	// /lib/modules (coldplug), and each action's filesystem before it runs.
+	Drivers bool
 	// Network, when false, leaves the network as it is (an agent started on
 	// a running OS); when true, Boot brings up every link with DHCP.
 	Network bool
 	// Console is where the operator's lines go. If nil, os.Stdout.
 	Console *os.File
 }
+
+// envFSType is the action environment variable naming the filesystem an
+// action mounts (writefile, cexec, kexec, archive2disk).
+const envFSType = "FS_TYPE"
 
 // shellPath is the debug shell the boot environment carries (busybox).
 const shellPath = "/bin/sh"
@@ -68,9 +73,17 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		}
 		return err
 	}
-	if cfg.LoadModules != nil {
+	var drv *drivers
+	if cfg.Drivers {
+		if err := InstallModprobe(); err != nil {
+			con.printf("anvil agent: the kernel's module helper: %v (filesystems built as modules will not mount)", err)
+		}
 		con.printf("anvil agent: loading drivers")
-		con.printf("anvil agent: %s", cfg.LoadModules(ctx, con.printf))
+		if drv, err = openDrivers(); err != nil {
+			con.printf("anvil agent: drivers: %v", err)
+		} else {
+			con.printf("anvil agent: %s", drv.coldplug(ctx, con.printf))
+		}
 	}
 	var boot []string // lines for the server, once it is reachable
 	if cfg.Network {
@@ -97,6 +110,11 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		Attributes: attributes(),
 		Console:    out,
 		Verbose:    params.Debug,
+		BeforeAction: func(_ context.Context, s actions.Spec) {
+			if drv != nil {
+				drv.prepareFS(s.Env[envFSType], con.printf)
+			}
+		},
 		OnWorkflowEnd: func(id, state, msg string) {
 			if state == stateSuccess {
 				return
@@ -112,7 +130,7 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		return err
 	}
 	for _, l := range boot {
-		a.Logf("anvil agent: %s", l)
+		a.record("anvil agent: " + l) // already on the console
 	}
 	_, err = a.Run(ctx)
 	return err

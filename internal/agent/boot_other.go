@@ -10,11 +10,11 @@ import (
 
 // BootConfig configures Boot (Linux only).
 type BootConfig struct {
-	Cmdline     string
-	Actions     ActionSet
-	LoadModules func(ctx context.Context, logf func(format string, args ...any)) string
-	Network     bool
-	Console     *os.File
+	Cmdline string
+	Actions ActionSet
+	Drivers bool
+	Network bool
+	Console *os.File
 }
 
 var errNotLinux = errors.New("the boot environment runs on Linux only")
@@ -24,3 +24,6 @@ func Init() { panic(errNotLinux) }
 
 // Boot is the boot environment's agent (Linux only).
 func Boot(context.Context, BootConfig) error { return errNotLinux }
+
+// Modprobe is the kernel's module helper (Linux only).
+func Modprobe([]string) int { return 1 }

@@ -15,23 +15,39 @@ import (
 // (anvil bootenv build puts them there with their index).
 const modulesRoot = "/lib/modules"
 
-// LoadModules loads the drivers of the devices present (NICs, disk
-// controllers, their buses) from /lib/modules/$(uname -r), the way udev's
-// coldplug does, and returns a one-line summary. Failures are reported in
-// the summary and on the console; they do not stop the boot (a driver
-// built into the kernel, or a device nobody needs, is no reason to).
-func LoadModules(ctx context.Context, logf func(format string, args ...any)) string {
+// fatCharsets are the character set modules a FAT filesystem asks for at
+// mount time (code page 437 and the kernel's default iocharset); loading
+// them with the filesystem saves the kernel a modprobe run for each.
+var fatCharsets = []string{"nls_cp437", "nls_ascii", "nls_utf8", "nls_iso8859-1"}
+
+// drivers loads kernel modules in this process, from the boot
+// environment's module tree.
+type drivers struct {
+	release string
+	idx     *kmod.Index
+	prober  *kmod.Prober
+}
+
+// openDrivers opens the module index of the running kernel.
+func openDrivers() (*drivers, error) {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
-		return fmt.Sprintf("drivers: uname: %v", err)
+		return nil, fmt.Errorf("uname: %w", err)
 	}
 	release := unix.ByteSliceToString(u.Release[:])
-	dir := filepath.Join(modulesRoot, release)
-	idx, err := kmod.Open(dir)
+	idx, err := kmod.Open(filepath.Join(modulesRoot, release))
 	if err != nil {
-		return fmt.Sprintf("drivers: no module index for kernel %s (%v): using the kernel's built-in drivers only", release, err)
+		return nil, fmt.Errorf("no module index for kernel %s (%w): using the kernel's built-in drivers only", release, err)
 	}
-	res, err := kmod.NewProber(kmod.ProberConfig{Index: idx}).Coldplug(ctx)
+	return &drivers{release: release, idx: idx, prober: kmod.NewProber(kmod.ProberConfig{Index: idx})}, nil
+}
+
+// coldplug loads the drivers of the devices present (NICs, disk
+// controllers, their buses), the way udev's coldplug does, and returns a
+// one-line summary. Failures are printed; they do not stop the boot (a
+// device nobody needs is no reason to).
+func (d *drivers) coldplug(ctx context.Context, logf func(format string, args ...any)) string {
+	res, err := d.prober.Coldplug(ctx)
 	for _, e := range res.Errors {
 		logf("anvil agent: drivers: %v", e)
 	}
@@ -46,4 +62,27 @@ func LoadModules(ctx context.Context, logf func(format string, args ...any)) str
 		summary += ": " + err.Error()
 	}
 	return summary
+}
+
+// prepareFS loads the filesystem an action is about to mount (its FS_TYPE),
+// in this process: the kernel would otherwise start its module helper for
+// it, and for each character set a FAT filesystem wants, at mount time.
+func (d *drivers) prepareFS(fstype string, logf func(format string, args ...any)) {
+	fstype = strings.ToLower(strings.TrimSpace(fstype))
+	if fstype == "" || strings.ContainsAny(fstype, "/ ") {
+		return
+	}
+	names := []string{"fs-" + fstype}
+	switch fstype {
+	case "vfat", "msdos", "fat", "exfat", "iso9660":
+		names = append(names, fatCharsets...)
+	}
+	for _, n := range names {
+		if mods, builtin := d.idx.Lookup(n); builtin || (len(mods) == 0 && !d.idx.Has(n)) {
+			continue // built in, or not in this boot environment
+		}
+		if _, err := d.prober.Probe(n); err != nil {
+			logf("anvil agent: filesystem %s: %v", fstype, err)
+		}
+	}
 }

@@ -3,9 +3,9 @@ package agent
 import (
 	"context"
 	"encoding/binary"
-	"hash/fnv"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"os"
 	"sort"

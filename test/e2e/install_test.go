@@ -184,6 +184,7 @@ func runInstall(t *testing.T, ns *netns, a *anvil, name, mac string, during func
 	defer cancel()
 	qemuStart := make(chan time.Time, 1)
 	polled := make(chan struct{})
+	failed := make(chan struct{}) // the workflow ended badly: stop the VM
 	go func() {
 		defer close(polled)
 		start := <-qemuStart
@@ -198,10 +199,15 @@ func runInstall(t *testing.T, ns *netns, a *anvil, name, mac string, during func
 				success.Store(int64(time.Since(start)))
 				return
 			}
+			if state == "FAILED" || state == "TIMEOUT" {
+				time.Sleep(2 * time.Second) // let the console show why
+				close(failed)
+				return
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	m := vm{name: name, mac: mac, tap: "tap0", disk: disk, markers: []string{markerAgent, markerInstalled}}
+	m := vm{name: name, mac: mac, tap: "tap0", disk: disk, markers: []string{markerAgent, markerInstalled}, stop: failed}
 	qemuStart <- time.Now()
 	res := ns.boot(m, installTimeout)
 	cancel()
@@ -264,7 +270,7 @@ func getWorkflow(t *testing.T, a *anvil, name string) storedWorkflow {
 // installed OS booted with the hostname the workflow wrote, the stored
 // workflow is SUCCESS with every action's times, the disk holds what the
 // actions wrote, and the second boot was sent to the disk.
-func assertInstalled(t *testing.T, a *anvil, run installRun, name, ip string) storedWorkflow {
+func assertInstalled(t *testing.T, a *anvil, run installRun, name, mac, ip string) storedWorkflow {
 	t.Helper()
 	if !strings.Contains(run.res.serial, markerInstalled+" hostname="+name) {
 		t.Fatalf("the installed OS did not boot with hostname %s (err %v); serial tail:\n%s", name, run.res.err, tail(run.res.serial, 60))
@@ -295,9 +301,11 @@ func assertInstalled(t *testing.T, a *anvil, run installRun, name, ip string) st
 	if !strings.Contains(cfg, "anvil.hostname="+name) {
 		t.Errorf("disk's syslinux.cfg lacks the hostname:\n%s", cfg)
 	}
+	// /metadata is Hegel's: the Hardware's spec.metadata, found by the
+	// caller's address (ip); the instance ID of these machines is their MAC.
 	md := mtype(t, run.disk, "/metadata.json")
-	if !strings.Contains(md, `"`+name+`"`) || !strings.Contains(md, ip) {
-		t.Errorf("disk's metadata.json is not this machine's (%s, %s):\n%s", name, ip, md)
+	if !strings.Contains(md, `"hostname":"`+name+`"`) || !strings.Contains(md, `"id":"`+mac+`"`) {
+		t.Errorf("disk's metadata.json is not this machine's (%s, %s, asked from %s):\n%s", name, mac, ip, md)
 	}
 
 	// The record: the agent's output reached the server, and the boot
@@ -401,8 +409,11 @@ func TestInstall(t *testing.T) {
 	a.apply(t, installYAML(name, mac, ip, serverIP, "http://"+serverIP+":7080/images/os.raw.zst"))
 
 	run := runInstall(t, ns, a, name, mac, nil)
-	wf := assertInstalled(t, a, run, name, ip)
+	wf := assertInstalled(t, a, run, name, mac, ip)
 	logTimings(t, "install", timings(floor, run, wf))
+	if os.Getenv("ANVIL_E2E_SERIAL") != "" {
+		t.Logf("serial console:\n%s", run.res.serial)
+	}
 	record := a.cli(t, "logs", "hardware/"+name)
 	assertRecord(t, record, "http", "initramfs-x86_64", "200")
 	assertRecord(t, record, "http", "os.raw.zst", "200")
@@ -462,7 +473,7 @@ func TestInstallServerRestart(t *testing.T) {
 		}()
 	})
 	<-restarted
-	wf := assertInstalled(t, a, run, name, ip)
+	wf := assertInstalled(t, a, run, name, mac, ip)
 	t.Logf("install through a restart: QEMU start → workflow SUCCESS %.1fs, → installed OS %.1fs",
 		run.success.Seconds(), run.res.seen[markerInstalled].Seconds())
 	if n := gets.Load(); n != 1 {

@@ -407,6 +407,9 @@ type vm struct {
 	// markers are serial console strings whose first appearance is timed
 	// (vmResult.seen), from QEMU's start.
 	markers []string
+	// stop, when closed, ends the VM early (a test that already knows the
+	// outcome, e.g. a failed workflow, need not wait for the timeout).
+	stop <-chan struct{}
 }
 
 // vmResult is how a VM run ended.
@@ -459,6 +462,17 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	stopped := false
+	if m.stop != nil {
+		go func() {
+			select {
+			case <-m.stop:
+				stopped = true
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.name, "qemu-system-x86_64"}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -469,7 +483,9 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	stopWatch()
 	b, _ := os.ReadFile(serial)
 	res.serial, res.err = string(b), err
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && stopped {
+		res.err = fmt.Errorf("VM %s stopped by the test after %s", m.name, time.Since(start).Round(time.Second))
+	} else if ctx.Err() != nil {
 		res.err = fmt.Errorf("VM %s still running after %s (killed)", m.name, timeout)
 	} else if err != nil {
 		res.err = fmt.Errorf("qemu: %v: %s", err, stderr.String())
