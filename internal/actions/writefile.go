@@ -2,7 +2,7 @@ package actions
 
 import (
 	"context"
-	"crypto/rand"
+	"math/rand/v2"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -210,9 +210,15 @@ func unixPerm(m fs.FileMode) uint32 {
 	return n
 }
 
-// randomSuffix is a short random name part for temporary files.
+// randomSuffix is a short random name part for temporary files. It is
+// not crypto/rand on purpose: early in boot, on a machine without a
+// hardware random source, the kernel's random pool is not ready for seconds
+// and crypto/rand waits for it (1.2 s of a QEMU install); a temporary name
+// only has to differ from its neighbours'.
 func randomSuffix() string {
 	var b [6]byte
-	rand.Read(b[:])
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
 	return hex.EncodeToString(b[:])
 }
