@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# demo.sh: start Anvil with its embedded store in a private network namespace,
-# apply the Tinkerbell examples, switch on a QEMU machine that network-boots
-# from Anvil (DHCP -> TFTP ipxe.efi -> iPXE -> its script -> kernel +
-# initramfs), then watch the workflow run to SUCCESS.
+# demo.sh: start Anvil with its embedded store in a private network namespace
+# and provision a QEMU machine end to end: the blank machine PXE boots from
+# Anvil (DHCP -> iPXE -> its script), boots Anvil's boot environment (Debian's
+# kernel, anvil itself as /init), the agent runs the workflow in
+# examples/demo/ (stream a disk image, write the boot config, fetch its own
+# metadata, reboot), and the machine then boots the OS on its disk.
 #
-# Until the real boot environment exists (the agent as /init), the machine
-# boots a stand-in initramfs that shows the kernel command line Anvil gave it
-# and powers off, and the workflow is driven by `anvil simulate-agent`, which
-# speaks the real agent protocol. Without root (no namespace, no QEMU) the
-# demo runs the control-plane part on this host's loopback.
+# Without root (no namespace, no QEMU) the demo runs the control-plane part on
+# this host's loopback, with a simulated agent and the examples/ manifests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +27,7 @@ if [ "$(id -u)" = 0 ] && ip netns add "$NS" 2>/dev/null; then
   ip -n "$NS" link set lo up
   in_ns() { ip netns exec "$NS" "$@"; }
   where="network namespace $NS"
-  if command -v qemu-system-x86_64 >/dev/null && [ -r /usr/share/OVMF/OVMF_CODE.fd ] && [ -e /dev/net/tun ]; then
+  if command -v qemu-system-x86_64 >/dev/null && [ -e /dev/net/tun ]; then
     netboot=yes
     ip -n "$NS" link add br0 type bridge
     ip -n "$NS" addr add "$ADDR/24" dev br0
@@ -38,7 +37,7 @@ if [ "$(id -u)" = 0 ] && ip netns add "$NS" 2>/dev/null; then
     ip -n "$NS" link set tap0 master br0 up
   else
     ip -n "$NS" addr add "$ADDR/24" dev lo
-    echo "demo: QEMU/OVMF not installed (make deps installs them): skipping the network boot" >&2
+    echo "demo: QEMU or /dev/net/tun missing (make deps installs QEMU): skipping the network boot" >&2
   fi
 else
   echo "demo: not root (or no netns support): running on this host's loopback, without the network boot" >&2
@@ -74,20 +73,26 @@ anvil() { in_ns "$ANVIL" --server "$SERVER" "$@"; }
 
 serve_flags=(--data-dir "$DATA/data" --bind "$ADDR" --log-format text)
 if [ "$netboot" = yes ]; then
-  step "preparing the boot environment: Debian's kernel + a stand-in initramfs"
+  step "preparing: Debian's kernel, the boot environment, the OS image the workflow installs"
   scripts/fetch-kernel.sh .cache/kernel
-  mkdir -p "$DATA/data/bootenv" "$DATA/initramfs/dev"
-  cp .cache/kernel/vmlinuz "$DATA/data/bootenv/vmlinuz-x86_64"
-  CGO_ENABLED=0 go build -o "$DATA/initramfs/init" ./test/e2e/testinit
-  mknod "$DATA/initramfs/dev/console" c 5 1
-  (cd "$DATA/initramfs" && find . | cpio --quiet -o -H newc) >"$DATA/data/bootenv/initramfs-x86_64"
-  ls -l "$DATA/data/bootenv" | sed 's/^/    /'
+  # Built once into .cache/demo and rebuilt only when its inputs change.
+  "$ANVIL" bootenv build --kernel .cache/kernel/vmlinuz --modules .cache/kernel/modules --out .cache/demo/bootenv \
+    | sed 's/^/    /'
+  if [ ! -s .cache/demo/images/os.raw.zst ] || [ test/e2e/testinit/main.go -nt .cache/demo/images/os.raw.zst ]; then
+    mkdir -p "$DATA/os-initramfs/dev"
+    CGO_ENABLED=0 go build -o "$DATA/os-initramfs/init" ./test/e2e/testinit
+    mknod "$DATA/os-initramfs/dev/console" c 5 1
+    (cd "$DATA/os-initramfs" && find . | cpio --quiet -o -H newc) >"$DATA/os-initrd"
+    scripts/make-os-image.sh .cache/demo/images .cache/kernel/vmlinuz "$DATA/os-initrd" 2>&1 | sed 's/^/    /'
+  fi
+  echo "    OS image: .cache/demo/images/os.raw.zst ($(stat -c %s .cache/demo/images/os.raw.zst) bytes; a FAT partition with SYSLINUX, a kernel and a tiny init)"
+  serve_flags+=(--bootenv-dir .cache/demo/bootenv --images-dir .cache/demo/images)
   # iPXE waits ~13 s for an IPv6 router advertisement unless one comes.
   in_ns dnsmasq --keep-in-foreground --port=0 --conf-file=/dev/null --pid-file= --interface=br0 \
     --bind-interfaces --enable-ra --dhcp-range=::,constructor:br0,ra-only >"$DATA/ra.log" 2>&1 &
   pids+=($!)
 else
-  serve_flags+=(--no-dhcp --no-tftp --no-syslog)
+  serve_flags+=(--no-dhcp --no-tftp --no-syslog --no-metadata)
 fi
 
 step "anvil serve (embedded store in $DATA/data, listening in $where)"
@@ -103,61 +108,81 @@ done
 in_ns curl -fsS "$SERVER/readyz" >/dev/null
 sed 's/^/    /' "$LOG"
 
-step "anvil apply -f examples/   (Tinkerbell manifests, unchanged)"
-anvil apply -f examples/
-
-step "anvil get hardware"
-anvil get hardware
-step "anvil get workflows"
-anvil get workflows
-
-step "the JSON API answers curl too"
-echo "    curl -H 'Content-Type: application/json' -d '{\"name\":\"rack1-node07\"}' $SERVER/anvil.v1.HardwareService/Get"
-in_ns curl -fsS -o "$DATA/hw.json" -H 'Content-Type: application/json' -d '{"name":"rack1-node07"}' \
-  "$SERVER/anvil.v1.HardwareService/Get"
-printf '    %s …\n' "$(cut -c1-300 "$DATA/hw.json")"
-
 if [ "$netboot" = yes ]; then
-  step "switching on rack1-node07: a QEMU machine (UEFI, OVMF's own PXE client, empty disk, MAC $MAC)"
-  cp /usr/share/OVMF/OVMF_VARS.fd "$DATA/vars.fd"
-  echo "    (TCG emulation: about 20 seconds; its serial console goes to $DATA/serial.log)"
-  in_ns qemu-system-x86_64 -accel tcg -m 512 -no-reboot -display none -monitor none \
-    -machine q35,graphics=off -serial "file:$DATA/serial.log" \
-    -drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE.fd \
-    -drive if=pflash,format=raw,unit=1,file="$DATA/vars.fd" \
+  MAC=52:54:00:20:00:11
+  step "anvil apply -f examples/demo/   (Tinkerbell Hardware, Template and Workflow)"
+  anvil apply -f examples/demo/
+  step "anvil get hardware,workflows"
+  anvil get hardware
+  anvil get workflows
+
+  step "switching on demo-node1: a QEMU machine with a blank disk (BIOS, iPXE, MAC $MAC)"
+  truncate -s 64M "$DATA/disk.raw"
+  echo "    (TCG emulation; its serial console goes to $DATA/serial.log)"
+  start=$(date +%s.%N)
+  in_ns qemu-system-x86_64 -accel tcg -m 512 -smp 1 -display none -monitor none \
+    -machine pc,graphics=off -serial "file:$DATA/serial.log" -boot order=nc \
     -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
-    -device virtio-net-pci,netdev=n0,mac=$MAC,romfile=,bootindex=1 &
+    -device virtio-net-pci,netdev=n0,mac=$MAC \
+    -drive file="$DATA/disk.raw",format=raw,if=virtio &
   qemu_pid=$!
   pids+=("$qemu_pid")
-  for _ in $(seq 1 180); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 1; done
-  echo "    the machine's console said:"
-  grep -a -o 'ANVIL-E2E-BOOTED.*' "$DATA/serial.log" | sed 's/^/    | /' || echo "    | (no boot marker: see $DATA/serial.log)"
 
-  step "anvil logs hardware/rack1-node07   (the machine's record: what each service did for it, and why)"
-  anvil logs hardware/rack1-node07
+  step "anvil workflow watch demo-node1-install   (live, as the machine's agent reports)"
+  anvil workflow watch demo-node1-install
+  done_at=$(date +%s.%N)
+
+  step "the machine reboots into the OS the workflow wrote"
+  for _ in $(seq 1 120); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 1; done
+  end=$(date +%s.%N)
+  echo "    the machine's console (the agent's lines, then the installed OS):"
+  grep -a -E 'anvil (init|agent)|^  [a-z-]+: |ANVIL-INSTALLED-OS' "$DATA/serial.log" | tr -d '\r' | sed 's/^/    | /' | tail -40
+  if ! grep -aq ANVIL-INSTALLED-OS "$DATA/serial.log"; then
+    echo "    the installed OS did not come up; see $DATA/serial.log" >&2
+  fi
+  awk -v s="$start" -v d="$done_at" -v e="$end" \
+    'BEGIN { printf "    QEMU start -> workflow SUCCESS %.1fs, -> installed OS powered off %.1fs\n", d - s, e - s }'
+
+  step "anvil describe workflow demo-node1-install"
+  anvil describe workflow demo-node1-install
+
+  step "anvil logs workflow/demo-node1-install   (every line the agent streamed)"
+  anvil logs workflow/demo-node1-install
+
+  step "anvil logs hardware/demo-node1 --tail 25   (the machine's record: DHCP, TFTP, HTTP, metadata, agent)"
+  anvil logs hardware/demo-node1 --tail 25
+
+  step "netboot was toggled off after SUCCESS (toggleAllowNetboot): the next boot goes to disk"
+  anvil get hardware demo-node1 -o wide
+else
+  step "anvil apply -f examples/   (Tinkerbell manifests, unchanged)"
+  anvil apply -f examples/
+
+  step "anvil get hardware"
+  anvil get hardware
+  step "anvil get workflows"
+  anvil get workflows
+
+  step "the JSON API answers curl too"
+  echo "    curl -H 'Content-Type: application/json' -d '{\"name\":\"rack1-node07\"}' $SERVER/anvil.v1.HardwareService/Get"
+  in_ns curl -fsS -o "$DATA/hw.json" -H 'Content-Type: application/json' -d '{"name":"rack1-node07"}' \
+    "$SERVER/anvil.v1.HardwareService/Get"
+  printf '    %s …\n' "$(cut -c1-300 "$DATA/hw.json")"
+
+  step "a (simulated) machine's agent takes the actions; we watch the workflow live"
+  anvil simulate-agent --agent-id 3c:ec:ef:12:34:07 --action-time 2s --progress-steps 4 \
+    >"$DATA/agent.log" 2>&1 &
+  agent_pid=$!
+  anvil workflow watch rack1-node07-install
+  wait "$agent_pid"
+
+  step "anvil describe workflow rack1-node07-install"
+  anvil describe workflow rack1-node07-install
+
+  step "netboot was toggled off after SUCCESS (toggleAllowNetboot): the next boot goes to disk"
+  anvil get hardware
 fi
 
-step "a (simulated) machine's agent takes the actions; we watch the workflow live"
-anvil simulate-agent --agent-id 3c:ec:ef:12:34:07 --action-time 2s --progress-steps 4 \
-  >"$DATA/agent.log" 2>&1 &
-agent_pid=$!
-anvil workflow watch rack1-node07-install
-wait "$agent_pid"
-
-step "anvil describe workflow rack1-node07-install"
-anvil describe workflow rack1-node07-install
-
-step "anvil logs rack1-node07-install   (lines the agent streamed)"
-anvil logs rack1-node07-install
-
-step "netboot was toggled off after SUCCESS (toggleAllowNetboot): the next boot goes to disk"
-anvil get hardware
-
-step "the rendered workflow is stored with its tasks and actions (anvil get workflow -o yaml, abridged)"
-anvil get workflow rack1-node07-install -o yaml >"$DATA/wf.yaml"
-# Files, not pipes into head: under pipefail an early-closing head fails the demo.
-sed -n '/^  tasks:/,$p' "$DATA/wf.yaml" | awk 'NR <= 30 { print "    " $0 }'
-
 echo
-echo "Demo done. The server's log:"
+echo "Demo done. The server's log (last lines):"
 sed 's/^/    /' "$LOG" | tail -20
