@@ -151,7 +151,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Now = time.Now
 	}
 	a := &Agent{cfg: cfg, console: newConsole(cfg.Console), done: map[string]*v1.ReportActionStatusRequest{}}
-	a.logs = newLogShipper(cfg.Client, cfg.AgentID, a.console, backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff})
+	a.logs = newLogShipper(cfg.Client, cfg.AgentID, a.console, backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff}, cfg.Now)
 	return a, nil
 }
 

@@ -274,8 +274,15 @@ func (s *syncBuffer) String() string {
 // runAgent runs an agent against srv until the workflow ends.
 func runAgent(t *testing.T, srv *server, set agent.ActionSet) (agent.Result, *syncBuffer) {
 	t.Helper()
+	return runAgentClock(t, srv, set, nil)
+}
+
+// runAgentClock is runAgent with the agent's clock.
+func runAgentClock(t *testing.T, srv *server, set agent.ActionSet, now func() time.Time) (agent.Result, *syncBuffer) {
+	t.Helper()
 	con := &syncBuffer{}
 	a, err := agent.New(agent.Config{
+		Now:          now,
 		Client:       anvilv1connect.NewAgentServiceClient(http.DefaultClient, srv.url()),
 		AgentID:      mac,
 		Actions:      set,
@@ -595,5 +602,28 @@ func TestFinishedActionIsNotRunAgain(t *testing.T) {
 	}
 	if !strings.Contains(con.String(), "already ran and ended") {
 		t.Errorf("console does not say the action was reported again:\n%s", con)
+	}
+}
+
+// A machine whose clock is an hour behind: its lines are filed at the
+// server's time, so they interleave with what the server recorded.
+func TestLinesAreMovedToTheServersClock(t *testing.T) {
+	srv := newServer(t)
+	srv.apply(manifest("wf", action("one", "img-one", 60, "")))
+	behind := func() time.Time { return time.Now().Add(-time.Hour) }
+	before := time.Now()
+	runAgentClock(t, srv, newFakeActions(map[string]actions.Runner{"img-one": succeed("a line")}), behind)
+	c := anvilv1connect.NewLogServiceClient(http.DefaultClient, srv.url())
+	resp, err := c.GetLogs(context.Background(), connect.NewRequest(&v1.GetLogsRequest{WorkflowId: "default/wf"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Msg.GetLines()) == 0 {
+		t.Fatal("no lines")
+	}
+	for _, l := range resp.Msg.GetLines() {
+		if got := l.GetTime().AsTime(); got.Before(before.Add(-time.Minute)) {
+			t.Errorf("line %q filed at %v, an hour behind the server (%v)", l.GetLine(), got, before)
+		}
 	}
 }

@@ -30,6 +30,7 @@ type logShipper struct {
 	agentID string
 	console *console
 	bo      backoff
+	now     func() time.Time
 
 	mu      sync.Mutex
 	queue   []*v1.LogLine
@@ -39,8 +40,8 @@ type logShipper struct {
 	wake    chan struct{}
 }
 
-func newLogShipper(c anvilv1connect.AgentServiceClient, agentID string, con *console, bo backoff) *logShipper {
-	return &logShipper{client: c, agentID: agentID, console: con, bo: bo, wake: make(chan struct{}, 1)}
+func newLogShipper(c anvilv1connect.AgentServiceClient, agentID string, con *console, bo backoff, now func() time.Time) *logShipper {
+	return &logShipper{client: c, agentID: agentID, console: con, bo: bo, now: now, wake: make(chan struct{}, 1)}
 }
 
 // add queues a line.
@@ -83,7 +84,7 @@ func (s *logShipper) run(ctx context.Context) {
 func (s *logShipper) shipOnce(ctx context.Context) bool {
 	s.mu.Lock()
 	if s.dropped > 0 {
-		note := &v1.LogLine{AgentId: s.agentID, Stream: "agent", Time: timestamppb.Now(),
+		note := &v1.LogLine{AgentId: s.agentID, Stream: "agent", Time: timestamppb.New(s.now()),
 			Line: fmt.Sprintf("anvil agent: %d output lines were dropped while the server was unreachable", s.dropped)}
 		s.queue = append([]*v1.LogLine{note}, s.queue...)
 		s.dropped = 0
@@ -129,6 +130,9 @@ func (s *logShipper) shipOnce(ctx context.Context) bool {
 
 func (s *logShipper) send(ctx context.Context, batch []*v1.LogLine) (int64, error) {
 	stream := s.client.StreamLogs(ctx)
+	// The server corrects the lines' times by its clock's difference to
+	// ours (this machine's clock is often wrong).
+	stream.RequestHeader().Set(v1.SentAtHeader, s.now().UTC().Format(time.RFC3339Nano))
 	for _, l := range batch {
 		if err := stream.Send(l); err != nil {
 			break // the real error comes from CloseAndReceive

@@ -130,6 +130,7 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 		batch    []logstore.Line
 		accepted int64
 	)
+	skew := clockSkew(stream.RequestHeader().Get(v1.SentAtHeader), time.Now())
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -151,7 +152,7 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 		}
 		t := time.Now()
 		if l.GetTime() != nil {
-			t = l.GetTime().AsTime()
+			t = l.GetTime().AsTime().Add(skew)
 		}
 		batch = append(batch, logstore.Line{
 			WorkflowID: l.GetWorkflowId(), AgentID: l.GetAgentId(),
@@ -171,4 +172,17 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 		return nil, err
 	}
 	return connect.NewResponse(&v1.StreamLogsResponse{LinesAccepted: accepted}), nil
+}
+
+// clockSkew is how far the server's clock (now) is ahead of the sender's,
+// from v1.SentAtHeader's value; 0 when it is missing or malformed.
+func clockSkew(sentAt string, now time.Time) time.Duration {
+	if sentAt == "" {
+		return 0
+	}
+	t, err := time.Parse(time.RFC3339Nano, sentAt)
+	if err != nil {
+		return 0
+	}
+	return now.Sub(t)
 }
