@@ -282,7 +282,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	if len(sel.dropped) > 0 {
 		log.Warn("modules left out because they need an excluded module", "modules", strings.Join(sel.dropped, " "))
 	}
-	a, err := layout(tree, sel, anvil, busybox, cfg.Extras, comp)
+	a, err := layout(tree, sel, anvil, busybox, cfg.Extras)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +346,7 @@ func writeOutput(dir, name string, fill func(w io.Writer) error) (outputFile, er
 }
 
 // layout lays out the initramfs.
-func layout(tree *moduleTree, sel selection, anvil, busybox string, extras []Extra, comp compressor) (*archive, error) {
+func layout(tree *moduleTree, sel selection, anvil, busybox string, extras []Extra) (*archive, error) {
 	a := newArchive()
 	for _, d := range []struct {
 		name string
@@ -426,8 +426,7 @@ func layout(tree *moduleTree, sel selection, anvil, busybox string, extras []Ext
 		}
 	}
 
-	info := fmt.Sprintf("kernel_release=%s\nmodules=%d\ncompression=%s\nbuilder=%s\n",
-		tree.release, len(sel.mods), comp, version.Get())
+	info := fmt.Sprintf("kernel_release=%s\nmodules=%d\nbuilder=%s\n", tree.release, len(sel.mods), version.Get())
 	if err := a.bytes(infoPath, []byte(info), 0o644); err != nil {
 		return nil, err
 	}
