@@ -17,6 +17,12 @@ FUZZ_TARGETS := \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
 	./internal/ipxe:FuzzBootEnv \
+	./internal/bootenv:FuzzReadAr \
+	./internal/kmod:FuzzMatch \
+	./internal/kmod:FuzzParseDep \
+	./internal/kmod:FuzzParseAlias \
+	./internal/kmod:FuzzParseSoftdep \
+	./internal/kmod:FuzzParseModinfo \
 	./internal/labels:FuzzParse \
 	./internal/syslog:FuzzParse \
 	./internal/tftp:FuzzParseRequest

@@ -167,6 +167,18 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	src, err := findModules(cfg.Modules)
+	if err != nil {
+		return nil, err
+	}
+	kernel := cfg.Kernel
+	if kernel == "" && src.deb == "" {
+		// A root directory may carry its kernel; a module directory
+		// alone cannot.
+		if kernel = kernelInRoot(src.root, filepath.Base(src.dir)); kernel == "" {
+			return nil, fmt.Errorf("no kernel: give --kernel (%s has no boot/vmlinuz-RELEASE)", cfg.Modules)
+		}
+	}
 	anvil := cfg.Anvil
 	if anvil == "" {
 		if anvil, err = os.Executable(); err != nil {
@@ -179,18 +191,6 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	busybox, busyboxNote, err := findBusybox(cfg.Busybox, arch)
 	if err != nil {
 		return nil, err
-	}
-	src, err := findModules(cfg.Modules)
-	if err != nil {
-		return nil, err
-	}
-	kernel := cfg.Kernel
-	if kernel == "" && src.deb == "" {
-		// A root directory may carry its kernel; a module directory
-		// alone cannot.
-		if kernel = kernelInRoot(src.root, filepath.Base(src.dir)); kernel == "" {
-			return nil, fmt.Errorf("no kernel: give --kernel (%s has no boot/vmlinuz-RELEASE)", cfg.Modules)
-		}
 	}
 	for _, e := range cfg.Extras {
 		if !strings.HasPrefix(e.Dst, "/") || clean(e.Dst) == "" {
