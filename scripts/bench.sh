@@ -15,6 +15,7 @@
 #   BENCH_OUT    directory for each run's output and JSON line (default bench/out)
 #   DHCP_ARGS    extra flags for bench/dhcp (e.g. "-duration 5s -servers anvil,kea")
 #   TFTP_ARGS    extra flags for bench/tftp (e.g. "-runs 1 -only anvil,dnsmasq")
+#   BOOTENV_ARGS extra flags for bench/bootenv (e.g. "-runs 3 -compress lz4-9,zstd-19")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo /root/go)/bin:$PATH"
@@ -24,7 +25,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp tftp)
+SECTIONS=(fleet dhcp tftp bootenv)
 
 say() { echo "bench: $*" >&2; }
 
@@ -87,6 +88,21 @@ section_tftp() {
     2> >(tee "$BENCH_OUT/tftp.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/tftp.txt"
   grep '^{' "$BENCH_OUT/tftp.txt" >"$BENCH_OUT/tftp.json" || true
+  return $rc
+}
+
+# bootenv: the boot environment's initramfs compressions (bench/bootenv):
+# size, build time, and QEMU TCG's time to /init booting directly and over
+# iPXE and HTTP. Needs QEMU and Debian's kernel (make kernel); no root.
+section_bootenv() {
+  scripts/fetch-kernel.sh .cache/kernel || return 1
+  go build -o "$BENCH_OUT/bootenvbench" ./bench/bootenv || return 1
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/bootenvbench" -json ${BOOTENV_ARGS:-} >"$BENCH_OUT/bootenv.txt" \
+    2> >(tee "$BENCH_OUT/bootenv.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/bootenv.txt"
+  grep '^{' "$BENCH_OUT/bootenv.txt" >"$BENCH_OUT/bootenv.json" || true
   return $rc
 }
 

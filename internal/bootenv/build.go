@@ -212,20 +212,21 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	if !cfg.NoDefaultModules {
 		key.DefaultModules = DefaultModules
 	}
-	inputs := []struct{ role, path string }{{"anvil", anvil}}
+	type input struct{ role, path string }
+	inputs := []input{{"anvil", anvil}}
 	if kernel != "" {
-		inputs = append(inputs, struct{ role, path string }{"kernel", kernel})
+		inputs = append(inputs, input{"kernel", kernel})
 	}
 	if src.deb != "" {
-		inputs = append(inputs, struct{ role, path string }{"modules", src.deb})
+		inputs = append(inputs, input{"modules", src.deb})
 	} else {
-		inputs = append(inputs, struct{ role, path string }{"modules", src.dir})
+		inputs = append(inputs, input{"modules", src.dir})
 	}
 	if busybox != "" {
-		inputs = append(inputs, struct{ role, path string }{"busybox", busybox})
+		inputs = append(inputs, input{"busybox", busybox})
 	}
 	for _, e := range cfg.Extras {
-		inputs = append(inputs, struct{ role, path string }{"extra " + e.Dst, e.Src})
+		inputs = append(inputs, input{"extra " + e.Dst, e.Src})
 	}
 	for _, in := range inputs {
 		f, err := statInput(in.role, in.path)
