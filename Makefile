@@ -22,12 +22,18 @@ FUZZ_TARGETS := \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
 	./internal/ipxe:FuzzBootEnv \
+	./internal/bootenv:FuzzReadAr \
+	./internal/kmod:FuzzMatch \
+	./internal/kmod:FuzzParseDep \
+	./internal/kmod:FuzzParseAlias \
+	./internal/kmod:FuzzParseSoftdep \
+	./internal/kmod:FuzzParseModinfo \
 	./internal/labels:FuzzParse \
 	./internal/syslog:FuzzParse \
 	./internal/tftp:FuzzParseRequest \
 	./internal/metadata:FuzzClientAddr
 
-.PHONY: all build test unit fuzz lint demo bench generate deps tools clean ipxe-refresh
+.PHONY: all build test unit fuzz lint demo bench generate deps tools kernel clean ipxe-refresh
 
 all: build
 
@@ -37,12 +43,17 @@ deps:
 tools:
 	@scripts/install-deps.sh tools
 
+# kernel: Debian's kernel, its modules and its package in .cache/kernel, for
+# the boot environment's tests (internal/kmod, internal/bootenv) and e2e.
+kernel:
+	@scripts/fetch-kernel.sh .cache/kernel
+
 build: deps
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/anvil
 
 # test: everything CI checks. Lint first (cheap), then every test with the
 # race detector, then a short run of each fuzz target.
-test: deps tools lint unit fuzz
+test: deps tools kernel lint unit fuzz
 
 unit:
 	go test -race -count=1 -timeout 25m ./...

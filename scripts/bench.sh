@@ -16,6 +16,7 @@
 #   DHCP_ARGS    extra flags for bench/dhcp (e.g. "-duration 5s -servers anvil,kea")
 #   TFTP_ARGS    extra flags for bench/tftp (e.g. "-runs 1 -only anvil,dnsmasq")
 #   IMAGE2DISK_ARGS extra flags for bench/image2disk (e.g. "-runs 5 -checksum")
+#   BOOTENV_ARGS extra flags for bench/bootenv (e.g. "-runs 3 -compress lz4-9,zstd-19")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo /root/go)/bin:$PATH"
@@ -25,7 +26,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp tftp image2disk)
+SECTIONS=(fleet dhcp tftp image2disk bootenv)
 
 say() { echo "bench: $*" >&2; }
 
@@ -107,11 +108,26 @@ section_image2disk() {
   return $rc
 }
 
+# bootenv: the boot environment's initramfs compressions (bench/bootenv):
+# size, build time, and QEMU TCG's time to /init booting directly and over
+# iPXE and HTTP. Needs QEMU and Debian's kernel (make kernel); no root.
+section_bootenv() {
+  scripts/fetch-kernel.sh .cache/kernel || return 1
+  go build -o "$BENCH_OUT/bootenvbench" ./bench/bootenv || return 1
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/bootenvbench" -json ${BOOTENV_ARGS:-} >"$BENCH_OUT/bootenv.txt" \
+    2> >(tee "$BENCH_OUT/bootenv.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/bootenv.txt"
+  grep '^{' "$BENCH_OUT/bootenv.txt" >"$BENCH_OUT/bootenv.json" || true
+  return $rc
+}
+
 run=("${SECTIONS[@]}")
 [ $# -gt 0 ] && run=("$@")
 # Sections that do not run the anvil binary (image2disk runs the action
 # package directly).
-if [ "${run[*]}" != "image2disk" ] && [ ! -x "$ANVIL" ]; then
+if [ "${run[*]}" != "image2disk" ] && [ "${run[*]}" != "bootenv" ] && [ ! -x "$ANVIL" ]; then
   say "$ANVIL not found: run \`make build\` first (or set ANVIL)"
   exit 1
 fi

@@ -74,6 +74,9 @@ the provisioning network's address for the DHCP and boot services.`,
 	f.BoolVar(&cfg.DisableSyslog, "no-syslog", false, "do not receive syslog")
 	f.IntVar(&cfg.SyslogPort, "syslog-port", server.DefaultSyslogPort, "syslog receiver port (UDP)")
 	f.StringVar(&cfg.BootEnvDir, "bootenv-dir", "", "directory of the boot environment files served at /bootenv/ (vmlinuz-x86_64, initramfs-x86_64, …) (default DATA_DIR/bootenv)")
+	f.StringVar(&cfg.BootEnvModules, "bootenv-modules", "", "build the boot environment into --bootenv-dir at start from these kernel modules: a /lib/modules/RELEASE directory, a root containing one, or a linux-image .deb (skipped when up to date)")
+	f.StringVar(&cfg.BootEnvKernel, "bootenv-kernel", "", "kernel image for --bootenv-modules (default: the .deb's)")
+	f.StringVar(&cfg.BootEnvAnvil, "bootenv-anvil", "", "static anvil binary to put in the boot environment as /init (default: this one)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
 	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200")
 	// Metadata.

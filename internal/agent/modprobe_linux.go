@@ -1,12 +1,8 @@
 package agent
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/anvilproj/anvil/internal/kmod"
 )
@@ -37,54 +33,8 @@ func InstallModprobe() error {
 	return os.WriteFile("/proc/sys/kernel/modprobe", []byte(modprobePath+"\n"), 0o644)
 }
 
-// Modprobe loads the modules or aliases named in args with their
-// dependencies, as the kernel's `modprobe -q -- NAME` does, and returns the
-// exit code. Flags other than -q/--quiet are accepted and ignored; module
-// parameters (NAME key=value) are not supported and are reported.
+// Modprobe is the kernel's module helper (kmod.ModprobeCommand), run when
+// this binary is started as modprobe; it returns the exit code.
 func Modprobe(args []string) int {
-	quiet := false
-	var names []string
-	onlyNames := false
-	for _, a := range args {
-		switch {
-		case onlyNames:
-			names = append(names, a)
-		case a == "--":
-			onlyNames = true
-		case a == "-q" || a == "--quiet":
-			quiet = true
-		case strings.HasPrefix(a, "-"):
-		default:
-			names = append(names, a)
-		}
-	}
-	if len(names) == 0 {
-		fmt.Fprintln(os.Stderr, "modprobe: no module named")
-		return 1
-	}
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		fmt.Fprintln(os.Stderr, "modprobe:", err)
-		return 1
-	}
-	idx, err := kmod.Open(filepath.Join(modulesRoot, unix.ByteSliceToString(u.Release[:])))
-	if err != nil {
-		if !quiet {
-			fmt.Fprintln(os.Stderr, "modprobe:", err)
-		}
-		return 1
-	}
-	p := kmod.NewProber(kmod.ProberConfig{Index: idx})
-	// The kernel's request names one module (or alias); anything after it
-	// would be parameters.
-	if len(names) > 1 && !quiet {
-		fmt.Fprintf(os.Stderr, "modprobe: %s: module parameters are not supported; ignoring %q\n", names[0], names[1:])
-	}
-	if _, err := p.Probe(names[0]); err != nil {
-		if !quiet {
-			fmt.Fprintln(os.Stderr, "modprobe:", err)
-		}
-		return 1
-	}
-	return 0
+	return kmod.ModprobeCommand(args, kmod.ProberConfig{}, os.Stderr)
 }

@@ -3,17 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/anvilproj/anvil/internal/kmod"
 )
-
-// modulesRoot is where the boot environment keeps its kernel modules
-// (anvil bootenv build puts them there with their index).
-const modulesRoot = "/lib/modules"
 
 // fatCharsets are the character set modules a FAT filesystem asks for at
 // mount time (code page 437 and the kernel's default iocharset); loading
@@ -23,23 +16,21 @@ var fatCharsets = []string{"nls_cp437", "nls_ascii", "nls_utf8", "nls_iso8859-1"
 // drivers loads kernel modules in this process, from the boot
 // environment's module tree.
 type drivers struct {
-	release string
-	idx     *kmod.Index
-	prober  *kmod.Prober
+	idx    *kmod.Index
+	prober *kmod.Prober
 }
 
 // openDrivers opens the module index of the running kernel.
 func openDrivers() (*drivers, error) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return nil, fmt.Errorf("uname: %w", err)
-	}
-	release := unix.ByteSliceToString(u.Release[:])
-	idx, err := kmod.Open(filepath.Join(modulesRoot, release))
+	dir, err := kmod.RunningDir()
 	if err != nil {
-		return nil, fmt.Errorf("no module index for kernel %s (%w): using the kernel's built-in drivers only", release, err)
+		return nil, err
 	}
-	return &drivers{release: release, idx: idx, prober: kmod.NewProber(kmod.ProberConfig{Index: idx})}, nil
+	idx, err := kmod.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("no module index in %s (%w): using the kernel's built-in drivers only", dir, err)
+	}
+	return &drivers{idx: idx, prober: kmod.NewProber(kmod.ProberConfig{Index: idx})}, nil
 }
 
 // coldplug loads the drivers of the devices present (NICs, disk

@@ -167,6 +167,18 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	src, err := findModules(cfg.Modules)
+	if err != nil {
+		return nil, err
+	}
+	kernel := cfg.Kernel
+	if kernel == "" && src.deb == "" {
+		// A root directory may carry its kernel; a module directory
+		// alone cannot.
+		if kernel = kernelInRoot(src.root, filepath.Base(src.dir)); kernel == "" {
+			return nil, fmt.Errorf("no kernel: give --kernel (%s has no boot/vmlinuz-RELEASE)", cfg.Modules)
+		}
+	}
 	anvil := cfg.Anvil
 	if anvil == "" {
 		if anvil, err = os.Executable(); err != nil {
@@ -179,18 +191,6 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	busybox, busyboxNote, err := findBusybox(cfg.Busybox, arch)
 	if err != nil {
 		return nil, err
-	}
-	src, err := findModules(cfg.Modules)
-	if err != nil {
-		return nil, err
-	}
-	kernel := cfg.Kernel
-	if kernel == "" && src.deb == "" {
-		// A root directory may carry its kernel; a module directory
-		// alone cannot.
-		if kernel = kernelInRoot(src.root, filepath.Base(src.dir)); kernel == "" {
-			return nil, fmt.Errorf("no kernel: give --kernel (%s has no boot/vmlinuz-RELEASE)", cfg.Modules)
-		}
 	}
 	for _, e := range cfg.Extras {
 		if !strings.HasPrefix(e.Dst, "/") || clean(e.Dst) == "" {
@@ -212,20 +212,21 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	if !cfg.NoDefaultModules {
 		key.DefaultModules = DefaultModules
 	}
-	inputs := []struct{ role, path string }{{"anvil", anvil}}
+	type input struct{ role, path string }
+	inputs := []input{{"anvil", anvil}}
 	if kernel != "" {
-		inputs = append(inputs, struct{ role, path string }{"kernel", kernel})
+		inputs = append(inputs, input{"kernel", kernel})
 	}
 	if src.deb != "" {
-		inputs = append(inputs, struct{ role, path string }{"modules", src.deb})
+		inputs = append(inputs, input{"modules", src.deb})
 	} else {
-		inputs = append(inputs, struct{ role, path string }{"modules", src.dir})
+		inputs = append(inputs, input{"modules", src.dir})
 	}
 	if busybox != "" {
-		inputs = append(inputs, struct{ role, path string }{"busybox", busybox})
+		inputs = append(inputs, input{"busybox", busybox})
 	}
 	for _, e := range cfg.Extras {
-		inputs = append(inputs, struct{ role, path string }{"extra " + e.Dst, e.Src})
+		inputs = append(inputs, input{"extra " + e.Dst, e.Src})
 	}
 	for _, in := range inputs {
 		f, err := statInput(in.role, in.path)
@@ -282,7 +283,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	if len(sel.dropped) > 0 {
 		log.Warn("modules left out because they need an excluded module", "modules", strings.Join(sel.dropped, " "))
 	}
-	a, err := layout(tree, sel, anvil, busybox, cfg.Extras, comp)
+	a, err := layout(tree, sel, anvil, busybox, cfg.Extras)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +347,7 @@ func writeOutput(dir, name string, fill func(w io.Writer) error) (outputFile, er
 }
 
 // layout lays out the initramfs.
-func layout(tree *moduleTree, sel selection, anvil, busybox string, extras []Extra, comp compressor) (*archive, error) {
+func layout(tree *moduleTree, sel selection, anvil, busybox string, extras []Extra) (*archive, error) {
 	a := newArchive()
 	for _, d := range []struct {
 		name string
@@ -426,8 +427,7 @@ func layout(tree *moduleTree, sel selection, anvil, busybox string, extras []Ext
 		}
 	}
 
-	info := fmt.Sprintf("kernel_release=%s\nmodules=%d\ncompression=%s\nbuilder=%s\n",
-		tree.release, len(sel.mods), comp, version.Get())
+	info := fmt.Sprintf("kernel_release=%s\nmodules=%d\nbuilder=%s\n", tree.release, len(sel.mods), version.Get())
 	if err := a.bytes(infoPath, []byte(info), 0o644); err != nil {
 		return nil, err
 	}

@@ -112,6 +112,7 @@ func extractDeb(ctx context.Context, debPath, dir string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.Name, err)
 		}
+		defer r.Close()
 		if err := extractTar(ctx, r, dir); err != nil {
 			return fmt.Errorf("%s: %w", m.Name, err)
 		}
@@ -126,11 +127,13 @@ func extractDeb(ctx context.Context, debPath, dir string) error {
 	return nil
 }
 
-// decompressor returns a reader of a data.tar member's tar stream.
-func decompressor(name string, r io.Reader) (io.Reader, error) {
+// decompressor returns a reader of a data.tar member's tar stream; Close
+// releases the decoder (not r).
+func decompressor(name string, r io.Reader) (io.ReadCloser, error) {
 	switch path.Ext(name) {
 	case ".xz":
-		return xz.NewReader(bufio.NewReaderSize(r, 1<<20))
+		x, err := xz.NewReader(bufio.NewReaderSize(r, 1<<20))
+		return io.NopCloser(x), err
 	case ".zst":
 		d, err := zstd.NewReader(r)
 		if err != nil {
@@ -140,7 +143,7 @@ func decompressor(name string, r io.Reader) (io.Reader, error) {
 	case ".gz":
 		return gzip.NewReader(r)
 	case ".tar":
-		return r, nil
+		return io.NopCloser(r), nil
 	}
 	return nil, fmt.Errorf("unsupported compression %q (want xz, zst, gz or none)", path.Ext(name))
 }

@@ -28,13 +28,14 @@ var DefaultModules = []string{
 	"drivers/net/ethernet/*", "drivers/net/phy/*", "drivers/net/mdio/*", "drivers/net/pcs/*",
 	"drivers/net/usb/*", "virtio_net", "hv_netvsc", "xen_netfront", "bonding", "8021q",
 
-	// Disks: virtio, NVMe (and Intel VMD in front of it), SATA/PATA, SCSI
+	// Disks: virtio, NVMe (PCIe, and over TCP; not over RDMA or FC, which
+	// would bring the InfiniBand and FC stacks), Intel VMD, SATA/PATA, SCSI
 	// disks and CD-ROMs, USB storage, SD/eMMC, and the server RAID/HBA
 	// families (Broadcom/LSI MegaRAID, SAS2/3 and fusion MPT, Microchip
 	// SmartPQI and Adaptec, HPE Smart Array, Areca, 3ware, Intel SCU,
 	// Marvell, PMC, ATTO, HighPoint, Promise), plus Hyper-V, Xen and
 	// VMware virtual controllers.
-	"virtio_blk", "virtio_scsi", "drivers/nvme/host/*", "vmd", "drivers/ata/*",
+	"virtio_blk", "virtio_scsi", "nvme", "nvme_tcp", "vmd", "drivers/ata/*",
 	"sd_mod", "sr_mod", "sg", "usb_storage", "uas", "drivers/mmc/*",
 	"megaraid", "drivers/scsi/megaraid/*", "drivers/scsi/mpt3sas/*", "drivers/scsi/mpi3mr/*",
 	"drivers/message/fusion/*", "drivers/scsi/smartpqi/*", "drivers/scsi/aacraid/*", "hpsa",

@@ -2,6 +2,7 @@ package bootenv
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +35,7 @@ func findModules(p string) (modulesSource, error) {
 		if err != nil {
 			return modulesSource{}, fmt.Errorf("modules: %w", err)
 		}
-		_, rerr := f.Read(magic)
+		_, rerr := io.ReadFull(f, magic)
 		f.Close()
 		if rerr != nil || string(magic) != arMagic {
 			return modulesSource{}, fmt.Errorf("modules %s: a file, but not a Debian package (.deb); give a .deb, a /lib/modules/RELEASE directory or a root directory containing one", p)

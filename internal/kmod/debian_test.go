@@ -3,7 +3,9 @@ package kmod
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"debug/elf"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -13,6 +15,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
 )
 
 // debianModules returns the module directory that scripts/fetch-kernel.sh
@@ -292,4 +297,55 @@ func firstDiff(a, b []string) string {
 		}
 	}
 	return "one is a prefix of the other"
+}
+
+// TestReadCompressedModule reads a real module compressed the three ways
+// distributions ship them (Debian from trixie on: .ko.xz) and checks
+// what comes out is the module.
+func TestReadCompressedModule(t *testing.T) {
+	dir := debianModules(t)
+	src := filepath.Join(dir, "kernel", "drivers", "net", "virtio_net.ko")
+	plain, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := ReadModuleFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writers := map[string]func(io.Writer) (io.WriteCloser, error){
+		".xz":  func(w io.Writer) (io.WriteCloser, error) { return xz.NewWriter(w) },
+		".zst": func(w io.Writer) (io.WriteCloser, error) { return zstd.NewWriter(w) },
+		".gz":  func(w io.Writer) (io.WriteCloser, error) { return gzip.NewWriter(w), nil },
+	}
+	for ext, newWriter := range writers {
+		t.Run(ext, func(t *testing.T) {
+			var b bytes.Buffer
+			w, err := newWriter(&b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Write(plain); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(t.TempDir(), "virtio_net.ko"+ext)
+			if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, machine, err := ReadModuleFile(p)
+			if err != nil || machine != elf.EM_X86_64 || !reflect.DeepEqual(got, want) {
+				t.Errorf("ReadModuleFile(%s) = %+v, %v, %v; want %+v", p, got, machine, err, want)
+			}
+			data, err := ReadModule(p)
+			if err != nil || !bytes.Equal(data, plain) {
+				t.Errorf("ReadModule(%s): %d bytes, %v; want the %d bytes of the module", p, len(data), err, len(plain))
+			}
+			if UncompressedPath(p) != strings.TrimSuffix(p, ext) || ModuleName(p) != "virtio_net" {
+				t.Errorf("UncompressedPath/ModuleName of %s wrong", p)
+			}
+		})
+	}
 }

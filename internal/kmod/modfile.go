@@ -88,6 +88,9 @@ func ReadModule(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	if c, ok := r.(io.Closer); ok {
+		defer c.Close()
+	}
 	data, err := io.ReadAll(io.LimitReader(r, maxModuleSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -100,7 +103,8 @@ func ReadModule(path string) ([]byte, error) {
 
 // Decompress returns a reader of r's uncompressed contents, chosen by
 // name's extension (.ko.xz, .ko.zst, .ko.gz); for any other name it
-// returns r itself.
+// returns r itself. A returned io.Closer should be closed when done (it
+// releases the decoder, not r).
 func Decompress(name string, r io.Reader) (io.Reader, error) {
 	switch compression(name) {
 	case "xz":

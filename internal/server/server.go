@@ -111,6 +111,17 @@ type Config struct {
 	// BootEnvDir holds the boot environment files served at /bootenv/. If
 	// empty, uses DataDir/bootenv.
 	BootEnvDir string
+	// BootEnvModules, if set, makes Run build the boot environment into
+	// BootEnvDir before the boot services start (nothing to do when it is
+	// up to date): a module directory, a root containing one, or a
+	// linux-image .deb (see internal/bootenv).
+	BootEnvModules string
+	// BootEnvKernel is the kernel image for that build. If empty, the
+	// .deb's (or the root's boot/vmlinuz-RELEASE).
+	BootEnvKernel string
+	// BootEnvAnvil is the binary that becomes the boot environment's
+	// /init. If empty, uses this executable.
+	BootEnvAnvil string
 	// ImagesDir holds OS images served at /images/ for workflows to
 	// stream to disk. If empty, uses DATA_DIR/images.
 	ImagesDir string
@@ -240,6 +251,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		stopRecorder()
 		<-recorderDone
 	}()
+	if err := buildBootEnv(ctx, cfg, log); err != nil {
+		return err
+	}
 	boot, err := newBootServices(cfg, st, recorder, log)
 	if err != nil {
 		return err

@@ -6,9 +6,12 @@
 // It prints lines starting with "BOOTENV " on the console: "started"
 // with the kernel's uptime as soon as it runs, then (unless the kernel
 // command line says bootenvinit.coldplug=0) what coldplug loaded, the
-// failures, the network interfaces and disks that appeared, and the
-// result of probing a filesystem module by name; then it powers off so
-// that QEMU, run with -no-reboot, exits.
+// failures, the network interfaces and disks that appeared, and whether
+// /dev/vda mounts as vfat — which makes the kernel ask /sbin/modprobe for
+// fs-vfat and nls_cp437: /sbin/modprobe links to /init, and called by
+// that name this program answers as modprobe (kmod.ModprobeCommand), as
+// anvil does. Then it powers off so that QEMU, run with -no-reboot,
+// exits.
 package main
 
 import (
@@ -25,6 +28,9 @@ import (
 )
 
 func main() {
+	if filepath.Base(os.Args[0]) == "modprobe" {
+		os.Exit(kmod.ModprobeCommand(os.Args[1:], kmod.ProberConfig{}, os.Stderr))
+	}
 	mount("proc", "/proc", "proc")
 	mount("sysfs", "/sys", "sysfs")
 	mount("devtmpfs", "/dev", "devtmpfs")
@@ -68,12 +74,29 @@ func coldplug() {
 	say("unmatched %d", len(res.Unmatched))
 	say("net %s", strings.Join(list("/sys/class/net", "lo"), " "))
 	say("block %s", strings.Join(list("/sys/block", ""), " "))
-	loaded, err := p.Probe("fs-vfat")
-	if err != nil {
-		say("probe fs-vfat: %v", err)
+	// No module of the filesystem is loaded: the kernel runs
+	// /sbin/modprobe fs-vfat, then nls_cp437 and nls_ascii (FAT's default
+	// code page and character set).
+	_ = os.MkdirAll("/mnt", 0o755)
+	if err := syscall.Mount("/dev/vda", "/mnt", "vfat", syscall.MS_RDONLY, ""); err != nil {
+		say("mount vfat: %v", err)
 	} else {
-		say("probe fs-vfat loaded %s", strings.Join(loaded, " "))
+		say("mount vfat ok")
 	}
+	say("modules %s", strings.Join(procModules(), " "))
+}
+
+// procModules returns the names of the loaded modules.
+func procModules() []string {
+	data, _ := os.ReadFile("/proc/modules")
+	var names []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			names = append(names, f[0])
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // list returns the entries of a sysfs class directory but skip.
