@@ -48,6 +48,9 @@ APT_PACKAGES+=(bzip2 curl)
 # Kernel modules: kmod's depmod is the reference internal/kmod's index
 # generator is checked against.
 APT_PACKAGES+=(kmod)
+# The reference decoders the boot environment's compressed initramfs is checked
+# against (internal/bootenv): what they read, the kernel reads.
+APT_PACKAGES+=(lz4 zstd gzip)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

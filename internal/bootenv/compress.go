@@ -1,9 +1,10 @@
 package bootenv
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -100,18 +101,7 @@ func (c compressor) writer(w io.Writer) (io.WriteCloser, error) {
 		// default CRC64.
 		return xz.WriterConfig{CheckSum: xz.CRC32}.NewWriter(w)
 	case CompressLz4:
-		// The kernel reads only LZ4's legacy frame format (lz4 -l).
-		zw := lz4.NewWriter(w)
-		// Legacy blocks are compressed independently: the output is the
-		// same however many run at once.
-		opts := []lz4.Option{lz4.LegacyOption(true), lz4.ConcurrencyOption(runtime.GOMAXPROCS(0))}
-		if c.level > 0 {
-			opts = append(opts, lz4.CompressionLevelOption(lz4Levels[c.level]))
-		}
-		if err := zw.Apply(opts...); err != nil {
-			return nil, err
-		}
-		return zw, nil
+		return newLZ4Legacy(w, c.level), nil
 	}
 	return nil, fmt.Errorf("compression %q: unknown", c)
 }
@@ -124,3 +114,88 @@ var lz4Levels = map[int]lz4.CompressionLevel{
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
+
+// LZ4's legacy frame, the only LZ4 format the kernel's initramfs unpacker
+// reads (lib/decompress_unlz4.c): a magic number, then blocks of at most
+// 8 MiB of input, each its compressed length (little-endian 32 bits) and an
+// LZ4 block. Unlike the frame format it has no "stored" blocks, so an
+// incompressible block must still be an LZ4 block (all literals); the lz4
+// package's Writer stores such blocks raw in legacy mode too, which breaks
+// the archive at the first one (compressed data inside the anvil binary:
+// the kernel stopped unpacking half-way through /init). Hence this writer.
+const (
+	lz4LegacyMagic     = 0x184C2102
+	lz4LegacyBlockSize = 8 << 20
+)
+
+type lz4Legacy struct {
+	w        io.Writer
+	block    []byte
+	out      []byte
+	compress func(src, dst []byte) (int, error)
+	started  bool
+	err      error
+}
+
+func newLZ4Legacy(w io.Writer, level int) *lz4Legacy {
+	z := &lz4Legacy{w: w, block: make([]byte, 0, lz4LegacyBlockSize),
+		out: make([]byte, 4+lz4.CompressBlockBound(lz4LegacyBlockSize))}
+	if level > 0 {
+		hc := &lz4.CompressorHC{Level: lz4Levels[level]}
+		z.compress = hc.CompressBlock
+	} else {
+		var fast lz4.Compressor
+		z.compress = fast.CompressBlock
+	}
+	return z
+}
+
+func (z *lz4Legacy) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 && z.err == nil {
+		k := min(len(p), lz4LegacyBlockSize-len(z.block))
+		z.block = append(z.block, p[:k]...)
+		p, n = p[k:], n+k
+		if len(z.block) == lz4LegacyBlockSize {
+			z.flush()
+		}
+	}
+	return n, z.err
+}
+
+// flush writes the buffered input as one block.
+func (z *lz4Legacy) flush() {
+	if z.err != nil {
+		return
+	}
+	if !z.started {
+		var magic [4]byte
+		binary.LittleEndian.PutUint32(magic[:], lz4LegacyMagic)
+		if _, z.err = z.w.Write(magic[:]); z.err != nil {
+			return
+		}
+		z.started = true
+	}
+	if len(z.block) == 0 {
+		return
+	}
+	// With room for CompressBlockBound the block always compresses,
+	// to literals if need be.
+	n, err := z.compress(z.block, z.out[4:])
+	if err == nil && n == 0 {
+		err = errors.New("lz4: block did not compress into its bound")
+	}
+	if err != nil {
+		z.err = err
+		return
+	}
+	binary.LittleEndian.PutUint32(z.out[:4], uint32(n))
+	_, z.err = z.w.Write(z.out[:4+n])
+	z.block = z.block[:0]
+}
+
+// Close writes what is buffered; it does not close the underlying writer.
+func (z *lz4Legacy) Close() error {
+	z.flush()
+	return z.err
+}
