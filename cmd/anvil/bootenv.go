@@ -72,6 +72,7 @@ Module patterns: with a '/' they match the path below kernel/
 	f.BoolVar(&cfg.NoDefaultModules, "no-default-modules", false, "start from no module instead of the default selection (then use --modules-include)")
 	f.StringArrayVar(&extras, "extra", nil, "put a file or directory into the boot environment: SRC=DST (repeatable)")
 	f.StringVar(&cfg.Compression, "compress", bootenv.DefaultCompression, "initramfs compression: none, gzip, zstd, xz or lz4, optionally with a level (zstd-19)")
+	f.StringVar(&cfg.ModuleCompression, "module-compression", bootenv.DefaultModuleCompression, "how each kernel module is stored: zstd (NAME.ko.zst, decompressed when loaded) or none")
 	f.BoolVar(&cfg.Force, "force", false, "rebuild even if up to date")
 	_ = cmd.MarkFlagRequired("modules")
 	_ = cmd.MarkFlagRequired("out")

@@ -2,11 +2,11 @@ package actions
 
 import (
 	"context"
-	"math/rand/v2"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path"
 	"strings"

@@ -83,6 +83,8 @@ type Config struct {
 	Console io.Writer
 	// Verbose also prints every action output line on the console.
 	Verbose bool
+	// ConsoleStamp, if set, prefixes each console line.
+	ConsoleStamp func() string
 	// Wait is the GetAction long-poll wait. If 0, uses DefaultWait.
 	Wait time.Duration
 	// MinBackoff and MaxBackoff bound the wait between retries of a call
@@ -98,8 +100,9 @@ type Config struct {
 	OnWorkflowEnd func(workflowID, state, message string)
 	// Now is the clock for report times; nil means time.Now.
 	Now func() time.Time
-	// BeforeAction, if set, is called before each action runs (the boot
-	// environment loads the action's filesystem driver there).
+	// BeforeAction, if set, is called before each action is reported
+	// started and run (the boot environment waits for its disk drivers and
+	// loads the action's filesystem driver there).
 	BeforeAction func(ctx context.Context, s actions.Spec)
 }
 
@@ -151,6 +154,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Now = time.Now
 	}
 	a := &Agent{cfg: cfg, console: newConsole(cfg.Console), done: map[string]*v1.ReportActionStatusRequest{}}
+	a.console.stamp = cfg.ConsoleStamp
 	a.logs = newLogShipper(cfg.Client, cfg.AgentID, a.console, backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff}, cfg.Now)
 	return a, nil
 }
@@ -161,6 +165,16 @@ func (a *Agent) Logf(format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
 	a.console.printf("%s", line)
 	a.record(line)
+}
+
+// actionLogf prints an agent line about an action on the console and
+// streams it with the action's workflow, so that `anvil logs
+// workflow/NAME` shows when each action started and how it ended.
+func (a *Agent) actionLogf(act *v1.GetActionResponse, format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	a.console.printf("%s", line)
+	a.logs.add(&v1.LogLine{WorkflowId: act.GetWorkflowId(), AgentId: a.cfg.AgentID, TaskName: act.GetTaskName(),
+		ActionName: act.GetName(), Stream: "agent", Line: line, Time: timestamppb.New(a.cfg.Now())})
 }
 
 // record streams a line to the server without printing it.
@@ -285,18 +299,27 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 		return actionOutcome{workflowState: resp.GetWorkflowState(), message: prev.GetMessage()}, nil
 	}
 
+	runner, lookupErr := a.cfg.Actions.Lookup(act.GetImage())
+	spec := actions.Spec{
+		Name: name, Image: act.GetImage(), Command: act.GetCommand(), Env: act.GetEnvironment(),
+		Volumes: act.GetVolumes(), Timeout: time.Duration(act.GetTimeout()) * time.Second,
+	}
+	if a.cfg.BeforeAction != nil && lookupErr == nil {
+		// Before the start is reported: preparing the machine is not the
+		// action's time.
+		a.cfg.BeforeAction(ctx, spec)
+	}
 	start := a.cfg.Now()
 	base := &v1.ReportActionStatusRequest{
 		WorkflowId: act.GetWorkflowId(), AgentId: a.cfg.AgentID, TaskId: act.GetTaskId(),
 		ActionId: act.GetActionId(), ActionName: name, ExecutionStart: timestamppb.New(start),
 	}
 
-	runner, lookupErr := a.cfg.Actions.Lookup(act.GetImage())
 	startMsg := fmt.Sprintf("running %s (attempt %d)", act.GetImage(), max(act.GetAttempt(), 1))
 	if lookupErr != nil {
 		startMsg = "cannot run " + act.GetImage()
 	}
-	a.Logf("anvil agent: %s: %s", name, startMsg)
+	a.actionLogf(act, "anvil agent: %s: %s", name, startMsg)
 	startReport := cloneReport(base)
 	startReport.ActionState = v1.ActionState_ACTION_STATE_RUNNING
 	startReport.Message = startMsg
@@ -320,13 +343,6 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 		runCtx, cancel := ctx, context.CancelFunc(func() {})
 		if t := act.GetTimeout(); t > 0 {
 			runCtx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Second)
-		}
-		spec := actions.Spec{
-			Name: name, Image: act.GetImage(), Command: act.GetCommand(), Env: act.GetEnvironment(),
-			Volumes: act.GetVolumes(), Timeout: time.Duration(act.GetTimeout()) * time.Second,
-		}
-		if a.cfg.BeforeAction != nil {
-			a.cfg.BeforeAction(runCtx, spec)
 		}
 		result, runErr = runner(runCtx, spec, out)
 		timedOut := runCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
@@ -352,10 +368,10 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 	end.Progress = out.lastProgress()
 	if runErr != nil {
 		end.Message = failureMessage(runErr, out.tail())
-		a.Logf("anvil agent: %s: %s after %s: %v", name, shortState(state), stop.Sub(start).Round(time.Millisecond), runErr)
+		a.actionLogf(act, "anvil agent: %s: %s after %s: %v", name, shortState(state), stop.Sub(start).Round(time.Millisecond), runErr)
 	} else {
 		end.Message = "done in " + stop.Sub(start).Round(time.Millisecond).String()
-		a.Logf("anvil agent: %s: SUCCESS in %s", name, stop.Sub(start).Round(time.Millisecond))
+		a.actionLogf(act, "anvil agent: %s: SUCCESS in %s", name, stop.Sub(start).Round(time.Millisecond))
 	}
 	a.mu.Lock()
 	a.done[doneKey(act)] = end

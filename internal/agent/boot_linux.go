@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/actions"
+	"github.com/anvilproj/anvil/internal/kmod"
 )
 
 // BootConfig configures Boot.
@@ -36,6 +38,12 @@ type BootConfig struct {
 	// Console is where the operator's lines go. If nil, os.Stdout.
 	Console *os.File
 }
+
+// networkSettle is the pause between the network drivers' coldplug rounds:
+// a bus driver's devices (virtio, PCI) appear before its module load
+// returns; a USB NIC that enumerates later is found by the full coldplug,
+// and the network setup retries until a link shows up.
+const networkSettle = 20 * time.Millisecond
 
 // envFSType is the action environment variable naming the filesystem an
 // action mounts (writefile, cexec, kexec, archive2disk).
@@ -56,6 +64,7 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		out = os.Stdout
 	}
 	con := newConsole(out)
+	con.stamp = uptimeStamp
 	started := time.Now()
 	cmdline := cfg.Cmdline
 	if cmdline == "" {
@@ -73,7 +82,10 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		}
 		return err
 	}
+	// Drivers: the network's first, then the rest (disk controllers are
+	// slow to probe) while DHCP runs; the first action waits for them.
 	var drv *drivers
+	allDrivers := make(chan struct{})
 	if cfg.Drivers {
 		if err := InstallModprobe(); err != nil {
 			con.printf("anvil agent: the kernel's module helper: %v (filesystems built as modules will not mount)", err)
@@ -81,9 +93,17 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		con.printf("anvil agent: loading drivers")
 		if drv, err = openDrivers(); err != nil {
 			con.printf("anvil agent: drivers: %v", err)
+			close(allDrivers)
 		} else {
-			con.printf("anvil agent: %s", drv.coldplug(ctx, con.printf))
+			con.printf("anvil agent: %s", drv.coldplug(ctx, "network drivers",
+				kmod.ColdplugOptions{Keep: kmod.IsNetworkDevice, Until: haveNetworkInterface, Settle: networkSettle}, con.printf))
+			go func() {
+				defer close(allDrivers)
+				con.printf("anvil agent: %s", drv.coldplug(ctx, "drivers", kmod.ColdplugOptions{}, con.printf))
+			}()
 		}
+	} else {
+		close(allDrivers)
 	}
 	var boot []string // lines for the server, once it is reachable
 	if cfg.Network {
@@ -104,13 +124,15 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 	}
 	var shellOnce sync.Once
 	a, err := New(Config{
-		Client:     newClient(params),
-		AgentID:    workerID,
-		Actions:    cfg.Actions,
-		Attributes: attributes(),
-		Console:    out,
-		Verbose:    params.Debug,
-		BeforeAction: func(_ context.Context, s actions.Spec) {
+		Client:       newClient(params),
+		AgentID:      workerID,
+		Actions:      cfg.Actions,
+		Attributes:   attributes(),
+		Console:      out,
+		Verbose:      params.Debug,
+		ConsoleStamp: uptimeStamp,
+		BeforeAction: func(ctx context.Context, s actions.Spec) {
+			waitForDevice(ctx, actionDevice(s), allDrivers)
 			if drv != nil {
 				drv.prepareFS(s.Env[envFSType], con.printf)
 			}
@@ -199,4 +221,51 @@ func runShell(con *console, why string) {
 	if err := cmd.Run(); err != nil {
 		con.printf("anvil agent: shell: %v", err)
 	}
+}
+
+// Action environment variables that name the block device an action
+// works on.
+var deviceEnv = []string{"DEST_DISK", "BLOCK_DEVICE"}
+
+// actionDevice is the block device an action works on, or "".
+func actionDevice(s actions.Spec) string {
+	for _, k := range deviceEnv {
+		if v := s.Env[k]; strings.HasPrefix(v, "/dev/") {
+			return v
+		}
+	}
+	return ""
+}
+
+// waitForDevice returns when dev exists, or when every driver is loaded
+// (then the action itself says if the device is missing), or ctx ends. An
+// action on /dev/vda need not wait for the CD-ROM's driver to finish
+// probing, and one that names no device (reboot) waits for nothing.
+func waitForDevice(ctx context.Context, dev string, allDrivers <-chan struct{}) {
+	if dev == "" {
+		return
+	}
+	for {
+		if _, err := os.Stat(dev); err == nil {
+			return
+		}
+		select {
+		case <-allDrivers:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// uptimeStamp is the time since boot as the kernel prints it in its log
+// ("[    3.412345] "), so that the agent's console lines and the kernel's
+// read as one timeline.
+func uptimeStamp() string {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return ""
+	}
+	return fmt.Sprintf("[%5d.%06d] ", ts.Sec, ts.Nsec/1000)
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/anvilproj/anvil/internal/kmod"
@@ -33,16 +34,16 @@ func openDrivers() (*drivers, error) {
 	return &drivers{idx: idx, prober: kmod.NewProber(kmod.ProberConfig{Index: idx})}, nil
 }
 
-// coldplug loads the drivers of the devices present (NICs, disk
-// controllers, their buses), the way udev's coldplug does, and returns a
-// one-line summary. Failures are printed; they do not stop the boot (a
-// device nobody needs is no reason to).
-func (d *drivers) coldplug(ctx context.Context, logf func(format string, args ...any)) string {
-	res, err := d.prober.Coldplug(ctx)
+// coldplug loads the drivers of the devices present that o selects (all by
+// default: NICs, disk controllers, their buses), the way udev's
+// coldplug does, and returns a one-line summary. Failures are printed; they
+// do not stop the boot (a device nobody needs is no reason to).
+func (d *drivers) coldplug(ctx context.Context, what string, o kmod.ColdplugOptions, logf func(format string, args ...any)) string {
+	res, err := d.prober.ColdplugWith(ctx, o)
 	for _, e := range res.Errors {
 		logf("anvil agent: drivers: %v", e)
 	}
-	summary := fmt.Sprintf("drivers: %d modules loaded in %d rounds", len(res.Loaded), res.Rounds)
+	summary := fmt.Sprintf("%s: %d modules loaded in %d rounds", what, len(res.Loaded), res.Rounds)
 	if len(res.Loaded) > 0 {
 		summary += " (" + strings.Join(res.Loaded, " ") + ")"
 	}
@@ -76,4 +77,19 @@ func (d *drivers) prepareFS(fstype string, logf func(format string, args ...any)
 			logf("anvil agent: filesystem %s: %v", fstype, err)
 		}
 	}
+}
+
+// haveNetworkInterface reports whether a network interface other than
+// loopback exists.
+func haveNetworkInterface() bool {
+	entries, err := os.ReadDir("/sys/class/net")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.Name() != "lo" {
+			return true
+		}
+	}
+	return false
 }

@@ -23,6 +23,10 @@ const consoleLinesPerAction = 200
 type console struct {
 	mu sync.Mutex
 	w  io.Writer
+	// stamp, if set, prefixes each line (the boot environment puts the
+	// time since boot there, as the kernel does, so the agent's lines and
+	// the kernel's read as one timeline).
+	stamp func() string
 }
 
 func newConsole(w io.Writer) *console {
@@ -34,6 +38,9 @@ func newConsole(w io.Writer) *console {
 
 func (c *console) printf(format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
+	if c.stamp != nil {
+		line = c.stamp() + line
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fmt.Fprintln(c.w, line)

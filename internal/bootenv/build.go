@@ -82,6 +82,11 @@ type Config struct {
 	// Compression is "none", "gzip", "zstd", "xz" or "lz4", with an
 	// optional level ("zstd-19"). If empty, uses DefaultCompression.
 	Compression string
+	// ModuleCompression is how each kernel module is stored:
+	// ModuleCompressZstd (NAME.ko.zst, decompressed by the agent when it
+	// loads one) or ModuleCompressNone. If empty, uses
+	// DefaultModuleCompression.
+	ModuleCompression string
 	// TempDir holds a .deb's unpacked contents during the build. If
 	// empty, uses os.TempDir().
 	TempDir string
@@ -207,8 +212,17 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer unlock()
 
+	modComp := cfg.ModuleCompression
+	switch modComp {
+	case "":
+		modComp = DefaultModuleCompression
+	case ModuleCompressNone, ModuleCompressZstd:
+	default:
+		return nil, fmt.Errorf("module compression %q: want %s or %s", modComp, ModuleCompressZstd, ModuleCompressNone)
+	}
 	key := buildKey{Format: manifestFormat, Builder: version.Get().String(), Arch: arch, Compression: comp.String(),
-		Include: cfg.Include, Exclude: cfg.Exclude, NoDefaultModules: cfg.NoDefaultModules}
+		ModuleCompression: modComp,
+		Include:           cfg.Include, Exclude: cfg.Exclude, NoDefaultModules: cfg.NoDefaultModules}
 	if !cfg.NoDefaultModules {
 		key.DefaultModules = DefaultModules
 	}
@@ -283,7 +297,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	if len(sel.dropped) > 0 {
 		log.Warn("modules left out because they need an excluded module", "modules", strings.Join(sel.dropped, " "))
 	}
-	a, err := layout(tree, sel, anvil, busybox, cfg.Extras)
+	a, err := layout(ctx, tree, sel, anvil, busybox, cfg.Extras, modComp)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +361,7 @@ func writeOutput(dir, name string, fill func(w io.Writer) error) (outputFile, er
 }
 
 // layout lays out the initramfs.
-func layout(tree *moduleTree, sel selection, anvil, busybox string, extras []Extra) (*archive, error) {
+func layout(ctx context.Context, tree *moduleTree, sel selection, anvil, busybox string, extras []Extra, modComp string) (*archive, error) {
 	a := newArchive()
 	for _, d := range []struct {
 		name string
@@ -382,30 +396,18 @@ func layout(tree *moduleTree, sel selection, anvil, busybox string, extras []Ext
 	}
 
 	modDir := filepath.ToSlash(filepath.Join("lib/modules", tree.release))
-	var order []byte
-	for _, m := range sel.mods {
-		p := kmod.UncompressedPath(m.Path)
-		if p == m.Path {
-			if err := a.file(modDir+"/"+p, filepath.Join(tree.dir, filepath.FromSlash(m.Path)), 0o644); err != nil {
-				return nil, err
-			}
-		} else {
-			// Compressed modules are stored plain: the initramfs is
-			// compressed as a whole, and finit_module takes them as
-			// they are.
-			data, err := kmod.ReadModule(filepath.Join(tree.dir, filepath.FromSlash(m.Path)))
-			if err != nil {
-				return nil, err
-			}
-			if err := a.bytes(modDir+"/"+p, data, 0o644); err != nil {
-				return nil, err
-			}
-		}
-		order = append(order, p+"\n"...)
+	stored, err := storeModules(ctx, tree, sel.mods, modComp)
+	if err != nil {
+		return nil, err
 	}
+	var order []byte
 	plain := slices.Clone(sel.mods)
-	for i := range plain {
-		plain[i].Path = kmod.UncompressedPath(plain[i].Path)
+	for i, m := range stored {
+		if err := a.bytes(modDir+"/"+m.path, m.data, 0o644); err != nil {
+			return nil, err
+		}
+		order = append(order, m.path+"\n"...)
+		plain[i].Path = m.path
 	}
 	idx, err := kmod.GenerateIndex(plain)
 	if err != nil {

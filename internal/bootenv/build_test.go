@@ -25,7 +25,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // baseConfig builds the fixture with only the patterns asked for.
 func (f *fixture) config(out string) Config {
 	return Config{OutDir: out, Kernel: f.kernel, Modules: f.root, Anvil: f.anvil, Busybox: BusyboxNone,
-		Compression: "zstd", Logger: quietLogger()}
+		Compression: "zstd", ModuleCompression: ModuleCompressNone, Logger: quietLogger()}
 }
 
 func TestBuildContents(t *testing.T) {
@@ -479,6 +479,58 @@ func TestNormalizeArch(t *testing.T) {
 	for in, want := range map[string]string{"": "x86_64", "x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"} {
 		if got, err := NormalizeArch(in); err != nil || got != want {
 			t.Errorf("NormalizeArch(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+// TestBuildModuleCompression: by default each module is stored as
+// NAME.ko.zst, which decompresses to the module, and the index inside
+// names those files, so kmod loads them.
+func TestBuildModuleCompression(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(t.TempDir())
+	cfg.ModuleCompression = ""
+	res, err := Build(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := readInitramfs(t, res.Initramfs)
+	mod := "lib/modules/" + fixtureRelease + "/"
+	rec, ok := recs[mod+"kernel/drivers/net/virtio_net.ko.zst"]
+	if !ok {
+		t.Fatalf("no virtio_net.ko.zst in the initramfs")
+	}
+	if _, ok := recs[mod+"kernel/drivers/net/virtio_net.ko"]; ok {
+		t.Errorf("virtio_net.ko stored plain as well")
+	}
+	d, err := kmod.Decompress("virtio_net.ko.zst", bytes.NewReader(rec.data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := io.ReadAll(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mi, _, err := kmod.ReadModinfo(bytes.NewReader(plain)); err != nil || mi.Name != "virtio_net" {
+		t.Errorf("virtio_net.ko.zst decompresses to modinfo %+v, %v; want the module", mi, err)
+	}
+	fsys := fstest.MapFS{}
+	for name, r := range recs {
+		if rest, ok := strings.CutPrefix(name, mod); ok {
+			fsys[rest] = &fstest.MapFile{Data: r.data}
+		}
+	}
+	idx, err := kmod.ReadIndex(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, err := idx.LoadOrder("virtio_net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range order {
+		if p := idx.Path(m); !strings.HasSuffix(p, ".ko.zst") {
+			t.Errorf("index path of %s = %q; want the stored .ko.zst", m, p)
 		}
 	}
 }

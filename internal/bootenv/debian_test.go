@@ -103,9 +103,9 @@ func TestBuildDebian(t *testing.T) {
 		"init", "dev/console", "proc", "sys", "dev", "tmp", "run", "mnt", "etc",
 		"lib/modules/" + release + "/modules.dep", "lib/modules/" + release + "/modules.alias",
 		"lib/modules/" + release + "/modules.builtin",
-		"lib/modules/" + release + "/kernel/drivers/net/virtio_net.ko",
-		"lib/modules/" + release + "/kernel/drivers/block/virtio_blk.ko",
-		"lib/modules/" + release + "/kernel/fs/fat/vfat.ko",
+		"lib/modules/" + release + "/kernel/drivers/net/virtio_net.ko.zst",
+		"lib/modules/" + release + "/kernel/drivers/block/virtio_blk.ko.zst",
+		"lib/modules/" + release + "/kernel/fs/fat/vfat.ko.zst",
 	} {
 		if !slices.Contains(listed, want) {
 			t.Errorf("cpio -it does not list %s", want)

@@ -31,15 +31,16 @@ type inputFile struct {
 
 // buildKey is everything the outputs are a function of.
 type buildKey struct {
-	Format           int         `json:"format"`
-	Builder          string      `json:"builder"`
-	Arch             string      `json:"arch"`
-	Compression      string      `json:"compression"`
-	DefaultModules   []string    `json:"default_modules,omitempty"`
-	Include          []string    `json:"include,omitempty"`
-	Exclude          []string    `json:"exclude,omitempty"`
-	Inputs           []inputFile `json:"inputs"`
-	NoDefaultModules bool        `json:"no_default_modules,omitempty"`
+	Format            int         `json:"format"`
+	Builder           string      `json:"builder"`
+	Arch              string      `json:"arch"`
+	Compression       string      `json:"compression"`
+	ModuleCompression string      `json:"module_compression"`
+	DefaultModules    []string    `json:"default_modules,omitempty"`
+	Include           []string    `json:"include,omitempty"`
+	Exclude           []string    `json:"exclude,omitempty"`
+	Inputs            []inputFile `json:"inputs"`
+	NoDefaultModules  bool        `json:"no_default_modules,omitempty"`
 }
 
 // outputFile is one file Build wrote.

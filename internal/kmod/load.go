@@ -209,11 +209,41 @@ type ColdplugResult struct {
 // A module that fails is recorded and the rest go on. It returns early,
 // with what was done so far, when ctx ends.
 func (p *Prober) Coldplug(ctx context.Context) (ColdplugResult, error) {
+	return p.ColdplugWith(ctx, ColdplugOptions{})
+}
+
+// ColdplugOptions narrow a coldplug.
+type ColdplugOptions struct {
+	// Keep, if set, selects the devices whose drivers load, by modalias.
+	Keep func(modalias string) bool
+	// Until, if set, is asked after each round that loaded something:
+	// true ends the coldplug there (e.g. once a network interface exists).
+	Until func() bool
+	// Settle overrides ProberConfig.Settle for this coldplug when not 0
+	// (negative: no wait).
+	Settle time.Duration
+}
+
+// ColdplugWith is Coldplug narrowed by o. The boot environment loads the
+// network drivers first this way (Keep: IsNetworkDevice, Until: a network
+// interface exists), to bring up the network while the rest load.
+func (p *Prober) ColdplugWith(ctx context.Context, o ColdplugOptions) (ColdplugResult, error) {
+	keep := o.Keep
 	var res ColdplugResult
 	failed := map[string]bool{}
 	for res.Rounds < p.maxRounds {
 		res.Rounds++
 		aliases, err := p.modaliases(ctx)
+		if keep != nil {
+			aliases = slices.DeleteFunc(aliases, func(a string) bool { return !keep(a) })
+		}
+		// Paravirtual devices first: their drivers probe in an instant,
+		// while a physical controller's may take a second (an IDE
+		// channel's reset, a USB hub's), and the machine's disk is
+		// usable as soon as its driver is in.
+		slices.SortStableFunc(aliases, func(a, b string) int {
+			return cmpBool(strings.HasPrefix(b, virtioPrefix), strings.HasPrefix(a, virtioPrefix))
+		})
 		if err != nil {
 			return res, err
 		}
@@ -242,11 +272,15 @@ func (p *Prober) Coldplug(ctx context.Context) (ColdplugResult, error) {
 		}
 		slices.Sort(res.Unmatched)
 		res.Unmatched = slices.Compact(res.Unmatched)
-		if len(res.Loaded) == loadedBefore {
+		if len(res.Loaded) == loadedBefore || (o.Until != nil && o.Until()) {
 			break
 		}
-		if p.settle > 0 {
-			t := time.NewTimer(p.settle)
+		settle := p.settle
+		if o.Settle != 0 {
+			settle = o.Settle
+		}
+		if settle > 0 {
+			t := time.NewTimer(settle)
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -294,4 +328,34 @@ func (p *Prober) modaliases(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("scan %s: %w", root, err)
 	}
 	return out, nil
+}
+
+// IsNetworkDevice reports whether a modalias is a network controller's: a
+// PCI device of class 02 (network), a virtio network device (ID 1), or a
+// USB communications interface (class 02: CDC Ethernet, NCM, RNDIS-like).
+// The boot environment loads these drivers first.
+func IsNetworkDevice(modalias string) bool {
+	switch {
+	case strings.HasPrefix(modalias, "pci:"):
+		return strings.Contains(modalias, "bc02sc")
+	case strings.HasPrefix(modalias, "virtio:"):
+		return strings.HasPrefix(modalias, virtioPrefix+"d00000001v")
+	case strings.HasPrefix(modalias, "usb:"):
+		return strings.Contains(modalias, "ic02isc")
+	}
+	return false
+}
+
+// virtioPrefix starts the modalias of a device on the virtio bus.
+const virtioPrefix = "virtio:"
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -302,4 +303,79 @@ func TestColdplugErrors(t *testing.T) {
 			t.Errorf("loaded %q after the context ended", got)
 		}
 	})
+}
+
+// The network drivers first: only the network controller's chain loads,
+// the disk controllers wait for the full coldplug.
+func TestColdplugNetworkFirst(t *testing.T) {
+	sys := newFakeSys(t)
+	sys.device("pci0000:00/0000:00:01.1", aliasPIIXIDE)
+	sys.device("pci0000:00/0000:00:02.0", aliasVirtioNetPCI)
+	sys.device("pci0000:00/0000:00:03.0", aliasVirtioBlkPCI)
+	l := &recordingLoader{onLoad: map[string]func(){
+		"virtio_pci": func() {
+			sys.device("pci0000:00/0000:00:02.0/virtio0", aliasVirtioNet)
+			sys.device("pci0000:00/0000:00:03.0/virtio1", aliasVirtioBlk)
+		},
+	}}
+	p := NewProber(ProberConfig{Index: openMini(t), Loader: l, SysDir: sys.dir, Settle: -1})
+	res, err := p.ColdplugWith(context.Background(), ColdplugOptions{Keep: IsNetworkDevice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci",
+		"failover", "net_failover", "virtio_net"}
+	if !reflect.DeepEqual(res.Loaded, want) {
+		t.Errorf("network first: Loaded = %q;\nwant %q", res.Loaded, want)
+	}
+	if res.Rounds != 3 {
+		t.Errorf("network first: %d rounds; want 3 (the last finds nothing new)", res.Rounds)
+	}
+	rest, err := p.Coldplug(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The virtio disk's driver before the IDE controller's, though the
+	// controller comes first in sysfs: paravirtual devices go first.
+	want = []string{"virtio_blk", "scsi_common", "scsi_mod", "libata", "ata_piix"}
+	if !reflect.DeepEqual(rest.Loaded, want) {
+		t.Errorf("then the rest: Loaded = %q;\nwant %q", rest.Loaded, want)
+	}
+}
+
+func TestIsNetworkDevice(t *testing.T) {
+	for alias, want := range map[string]bool{
+		aliasVirtioNetPCI: true,
+		aliasVirtioNet:    true,
+		aliasVirtioBlkPCI: false,
+		aliasVirtioBlk:    false,
+		aliasPIIXIDE:      false,
+		"pci:v00008086d0000100Esv00001AF4sd00001100bc02sc00i00": true, // e1000
+		"usb:v0BDAp8153d3000dc00dsc00dp00icFFisc00ip00in00":     false,
+		"usb:v0BDAp8153d3000dc00dsc00dp00ic02isc06ip00in00":     true, // CDC Ethernet
+		"platform:i8042": false,
+	} {
+		if got := IsNetworkDevice(alias); got != want {
+			t.Errorf("IsNetworkDevice(%q) = %v; want %v", alias, got, want)
+		}
+	}
+}
+
+// Until ends a coldplug after the round that made it true.
+func TestColdplugUntil(t *testing.T) {
+	sys := newFakeSys(t)
+	sys.device("pci0000:00/0000:00:02.0", aliasVirtioNetPCI)
+	netUp := false
+	l := &recordingLoader{onLoad: map[string]func(){
+		"virtio_pci": func() { sys.device("pci0000:00/0000:00:02.0/virtio0", aliasVirtioNet) },
+		"virtio_net": func() { netUp = true },
+	}}
+	p := NewProber(ProberConfig{Index: openMini(t), Loader: l, SysDir: sys.dir, Settle: -1})
+	res, err := p.ColdplugWith(context.Background(), ColdplugOptions{Keep: IsNetworkDevice, Until: func() bool { return netUp }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rounds != 2 || !slices.Contains(res.Loaded, "virtio_net") {
+		t.Errorf("Until: %d rounds, loaded %q; want 2 rounds ending with virtio_net", res.Rounds, res.Loaded)
+	}
 }

@@ -93,6 +93,12 @@ func TestAgentFailureAndRetry(t *testing.T) {
 	imageAddr := listenInNetns(t, ns, "127.0.0.1:8097", images)
 	mac := "52:54:00:77:02:01"
 	dir := t.TempDir()
+	// The "disks": image2disk writes to a device that exists.
+	for _, f := range []string{"bad.raw", "flaky.raw"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// A bad URL: FAILED, and the reason is where an operator looks.
 	bad := "http://" + imageAddr + "/no-such-image.raw"
