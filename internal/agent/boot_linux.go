@@ -111,9 +111,7 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		if err != nil {
 			return err
 		}
-		for _, l := range leases {
-			boot = append(boot, l)
-		}
+		boot = append(boot, leases...)
 	}
 	con.printf("anvil agent: up in %s; server %s, worker %s", time.Since(started).Round(time.Millisecond), params.Server, params.WorkerID)
 

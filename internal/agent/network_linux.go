@@ -85,7 +85,6 @@ func networkRound(ctx context.Context, p BootParams, logf func(string, ...any)) 
 	}
 
 	type result struct {
-		line  string
 		lease *nclient4.Lease
 		link  netlink.Link
 		err   error
