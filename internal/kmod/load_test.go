@@ -379,3 +379,39 @@ func TestColdplugUntil(t *testing.T) {
 		t.Errorf("Until: %d rounds, loaded %q; want 2 rounds ending with virtio_net", res.Rounds, res.Loaded)
 	}
 }
+
+// link puts the device at path on a bus, as sysfs does:
+// SYSDIR/bus/BUS/devices/NAME is a link to it.
+func (s *fakeSys) link(bus, name, path string) {
+	s.t.Helper()
+	dir := filepath.Join(s.dir, "bus", bus, "devices")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..", "..", "..", "devices", path), filepath.Join(dir, name)); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// With a bus directory, the devices on buses and the CPU are read, not the
+// whole tree (a device on no bus, like the i8042 here, is not).
+func TestModaliasesByBus(t *testing.T) {
+	sys := newFakeSys(t)
+	sys.device("pci0000:00/0000:00:01.1", aliasPIIXIDE)
+	sys.device("pci0000:00/0000:00:02.0", aliasVirtioNetPCI)
+	sys.device("pci0000:00/0000:00:02.0/virtio0", aliasVirtioNet)
+	sys.device("system/cpu", "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0001")
+	sys.device("platform/i8042", "platform:i8042")
+	sys.link("pci", "0000:00:01.1", "pci0000:00/0000:00:01.1")
+	sys.link("pci", "0000:00:02.0", "pci0000:00/0000:00:02.0")
+	sys.link("virtio", "virtio0", "pci0000:00/0000:00:02.0/virtio0")
+	p := NewProber(ProberConfig{Index: openMini(t), Loader: &recordingLoader{}, SysDir: sys.dir, Settle: -1})
+	got, err := p.modaliases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{aliasPIIXIDE, aliasVirtioNetPCI, aliasVirtioNet, "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0001"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("modaliases = %q;\nwant %q", got, want)
+	}
+}
