@@ -20,6 +20,7 @@ func newAgentCmd() *cobra.Command {
 		workerID     string
 		cmdline      string
 		exitWhenDone bool
+		token        string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -56,7 +57,7 @@ it is: give --server and --worker-id.`,
 				}
 			}
 			a, err := agent.New(agent.Config{
-				Client:       anvilv1connect.NewAgentServiceClient(http.DefaultClient, server),
+				Client:       anvilv1connect.NewAgentServiceClient(http.DefaultClient, server, agent.WithToken(token)),
 				AgentID:      workerID,
 				Actions:      set,
 				Console:      cmd.OutOrStdout(),
@@ -78,6 +79,7 @@ it is: give --server and --worker-id.`,
 	f := cmd.Flags()
 	f.BoolVar(&boot, "boot", false, "run as the boot environment's agent: kernel command line, drivers, DHCP on every link")
 	f.StringVar(&workerID, "worker-id", "", "this machine's agent ID (without --boot)")
+	f.StringVar(&token, "token", os.Getenv("ANVIL_AGENT_TOKEN"), "the workflow's agent token (without --boot; default $ANVIL_AGENT_TOKEN): the anvil.token= of the machine's boot script")
 	f.StringVar(&cmdline, "cmdline", "", "with --boot: use this kernel command line instead of /proc/cmdline")
 	f.BoolVar(&exitWhenDone, "exit-when-done", false, "exit when a workflow this agent worked on ends (exit code 3 unless SUCCESS)")
 	return cmd

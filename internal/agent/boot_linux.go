@@ -167,7 +167,7 @@ func newClient(p BootParams) anvilv1connect.AgentServiceClient {
 		IdleConnTimeout:     90 * time.Second,
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: p.InsecureTLS}, //nolint:gosec // the operator asked for it (tinkerbell_insecure_tls=true)
 	}
-	var opts []connect.ClientOption
+	opts := []connect.ClientOption{WithToken(p.Token)}
 	if p.GRPC {
 		var protos http.Protocols
 		protos.SetUnencryptedHTTP2(strings.HasPrefix(p.Server, "http://"))

@@ -20,6 +20,7 @@ const (
 	argVLANID        = "vlan_id"
 	argFacility      = "facility"
 	argServer        = "anvil.server" // the HTTP base URL, e.g. http://10.0.0.1:7080
+	argToken         = "anvil.token"  // the workflow's agent token
 	argShell         = "anvil.shell"  // "1": a console shell when a workflow fails
 	argDebug         = "anvil.debug"  // "1": verbose agent lines on the console
 )
@@ -52,6 +53,9 @@ type BootParams struct {
 	Shell bool
 	// Debug prints every agent line on the console (anvil.debug=1).
 	Debug bool
+	// Token is the workflow's agent token (anvil.token=), sent on every
+	// call; "" when the server does not check agents.
+	Token string
 }
 
 // ParseCmdline reads BootParams from a kernel command line. Unknown
@@ -98,6 +102,8 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 			p.Facility = val
 		case argServer:
 			server = val
+		case argToken:
+			p.Token = val
 		case argShell:
 			p.Shell = val == "" || val == "1" || val == "true"
 		case argDebug:

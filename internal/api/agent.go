@@ -49,6 +49,12 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 	if err != nil {
 		return nil, s.toConnect(fmt.Errorf("get action for agent %q: %w", agentID, err))
 	}
+	// Checked once the action is known: the token belongs to a workflow,
+	// and which workflow an agent is owed is the engine's answer. Nothing
+	// is handed out before the check passes.
+	if err := s.checkAgent(ctx, newAgentCall(req.Header(), req.Peer().Addr, agentID), na.WorkflowID); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&v1.GetActionResponse{
 		WorkflowId:  na.WorkflowID,
 		TaskId:      na.TaskID,
@@ -88,6 +94,9 @@ func (a agentService) ReportActionStatus(ctx context.Context, req *connect.Reque
 	}
 	if m.GetWorkflowId() == "" {
 		return nil, invalid("missing workflow_id")
+	}
+	if err := s.checkAgent(ctx, newAgentCall(req.Header(), req.Peer().Addr, m.GetAgentId()), m.GetWorkflowId()); err != nil {
+		return nil, err
 	}
 	r := workflow.ActionReport{
 		WorkflowID:     m.GetWorkflowId(),
@@ -131,6 +140,9 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 		accepted int64
 	)
 	skew := clockSkew(stream.RequestHeader().Get(v1.SentAtHeader), time.Now())
+	// Each workflow (and agent) the stream writes for is checked once.
+	checked := map[[2]string]bool{}
+	var dropped int64 // agent lines no workflow vouches for
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -149,6 +161,32 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 				return nil, err
 			}
 			return nil, invalid("log line %d names neither a workflow nor an agent", accepted+1)
+		}
+		if s.cfg.AgentKey != nil {
+			who := [2]string{l.GetWorkflowId(), l.GetAgentId()}
+			if !checked[who] {
+				wfID := l.GetWorkflowId()
+				if wfID == "" {
+					// An agent's own line (before its first action, say):
+					// vouched for by the workflow its token is for. One
+					// that no workflow vouches for (an agent booted with
+					// nothing to do) is dropped, not fatal: the stream's
+					// other lines are still wanted.
+					wfID = s.tokenWorkflow(ctx, stream.RequestHeader().Get(v1.AgentTokenHeader), l.GetAgentId())
+					if wfID == "" {
+						agentRefused.WithLabelValues("unvouched_line").Inc()
+						dropped++
+						continue
+					}
+				}
+				if err := s.checkAgent(ctx, newAgentCall(stream.RequestHeader(), stream.Peer().Addr, l.GetAgentId()), wfID); err != nil {
+					if ferr := flush(); ferr != nil {
+						return nil, ferr
+					}
+					return nil, err
+				}
+				checked[who] = true
+			}
 		}
 		t := time.Now()
 		if l.GetTime() != nil {
@@ -171,7 +209,11 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 	if err := stream.Err(); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&v1.StreamLogsResponse{LinesAccepted: accepted}), nil
+	if dropped > 0 {
+		s.log.Warn("agent log lines dropped: no workflow of the agent vouches for its token", "lines", dropped, "client_ip", s.clientIP(ctx, stream.Peer().Addr))
+	}
+	// Dropped lines count as taken: the agent must not send them again.
+	return connect.NewResponse(&v1.StreamLogsResponse{LinesAccepted: accepted + dropped}), nil
 }
 
 // clockSkew is how far the server's clock (now) is ahead of the sender's,

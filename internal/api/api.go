@@ -21,6 +21,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/audit"
+	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -64,8 +66,25 @@ type Config struct {
 	// Logger receives internal errors (those answered as INTERNAL). If
 	// nil, uses slog.Default().
 	Logger *slog.Logger
-	// Now names reprovision workflows by default. If nil, uses time.Now.
+	// Now names reprovision workflows by default and stamps audit
+	// records. If nil, uses time.Now.
 	Now func() time.Time
+
+	// Authenticate turns a management call's request headers into its
+	// principal; an error answers UNAUTHENTICATED. If nil, every
+	// management call is auth.Anonymous: authentication is off (the
+	// server sets it unless told --insecure-no-auth).
+	Authenticate func(ctx context.Context, h http.Header) (*auth.Principal, error)
+	// AgentKey checks agent calls: the per-workflow token (header
+	// v1.AgentTokenHeader) and the caller's address against its
+	// Hardware's. If nil, agent calls are not checked.
+	AgentKey *auth.AgentKey
+	// Audit records every mutating management call. If nil, none is
+	// recorded.
+	Audit *audit.Log
+	// ClientIP returns the caller's address as the server's trusted-proxy
+	// rule sees it, or "" to use the TCP peer's.
+	ClientIP func(ctx context.Context) string
 }
 
 // Services implements every anvil.v1 service. It is safe for concurrent use.
@@ -123,18 +142,24 @@ func ServiceNames() []string {
 		anvilv1connect.ManifestServiceName,
 		anvilv1connect.AgentServiceName,
 		anvilv1connect.LogServiceName,
+		anvilv1connect.AuditServiceName,
 	}
 }
 
 // Mount registers every service on mux. Each speaks gRPC, gRPC-Web and the
 // Connect protocol (binary and JSON), connect's defaults.
+//
+// Every service sits behind the guard interceptor (authentication of
+// management calls, the audit log); opts' interceptors run outside it.
 func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
+	opts = append(opts, connect.WithInterceptors(guard{s}))
 	mux.Handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
 	mux.Handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))
 	mux.Handle(anvilv1connect.NewWorkflowServiceHandler(workflowHandler{newWorkflowService(s), newHardwareService(s)}, opts...))
 	mux.Handle(anvilv1connect.NewManifestServiceHandler(manifestService{s}, opts...))
 	mux.Handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
 	mux.Handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))
+	mux.Handle(anvilv1connect.NewAuditServiceHandler(auditService{s}, opts...))
 }
 
 // toConnect maps an error from the store, the engine or the model to a
@@ -165,7 +190,7 @@ func (s *Services) toConnect(err error) error {
 		code = connect.CodeOutOfRange
 	case errors.Is(err, workflow.ErrBadReport):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, store.ErrClosed), errors.Is(err, logstore.ErrClosed):
+	case errors.Is(err, store.ErrClosed), errors.Is(err, logstore.ErrClosed), errors.Is(err, audit.ErrClosed):
 		code = connect.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled

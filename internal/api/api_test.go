@@ -36,6 +36,7 @@ type env struct {
 	man  anvilv1connect.ManifestServiceClient
 	ag   anvilv1connect.AgentServiceClient
 	logs anvilv1connect.LogServiceClient
+	aud  anvilv1connect.AuditServiceClient
 
 	st *bolt.Store     // the store behind the API
 	ls *logstore.Store // the log store behind the API
@@ -44,6 +45,9 @@ type env struct {
 type envOptions struct {
 	engine       bool
 	watchHistory int
+	// configure, if set, changes the API's configuration (authentication,
+	// agent checks, audit) before the services start.
+	configure func(*api.Config)
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -67,6 +71,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		cfg.Engine = eng
 	} else {
 		engineDone <- nil
+	}
+	if o.configure != nil {
+		o.configure(&cfg)
 	}
 	svc := api.New(cfg)
 	mux := http.NewServeMux()
@@ -106,6 +113,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		man:  anvilv1connect.NewManifestServiceClient(h2c, srv.URL, grpc),
 		ag:   anvilv1connect.NewAgentServiceClient(h2c, srv.URL, grpc),
 		logs: anvilv1connect.NewLogServiceClient(h2c, srv.URL, grpc),
+		aud:  anvilv1connect.NewAuditServiceClient(h2c, srv.URL, grpc),
 		st:   st,
 		ls:   ls,
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -58,6 +59,9 @@ func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogs
 	switch {
 	case m.GetHardware() != "":
 		ns := cmp.Or(m.GetNamespace(), model.DefaultNamespace)
+		if err := authorize(ctx, auth.Read, ns); err != nil {
+			return nil, err
+		}
 		var obj model.Object
 		obj, err = s.cfg.Store.Get(ctx, model.KindHardware, ns, m.GetHardware())
 		if err == nil {
@@ -77,10 +81,24 @@ func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogs
 		}
 		hw, lines, err = l.machineBy(ctx, store.IndexIP, ip.Unmap().String(), tail)
 	default:
+		if err := l.authorizeAgentLogs(ctx, m.GetWorkflowId(), m.GetAgentId()); err != nil {
+			return nil, err
+		}
 		lines, err = s.cfg.Logs.Read(m.GetWorkflowId(), m.GetAgentId(), tail)
 	}
 	if err != nil {
 		return nil, s.toConnect(err)
+	}
+	if m.GetMac() != "" || m.GetIp() != "" {
+		// Found by address: the Hardware's organisation may read it; a
+		// machine no Hardware has belongs to none, so only admins.
+		ns := ""
+		if hw != nil {
+			ns = hw.Namespace
+		}
+		if err := authorize(ctx, auth.Read, ns); err != nil {
+			return nil, err
+		}
 	}
 	if !since.IsZero() {
 		// Agents stamp their own lines: a file's order need not be time
@@ -98,6 +116,28 @@ func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogs
 		out.Lines = append(out.Lines, lineToWire(x))
 	}
 	return connect.NewResponse(out), nil
+}
+
+// authorizeAgentLogs authorizes reading a workflow's lines (its namespace)
+// or an agent's (its Hardware's namespace; admins only when no Hardware
+// has that agent ID).
+func (l logService) authorizeAgentLogs(ctx context.Context, workflowID, agentID string) error {
+	if workflowID != "" {
+		return authorize(ctx, auth.Read, workflowNamespace(workflowID))
+	}
+	objs, err := l.s.cfg.Store.ByIndex(ctx, model.KindHardware, store.IndexAgentID, agentID)
+	if err != nil {
+		return l.s.toConnect(err)
+	}
+	if len(objs) == 0 {
+		return authorize(ctx, auth.Read, "")
+	}
+	for _, o := range objs {
+		if err := authorize(ctx, auth.Read, o.GetObjectMeta().Namespace); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // machineBy returns the lines of the Hardware whose index holds value, or
@@ -155,6 +195,10 @@ func (l logService) ListUnknownMachines(ctx context.Context, req *connect.Reques
 	}
 	if req.Msg.GetLimit() < 0 {
 		return nil, invalid("limit %d: want 0 (all) or more", req.Msg.GetLimit())
+	}
+	// Unknown machines belong to no organisation.
+	if err := authorize(ctx, auth.Read, ""); err != nil {
+		return nil, err
 	}
 	lasts, err := s.cfg.Logs.UnknownMachines(int(req.Msg.GetLimit()))
 	if err != nil {

@@ -44,6 +44,14 @@ func (m manifestService) Apply(ctx context.Context, req *connect.Request[v1.Appl
 		return nil, s.toConnect(err)
 	}
 
+	// Every document is authorized before anything is looked at: a
+	// manifest naming another organisation's object is refused whole.
+	for _, d := range res.Docs {
+		kind, meta := model.KindOf(d.Object), d.Object.GetObjectMeta()
+		if err := authorize(ctx, writePermission(kind), meta.Namespace); err != nil {
+			return nil, err
+		}
+	}
 	if err := checkTemplates(res.Docs); err != nil {
 		return nil, s.toConnect(err)
 	}

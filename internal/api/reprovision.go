@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -55,6 +56,9 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 	}
 	if m.GetTemplate() == "" {
 		return nil, invalid("missing template: the name of the Template the new workflow runs")
+	}
+	if err := authorize(ctx, auth.Provision, ns); err != nil {
+		return nil, err
 	}
 
 	s.reprovisionMu.Lock()

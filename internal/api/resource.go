@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/labels"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -69,6 +70,9 @@ func (r *resource[T, M, C, U, L, E]) Create(ctx context.Context, req *connect.Re
 	if err != nil {
 		return nil, err
 	}
+	if err := authorize(ctx, writePermission(r.kind), obj.GetObjectMeta().Namespace); err != nil {
+		return nil, err
+	}
 	stored, err := r.s.cfg.Store.Create(ctx, obj)
 	if err != nil {
 		return nil, r.s.toConnect(err)
@@ -79,6 +83,11 @@ func (r *resource[T, M, C, U, L, E]) Create(ctx context.Context, req *connect.Re
 func (r *resource[T, M, C, U, L, E]) Update(ctx context.Context, req *connect.Request[U]) (*connect.Response[T], error) {
 	obj, err := r.decode(r.updateArg(req.Msg))
 	if err != nil {
+		return nil, err
+	}
+	// An update names the namespace it writes: the stored object's, as
+	// the key is namespace and name.
+	if err := authorize(ctx, writePermission(r.kind), obj.GetObjectMeta().Namespace); err != nil {
 		return nil, err
 	}
 	stored, err := r.s.cfg.Store.Update(ctx, obj)
@@ -93,6 +102,9 @@ func (r *resource[T, M, C, U, L, E]) Get(ctx context.Context, req *connect.Reque
 	if err != nil {
 		return nil, err
 	}
+	if err := authorize(ctx, auth.Read, ns); err != nil {
+		return nil, err
+	}
 	obj, err := r.s.cfg.Store.Get(ctx, r.kind, ns, name)
 	if err != nil {
 		return nil, r.s.toConnect(err)
@@ -103,6 +115,9 @@ func (r *resource[T, M, C, U, L, E]) Get(ctx context.Context, req *connect.Reque
 func (r *resource[T, M, C, U, L, E]) Delete(ctx context.Context, req *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
 	ns, name, err := r.key(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
+		return nil, err
+	}
+	if err := authorize(ctx, auth.Write, ns); err != nil {
 		return nil, err
 	}
 	if err := r.s.cfg.Store.Delete(ctx, r.kind, ns, name, req.Msg.GetResourceVersion()); err != nil {
@@ -116,8 +131,12 @@ func (r *resource[T, M, C, U, L, E]) List(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return nil, err
 	}
+	ns, err := scope(ctx, req.Msg.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
 	objs, rv, err := r.s.cfg.Store.List(ctx, r.kind, store.ListOptions{
-		Namespace: req.Msg.GetNamespace(), Labels: sel, Fields: fields,
+		Namespace: ns, Labels: sel, Fields: fields,
 	})
 	if err != nil {
 		return nil, r.s.toConnect(err)
@@ -141,10 +160,14 @@ func (r *resource[T, M, C, U, L, E]) Watch(ctx context.Context, req *connect.Req
 	if err != nil {
 		return err
 	}
+	ns, err := scope(ctx, req.Msg.GetNamespace())
+	if err != nil {
+		return err
+	}
 	ctx, cancel := r.s.longLived(ctx)
 	defer cancel()
 	ch, err := r.s.cfg.Store.Watch(ctx, r.kind, store.WatchOptions{
-		Namespace: req.Msg.GetNamespace(), Labels: sel, Fields: fields,
+		Namespace: ns, Labels: sel, Fields: fields,
 		ResourceVersion: req.Msg.GetResourceVersion(),
 	})
 	if err != nil {

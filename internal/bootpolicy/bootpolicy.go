@@ -83,6 +83,12 @@ type Config struct {
 	// reads both arguments; it is always sent, false by default, so that
 	// no boot environment falls back to a default of its own.
 	InsecureTLS bool
+	// AgentToken, if set, gives the agent token of a workflow; the boot
+	// environment of that workflow gets it as anvil.token=. The boot path
+	// needs no credentials, so the token is only as secret as the boot
+	// script: the server also checks that agent calls come from the
+	// Hardware's address.
+	AgentToken func(wf *model.Workflow) string
 	// Logger gets warnings about Hardware fields that cannot be used. If
 	// nil, uses slog.Default().
 	Logger *slog.Logger
@@ -98,6 +104,7 @@ type Policy struct {
 	baseArgs   []string // grpc_authority= … before the per-machine ones
 	consoleArg []string
 	extraArgs  []string
+	agentToken func(*model.Workflow) string
 	log        *slog.Logger
 
 	hosts hostCache // fed by Run
@@ -118,7 +125,7 @@ func New(cfg Config) (*Policy, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("bootpolicy: no store")
 	}
-	p := &Policy{store: cfg.Store, mode: cfg.Mode, log: cfg.Logger}
+	p := &Policy{store: cfg.Store, mode: cfg.Mode, log: cfg.Logger, agentToken: cfg.AgentToken}
 	if p.log == nil {
 		p.log = slog.Default()
 	}

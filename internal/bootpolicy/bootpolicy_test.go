@@ -239,6 +239,13 @@ func TestScript(t *testing.T) {
 		{name: "agentID is the worker ID", objs: []model.Object{
 			with(allowed(), func(h *model.Hardware) { h.Spec.AgentID = "agent-7" }), wf("default", "w", "m1", "PENDING")},
 			req: httpboot.ScriptRequest{MAC: mustMAC(mac1)}, wantKernel: bootEnvLine("x86_64", "agent-7")},
+		{name: "agent token: the workflow's, last",
+			cfg: func(c *Config) {
+				c.AgentToken = func(w *model.Workflow) string { return "v1.tok-" + w.Name }
+			},
+			objs: []model.Object{allowed(), wf("default", "install", "m1", "PENDING")},
+			req:  httpboot.ScriptRequest{MAC: mustMAC(mac1)},
+			wantKernel: append(bootEnvLine("x86_64", mac1), "anvil.token=v1.tok-install")},
 		{name: "vlan, facility, kernelParams, extra args in order",
 			cfg: func(c *Config) {
 				c.ExtraKernelArgs = []string{"anvil.debug=1"}

@@ -184,6 +184,15 @@ func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model
 		args = append(args, a)
 	}
 	args = append(args, p.extraArgs...)
+	if p.agentToken != nil {
+		// The token's alphabet (base64url) needs no quoting; checked all
+		// the same, as every argument is.
+		a := "anvil.token=" + p.agentToken(wf)
+		if err := ipxe.CheckArg(a); err != nil {
+			return nil, fmt.Errorf("workflow %s: agent token: %w", wf.Key(), err)
+		}
+		args = append(args, a)
+	}
 
 	reason := fmt.Sprintf("workflow %s is %s: boot environment", wf.Key(), stateOf(wf))
 	body, err := ipxe.BootEnv(ipxe.BootEnvParams{Reason: reason, KernelURL: kernel, InitrdURLs: []string{initrd}, KernelArgs: args})

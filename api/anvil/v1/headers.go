@@ -8,3 +8,9 @@ package anvilv1
 // with what the server recorded itself. (Hand-written; buf does not
 // generate this file.)
 const SentAtHeader = "Anvil-Sent-At"
+
+// AgentTokenHeader carries an agent's per-workflow token on every agent
+// call. The boot script hands the token to the agent as the kernel
+// argument anvil.token=; the server recomputes it from the workflow and
+// refuses calls whose token does not match the workflow they act on.
+const AgentTokenHeader = "Anvil-Agent-Token"

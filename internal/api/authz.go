@@ -1,0 +1,61 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// authorize returns nil when the call's principal may use perm on objects
+// in namespace ns (its organisation; "" for a call across every
+// namespace), else PERMISSION_DENIED naming the missing permission.
+//
+// Every handler reached through Mount has a principal: the guard
+// interceptor puts one in the context (auth.Anonymous when authentication
+// is off), so a missing one means a handler was called around the guard,
+// and is refused.
+func authorize(ctx context.Context, perm auth.Permission, ns string) error {
+	p := auth.FromContext(ctx)
+	if p == nil {
+		return connect.NewError(connect.CodePermissionDenied,
+			errors.New("permission denied: the call carries no principal (it did not pass the authentication interceptor)"))
+	}
+	if err := p.Allow(perm, ns); err != nil {
+		authRefused.WithLabelValues("permission").Inc()
+		return connect.NewError(connect.CodePermissionDenied, err)
+	}
+	return nil
+}
+
+// scope is the namespace a list or watch covers for the caller (its
+// organisation when the request names none) and the authorization to
+// read it.
+func scope(ctx context.Context, ns string) (string, error) {
+	ns = auth.FromContext(ctx).Scope(ns)
+	return ns, authorize(ctx, auth.Read, ns)
+}
+
+// writePermission is what creating or changing an object of kind needs:
+// a Workflow is provisioning (operators may), Hardware and Templates
+// describe the fleet (admins only). Deleting anything is Write.
+func writePermission(kind string) auth.Permission {
+	if kind == model.KindWorkflow {
+		return auth.Provision
+	}
+	return auth.Write
+}
+
+// workflowNamespace is the namespace part of a workflow ID
+// ("namespace/name"), or "" when it has none.
+func workflowNamespace(id string) string {
+	ns, _, ok := strings.Cut(id, "/")
+	if !ok {
+		return ""
+	}
+	return ns
+}

@@ -1,0 +1,24 @@
+package api
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Authentication and authorization metrics, on the Prometheus default
+// registry. The per-procedure result codes are counted by the server's
+// metrics interceptor (anvil_api_requests_total); these say why.
+var (
+	authRefused = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_api_auth_refused_total",
+		Help: "Management calls refused, by reason: token (missing or invalid credentials) or permission (the principal may not).",
+	}, []string{"reason"})
+	agentRefused = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_agent_refused_total",
+		Help: "Agent calls refused, by reason: no_token, bad_token, wrong_ip, wrong_agent.",
+	}, []string{"reason"})
+	auditFailures = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_audit_write_failures_total",
+		Help: "Audit records that could not be written (each also logged as an error).",
+	})
+)
