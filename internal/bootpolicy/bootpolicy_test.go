@@ -243,8 +243,8 @@ func TestScript(t *testing.T) {
 			cfg: func(c *Config) {
 				c.AgentToken = func(w *model.Workflow) string { return "v1.tok-" + w.Name }
 			},
-			objs: []model.Object{allowed(), wf("default", "install", "m1", "PENDING")},
-			req:  httpboot.ScriptRequest{MAC: mustMAC(mac1)},
+			objs:       []model.Object{allowed(), wf("default", "install", "m1", "PENDING")},
+			req:        httpboot.ScriptRequest{MAC: mustMAC(mac1)},
 			wantKernel: append(bootEnvLine("x86_64", mac1), "anvil.token=v1.tok-install")},
 		{name: "vlan, facility, kernelParams, extra args in order",
 			cfg: func(c *Config) {
