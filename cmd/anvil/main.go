@@ -76,6 +76,7 @@ func newRootCmd() *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.String("server", cli.DefaultServer, "address of the anvil API (env "+cli.EnvServer+")")
+	cli.AddTokenFlags(root)
 	pf.String("log-format", "text", "log format: text or json")
 	pf.String("log-level", "info", "log level: debug, info, warn or error")
 

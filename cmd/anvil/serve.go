@@ -77,6 +77,18 @@ the provisioning network's address for the DHCP and boot services.`,
 	f.StringVar(&cfg.BootEnvModules, "bootenv-modules", "", "build the boot environment into --bootenv-dir at start from these kernel modules: a /lib/modules/RELEASE directory, a root containing one, or a linux-image .deb (skipped when up to date)")
 	f.StringVar(&cfg.BootEnvKernel, "bootenv-kernel", "", "kernel image for --bootenv-modules (default: the .deb's)")
 	f.StringVar(&cfg.BootEnvAnvil, "bootenv-anvil", "", "static anvil binary to put in the boot environment as /init (default: this one)")
+	// Authentication.
+	f.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "switch authentication off: every management call is an anonymous admin and agent calls are not checked (labs only; logged loudly)")
+	f.StringVar(&cfg.Auth.JWKSURL, "auth-jwks-url", "", "identity provider's JWKS URL (https, or http on loopback); keys are cached, refreshed periodically and on an unknown kid (default: the local issuer in DATA_DIR/auth)")
+	f.StringVar(&cfg.Auth.JWKSCAFile, "auth-jwks-ca", "", "PEM file of CAs trusted for --auth-jwks-url besides the system's")
+	f.StringArrayVar(&cfg.Auth.KeyFiles, "auth-key-file", nil, "file of trusted public keys, PEM or JWKS, reloaded when it changes (repeatable)")
+	f.StringVar(&cfg.Auth.Issuer, "auth-issuer", "", "required iss of tokens")
+	f.StringVar(&cfg.Auth.Audience, "auth-audience", "", "required aud of tokens (required with --auth-jwks-url)")
+	f.StringVar(&cfg.Auth.SubjectClaim, "auth-subject-claim", "", "claim naming the caller (default sub)")
+	f.StringVar(&cfg.Auth.OrgClaim, "auth-org-claim", "", "claim naming the caller's organisation: the namespace of its objects (default org_id)")
+	f.StringVar(&cfg.Auth.RolesClaim, "auth-roles-claim", "", "claim listing the caller's roles viewer, operator, admin; a dotted path reads nested claims (default roles, then realm_access.roles)")
+	f.StringSliceVar(&cfg.Auth.Algorithms, "auth-algorithms", nil, "accepted JWS algorithms (default RS256,RS384,RS512,ES256,ES384,PS256,EdDSA; none and HS* are refused)")
+	f.DurationVar(&cfg.Auth.ClockSkew, "auth-clock-skew", 0, "tolerance in checking exp and nbf (default 30s)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
 	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200")
 	// Metadata.

@@ -39,6 +39,7 @@ func Commands() []*cobra.Command {
 		newReprovisionCmd(),
 		newLogsCmd(),
 		newSimulateAgentCmd(),
+		newAuditCmd(),
 	}
 }
 
@@ -60,6 +61,7 @@ type clients struct {
 	workflows anvilv1connect.WorkflowServiceClient
 	manifests anvilv1connect.ManifestServiceClient
 	logs      anvilv1connect.LogServiceClient
+	audit     anvilv1connect.AuditServiceClient
 }
 
 // serverAddress is --server if given, else $ANVIL_SERVER, else the default.
@@ -88,13 +90,15 @@ func newClients(cmd *cobra.Command) *clients {
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		ResponseHeaderTimeout: 0, // watches stream for as long as they run
 	}}
+	opts := []connect.ClientOption{connect.WithInterceptors(newBearer(cmd))}
 	return &clients{
 		server:    addr,
-		hardware:  anvilv1connect.NewHardwareServiceClient(hc, addr),
-		templates: anvilv1connect.NewTemplateServiceClient(hc, addr),
-		workflows: anvilv1connect.NewWorkflowServiceClient(hc, addr),
-		manifests: anvilv1connect.NewManifestServiceClient(hc, addr),
-		logs:      anvilv1connect.NewLogServiceClient(hc, addr),
+		hardware:  anvilv1connect.NewHardwareServiceClient(hc, addr, opts...),
+		templates: anvilv1connect.NewTemplateServiceClient(hc, addr, opts...),
+		workflows: anvilv1connect.NewWorkflowServiceClient(hc, addr, opts...),
+		manifests: anvilv1connect.NewManifestServiceClient(hc, addr, opts...),
+		logs:      anvilv1connect.NewLogServiceClient(hc, addr, opts...),
+		audit:     anvilv1connect.NewAuditServiceClient(hc, addr, opts...),
 	}
 }
 

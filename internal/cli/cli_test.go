@@ -36,7 +36,7 @@ func startServer(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, server.Config{DataDir: t.TempDir(), Bind: "127.0.0.1", HTTPPort: port, DisableGRPC: true,
+		done <- server.Run(ctx, server.Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, HTTPPort: port, DisableGRPC: true,
 			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true})
 	}()
 	t.Cleanup(func() {

@@ -14,12 +14,14 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/bootpolicy"
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/metadata"
+	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/syslog"
 	"github.com/anvilproj/anvil/internal/tftp"
@@ -47,7 +49,7 @@ type packetService struct {
 // newBootServices builds the boot services and opens their sockets, so that
 // a busy port or a missing privilege fails at start. events receives every
 // service's machine events.
-func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *slog.Logger) (_ *bootServices, err error) {
+func newBootServices(cfg Config, st store.Store, events machinelog.Sink, agentKey *auth.AgentKey, log *slog.Logger) (_ *bootServices, err error) {
 	b := &bootServices{log: log}
 	defer func() {
 		if err != nil {
@@ -72,7 +74,12 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 	}
 	httpBase := "http://" + net.JoinHostPort(public.String(), strconv.Itoa(cfg.HTTPPort))
 
+	var agentToken func(*model.Workflow) string
+	if agentKey != nil {
+		agentToken = func(wf *model.Workflow) string { return agentKey.Token(wf.Key(), wf.UID) }
+	}
 	policy, err := bootpolicy.New(bootpolicy.Config{
+		AgentToken:      agentToken,
 		Store:           st,
 		Mode:            string(dmode),
 		PublicHTTP:      httpBase,

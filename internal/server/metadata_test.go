@@ -89,7 +89,7 @@ func TestMetadataService(t *testing.T) {
 	done := make(chan error, 1)
 	logs := newSyncBuffer()
 	go func() {
-		done <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", HTTPPort: httpPort, DisableGRPC: true,
+		done <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, HTTPPort: httpPort, DisableGRPC: true,
 			MetadataPort: mdPort, DisableDHCP: true, DisableTFTP: true, DisableSyslog: true,
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	}()
@@ -180,7 +180,7 @@ func TestMetadataPortErrors(t *testing.T) {
 	}
 	defer busy.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	base := Config{Bind: "127.0.0.1", DisableHTTP: true, DisableGRPC: true, DisableDHCP: true, DisableTFTP: true,
+	base := Config{Bind: "127.0.0.1", InsecureNoAuth: true, DisableHTTP: true, DisableGRPC: true, DisableDHCP: true, DisableTFTP: true,
 		DisableSyslog: true, Logger: quiet}
 	for _, tc := range []struct {
 		name string

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/metadata"
@@ -136,6 +137,16 @@ type Config struct {
 	// DisableMetadata switches the metadata listener off (not the routes
 	// on the HTTP port).
 	DisableMetadata bool
+	// InsecureNoAuth switches authentication off: every management call
+	// is an anonymous admin and agent calls are not checked. Run says so
+	// loudly in the log.
+	InsecureNoAuth bool
+	// Auth configures bearer token verification (identity provider JWKS,
+	// key files, claims). With neither JWKSURL nor KeyFiles, the local
+	// issuer in DATA_DIR/auth is trusted and an admin token is written to
+	// DATA_DIR/auth/admin.token at each start.
+	Auth auth.Config
+
 	// TrustedProxies are the addresses or CIDR prefixes of proxies whose
 	// X-Forwarded-For the metadata service believes. If empty, a caller
 	// is always its TCP peer.
@@ -254,7 +265,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := buildBootEnv(ctx, cfg, log); err != nil {
 		return err
 	}
-	boot, err := newBootServices(cfg, st, recorder, log)
+	sec, err := setupSecurity(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer sec.close()
+	boot, err := newBootServices(cfg, st, recorder, sec.agentKey, log)
 	if err != nil {
 		return err
 	}
@@ -286,7 +302,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer func() { err = errors.Join(err, stopEngineAndWait()) }()
 
 	// Stage 4: handlers.
-	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log})
+	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
+		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit})
 	apiMux := http.NewServeMux()
 	services.Mount(apiMux, connect.WithInterceptors(metricsInterceptor{}))
 	reflector := grpcreflect.NewStaticReflector(api.ServiceNames()...)

@@ -66,11 +66,12 @@ func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, 
 	go func() {
 		defer close(runDone)
 		runErr = Run(ctx, Config{
-			DataDir:  t.TempDir(),
-			Bind:     "127.0.0.1",
-			HTTPPort: httpPort,
-			GRPCPort: grpcPort,
-			Logger:   slog.New(slog.NewTextHandler(logs, nil)),
+			DataDir:        t.TempDir(),
+			Bind:           "127.0.0.1",
+			InsecureNoAuth: true, // authentication has its own test (auth_test.go)
+			HTTPPort:       httpPort,
+			GRPCPort:       grpcPort,
+			Logger:         slog.New(slog.NewTextHandler(logs, nil)),
 			// The boot services have their own tests (boot_test.go, test/e2e).
 			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
 		})
@@ -285,7 +286,7 @@ func TestDisableListeners(t *testing.T) {
 	errc := make(chan error, 1)
 	logs := newSyncBuffer()
 	go func() {
-		errc <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", DisableHTTP: true, DisableGRPC: true,
+		errc <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, DisableHTTP: true, DisableGRPC: true,
 			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	}()

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/anvilproj/anvil/internal/audit"
+	"github.com/anvilproj/anvil/internal/auth"
+)
+
+// Files the security setup keeps in the data directory.
+const (
+	agentKeyFile   = "agent.key"   // in auth.LocalIssuerDir: the HMAC key of agent tokens
+	adminTokenFile = "admin.token" // in auth.LocalIssuerDir: the local admin's token
+	auditFile      = "audit/audit.log"
+
+	// adminTokenTTL is the lifetime of the admin token written at each
+	// start when the local issuer is in use.
+	adminTokenTTL = 365 * 24 * time.Hour
+)
+
+var tokensRefused = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "anvil_auth_tokens_refused_total",
+	Help: "Bearer tokens refused, by reason (no token, malformed, expired, bad signature, …).",
+}, []string{"reason"})
+
+// security is what Run hands the API and the boot policy: how management
+// calls are authenticated, how agent tokens are made and checked, and the
+// audit log.
+type security struct {
+	authenticate func(ctx context.Context, h http.Header) (*auth.Principal, error) // nil: authentication off
+	agentKey     *auth.AgentKey                                                    // nil: agents not checked
+	audit        *audit.Log
+	verifier     *auth.Verifier
+}
+
+func (s *security) close() {
+	if s.verifier != nil {
+		s.verifier.Close()
+	}
+	if s.audit != nil {
+		s.audit.Close()
+	}
+}
+
+// setupSecurity opens the audit log and, unless cfg.InsecureNoAuth,
+// builds the token verifier and loads the agent key. With no identity
+// provider configured, the local issuer's key (made once in
+// DATA_DIR/auth) is trusted and a fresh admin token is written next to it
+// for the CLI on this machine.
+func setupSecurity(ctx context.Context, cfg Config, log *slog.Logger) (_ *security, err error) {
+	s := &security{}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if s.audit, err = audit.Open(filepath.Join(cfg.DataDir, auditFile)); err != nil {
+		return nil, err
+	}
+	if cfg.InsecureNoAuth {
+		for _, line := range []string{
+			"AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach the API can read and change every object",
+			"AUTHENTICATION IS OFF: agent calls are not checked; any machine can report for any workflow",
+		} {
+			log.Warn(line)
+		}
+		return s, nil
+	}
+	dir := auth.LocalIssuerDir(cfg.DataDir)
+	if s.agentKey, err = auth.LoadOrCreateAgentKey(filepath.Join(dir, agentKeyFile)); err != nil {
+		return nil, err
+	}
+	vc := cfg.Auth
+	vc.Logger = log
+	if vc.JWKSURL == "" && len(vc.KeyFiles) == 0 {
+		li, err := auth.EnsureLocalIssuer(dir)
+		if err != nil {
+			return nil, err
+		}
+		vc.KeyFiles = []string{li.PublicKeyFile()}
+		vc.Issuer, vc.Audience = auth.LocalIssuerName, auth.LocalAudience
+		tok, err := li.Mint("admin", "", []string{auth.RoleAdmin}, adminTokenTTL)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(dir, adminTokenFile)
+		if err := writeSecret(path, tok+"\n"); err != nil {
+			return nil, err
+		}
+		log.Info("authentication: local issuer (no identity provider configured); the admin token is in "+path+
+			"; `anvil token create` makes tokens for others", "key_id", li.KeyID())
+	} else {
+		log.Info("authentication: tokens from the identity provider", "jwks_url", vc.JWKSURL, "key_files", vc.KeyFiles,
+			"issuer", vc.Issuer, "audience", vc.Audience)
+	}
+	if s.verifier, err = auth.NewVerifier(ctx, vc); err != nil {
+		return nil, fmt.Errorf("authentication: %w", err)
+	}
+	v := s.verifier
+	s.authenticate = func(ctx context.Context, h http.Header) (*auth.Principal, error) {
+		tok, err := auth.BearerToken(h)
+		if err == nil {
+			var p *auth.Principal
+			if p, err = v.Verify(ctx, tok); err == nil {
+				return p, nil
+			}
+		}
+		tokensRefused.WithLabelValues(string(auth.ReasonOf(err))).Inc()
+		return nil, err
+	}
+	return s, nil
+}
+
+// writeSecret writes a file of mode 0600 by a rename, so a reader sees the
+// old content or the new, never a part.
+func writeSecret(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return errors.Join(err, os.Remove(tmp))
+	}
+	return nil
+}
