@@ -69,7 +69,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-anvil() { in_ns "$ANVIL" --server "$SERVER" "$@"; }
+anvil() { in_ns "$ANVIL" --server "$SERVER" --token-file "$DATA/data/auth/admin.token" "$@"; }
 
 serve_flags=(--data-dir "$DATA/data" --bind "$ADDR" --log-format text)
 if [ "$netboot" = yes ]; then

@@ -725,7 +725,7 @@ func startAnvil(ctx context.Context, o options, n *netns) (*server, error) {
 	if err := writeHardware(hw, o.clients); err != nil {
 		return nil, err
 	}
-	argv := []string{bin, "serve", "--data-dir", data, "--bind", serverAddr, "--no-tftp", "--no-syslog",
+	argv := []string{bin, "serve", "--insecure-no-auth", "--data-dir", data, "--bind", serverAddr, "--no-tftp", "--no-syslog",
 		"--dhcp-mode", "reservation", "--log-level", "warn"}
 	if o.cpuProfile != "" {
 		argv = append(argv, "--cpu-profile", o.cpuProfile)

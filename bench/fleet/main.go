@@ -643,7 +643,7 @@ func startServer(ctx context.Context, o options) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.cmd = exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
+	s.cmd = exec.Command(bin, "serve", "--insecure-no-auth", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
 		"--http-port", strconv.Itoa(httpPort), "--grpc-port", strconv.Itoa(grpcPort), "--log-level", o.logLevel,
 		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata") // the control plane is under test
 	if o.cpuProfile != "" {

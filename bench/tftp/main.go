@@ -428,7 +428,7 @@ func startServers(ctx context.Context, cfg config, root string) ([]*server, []st
 		if why == "" && want("anvil") {
 			s := &server{name: "anvil", port: portAnvil, window: true, note: cfg.anvil + " serve"}
 			dataDir := filepath.Join(filepath.Dir(root), "anvil-data")
-			err := start(s, cfg.anvil, "serve", "--data-dir", dataDir, "--bind", "127.0.0.1",
+			err := start(s, cfg.anvil, "serve", "--insecure-no-auth", "--data-dir", dataDir, "--bind", "127.0.0.1",
 				"--tftp-port", strconv.Itoa(portAnvil), "--tftp-dir", root, "--no-dhcp", "--no-syslog",
 				"--http-port", strconv.Itoa(portAnvilHTTP), "--grpc-port", strconv.Itoa(portAnvilGRPC))
 			if err == nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -70,7 +71,17 @@ func runAgentProcess(t *testing.T, a *anvil, mac string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	return a.ns.exec(ctx, assets.anvil, "--server", a.base, "agent", "--worker-id", mac, "--exit-when-done")
+	// The agent's token is in the machine's boot script, as a booted
+	// machine gets it (the boot path needs no credentials).
+	script, err := a.ns.exec(ctx, "curl", "-fsS", a.base+"/ipxe/script/"+mac+"/auto.ipxe")
+	if err != nil {
+		t.Fatalf("boot script of %s: %v\n%s", mac, err, script)
+	}
+	m := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)
+	if m == nil {
+		t.Fatalf("the boot script of %s carries no anvil.token=:\n%s", mac, script)
+	}
+	return a.ns.exec(ctx, assets.anvil, "--server", a.base, "agent", "--worker-id", mac, "--token", m[1], "--exit-when-done")
 }
 
 func TestAgentFailureAndRetry(t *testing.T) {

@@ -223,7 +223,7 @@ const installTimeout = 5 * time.Minute
 func workflowState(a *anvil, name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out, err := a.ns.exec(ctx, assets.anvil, "--server", a.base, "get", "workflow", name, "-o", "json")
+	out, err := a.ns.exec(ctx, assets.anvil, append(a.clientArgs(), "get", "workflow", name, "-o", "json")...)
 	if err != nil {
 		return ""
 	}

@@ -245,6 +245,7 @@ type anvil struct {
 	p    *proc
 	base string   // http://IP:7080
 	args []string // of `anvil serve`, for restart
+	data string   // its data directory
 }
 
 // startAnvil runs `anvil serve` bound to ip inside ns, with the test kernel
@@ -262,7 +263,7 @@ func startAnvil(t *testing.T, ns *netns, ip string, extra ...string) *anvil {
 	for src, dst := range map[string]string{assets.kernel: "vmlinuz-x86_64", assets.initrd: "initramfs-x86_64"} {
 		copyFile(t, src, filepath.Join(bootenv, dst))
 	}
-	a := &anvil{ns: ns, ip: ip, base: "http://" + ip + ":7080",
+	a := &anvil{ns: ns, ip: ip, base: "http://" + ip + ":7080", data: data,
 		args: append([]string{"serve", "--data-dir", data, "--bind", ip, "--log-level", "debug"}, extra...)}
 	if err := a.start(); err != nil {
 		t.Fatal(err)
@@ -331,11 +332,17 @@ func (a *anvil) cli(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := a.ns.exec(ctx, assets.anvil, append([]string{"--server", a.base}, args...)...)
+	out, err := a.ns.exec(ctx, assets.anvil, append(a.clientArgs(), args...)...)
 	if err != nil {
 		t.Fatalf("anvil %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// clientArgs are the flags every client command needs: the server and the
+// admin token it wrote into its data directory.
+func (a *anvil) clientArgs() []string {
+	return []string{"--server", a.base, "--token-file", filepath.Join(a.data, "auth", "admin.token")}
 }
 
 // apply applies a YAML manifest.
