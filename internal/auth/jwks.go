@@ -32,7 +32,7 @@ type remoteKeys struct {
 	keys atomic.Pointer[keySet] // nil until the first successful fetch
 
 	mu       sync.Mutex
-	last     time.Time  // start of the last fetch, successful or not
+	lastMiss time.Time  // start of the last limited fetch, successful or not
 	inflight *fetchCall // the fetch under way, if any
 }
 
@@ -46,8 +46,9 @@ type fetchCall struct {
 func (r *remoteKeys) current() *keySet { return r.keys.Load() }
 
 // refresh fetches the JWKS unless one is under way, in which case it waits
-// for that one. When limited, it does nothing (and returns false, nil) if
-// the last fetch started less than minInterval ago. It reports whether a
+// for that one. When limited (a fetch for an unknown kid), it does nothing
+// (and returns false, nil) if the last limited fetch started less than
+// minInterval ago; the start and periodic fetches do not count. It reports whether a
 // fetch completed for the caller and that fetch's error. The fetch itself
 // runs on base, not ctx, so that a caller giving up does not fail the
 // others; ctx only bounds the caller's wait.
@@ -62,13 +63,16 @@ func (r *remoteKeys) refresh(ctx, base context.Context, limited bool) (bool, err
 			return false, ctx.Err()
 		}
 	}
-	now := r.now()
-	if limited && !r.last.IsZero() && now.Sub(r.last) < r.minInterval {
-		r.mu.Unlock()
-		return false, nil
+	if limited {
+		now := r.now()
+		if !r.lastMiss.IsZero() && now.Sub(r.lastMiss) < r.minInterval {
+			r.mu.Unlock()
+			return false, nil
+		}
+		r.lastMiss = now
 	}
 	c := &fetchCall{done: make(chan struct{})}
-	r.inflight, r.last = c, now
+	r.inflight = c
 	r.mu.Unlock()
 
 	c.err = r.fetch(base)

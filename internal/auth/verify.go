@@ -270,6 +270,9 @@ func jwksClient(caFile string, timeout time.Duration) (*http.Client, error) {
 func (v *Verifier) Close() {
 	v.closeOnce.Do(v.cancel)
 	<-v.done
+	if v.remote != nil {
+		v.remote.client.CloseIdleConnections()
+	}
 }
 
 // Refresh fetches the JWKS now (not subject to MinRefreshInterval) and
