@@ -57,6 +57,13 @@ func (b *syncBuffer) String() string {
 // start runs Run in the background and waits until /healthz answers.
 func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith is start with the configuration changed by mod (if not nil)
+// before Run.
+func startWith(t *testing.T, mod func(*Config)) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
+	t.Helper()
 	httpPort, grpcPort := freePort(t), freePort(t)
 	logs = newSyncBuffer()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -65,7 +72,7 @@ func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, 
 	wait = func() error { <-runDone; return runErr }
 	go func() {
 		defer close(runDone)
-		runErr = Run(ctx, Config{
+		cfg := Config{
 			DataDir:        t.TempDir(),
 			Bind:           "127.0.0.1",
 			InsecureNoAuth: true, // authentication has its own test (auth_test.go)
@@ -74,7 +81,11 @@ func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, 
 			Logger:         slog.New(slog.NewTextHandler(logs, nil)),
 			// The boot services have their own tests (boot_test.go, test/e2e).
 			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
-		})
+		}
+		if mod != nil {
+			mod(&cfg)
+		}
+		runErr = Run(ctx, cfg)
 	}()
 	httpBase = "http://127.0.0.1:" + strconv.Itoa(httpPort)
 	grpcAddr = "127.0.0.1:" + strconv.Itoa(grpcPort)
