@@ -17,6 +17,7 @@
 #   TFTP_ARGS    extra flags for bench/tftp (e.g. "-runs 1 -only anvil,dnsmasq")
 #   IMAGE2DISK_ARGS extra flags for bench/image2disk (e.g. "-runs 5 -checksum")
 #   BOOTENV_ARGS extra flags for bench/bootenv (e.g. "-runs 3 -compress lz4-9,zstd-19")
+#   APIAUTH_ARGS extra flags for bench/apiauth (e.g. "-rounds 5 -clients 16")
 #   INSTALL_RUNS how many end-to-end installs the install section times (default 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp tftp image2disk bootenv install)
+SECTIONS=(fleet dhcp tftp image2disk bootenv install apiauth)
 
 say() { echo "bench: $*" >&2; }
 
@@ -122,6 +123,15 @@ section_bootenv() {
   grep -v '^{' "$BENCH_OUT/bootenv.txt"
   grep '^{' "$BENCH_OUT/bootenv.txt" >"$BENCH_OUT/bootenv.json" || true
   return $rc
+}
+
+# apiauth: management calls per second with authentication on (ES256
+# tokens of the local issuer on every call) and off, alternating, in the
+# same run (bench/apiauth). Target: on >= 0.8 x off.
+section_apiauth() {
+  go build -o "$BENCH_OUT/apiauthbench" ./bench/apiauth || return 1
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/apiauthbench" -anvil "$ANVIL" ${APIAUTH_ARGS:-} | tee "$BENCH_OUT/apiauth.txt"
 }
 
 # install: the end-to-end install test (test/e2e TestInstall: a blank QEMU

@@ -48,7 +48,7 @@ func (v *Verifier) principal(claims map[string]any) (*Principal, error) {
 		return nil, &TokenError{Reason: ReasonAudience, Detail: fmt.Sprintf("aud does not contain %q", v.audience)}
 	}
 
-	p := &Principal{}
+	p := &Principal{ExpiresAt: exp}
 	sub, ok, err := stringClaim(claims, v.subClaim)
 	if err != nil {
 		return nil, err

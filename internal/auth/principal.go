@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Role names, as they appear in a token's roles claim.
@@ -57,6 +58,9 @@ type Principal struct {
 	// Unauthenticated is set for the principal of the "no authentication"
 	// mode: it may do everything, and the audit log says so.
 	Unauthenticated bool
+	// ExpiresAt is when the token it came from expires (zero: never, for
+	// Anonymous).
+	ExpiresAt time.Time
 }
 
 // Anonymous is the principal of every call when authentication is switched

@@ -106,7 +106,7 @@ func setupSecurity(ctx context.Context, cfg Config, log *slog.Logger) (_ *securi
 	if s.verifier, err = auth.NewVerifier(ctx, vc); err != nil {
 		return nil, fmt.Errorf("authentication: %w", err)
 	}
-	v := s.verifier
+	v := auth.NewCachingVerifier(s.verifier, 0, 0)
 	s.authenticate = func(ctx context.Context, h http.Header) (*auth.Principal, error) {
 		tok, err := auth.BearerToken(h)
 		if err == nil {

@@ -1,0 +1,234 @@
+// Command apiauthbench measures what authentication costs the management
+// API: management calls per second against `anvil serve` with
+// authentication on (the local issuer's ES256 tokens, verified on every
+// call) and off (--insecure-no-auth), in the same run, alternating which
+// goes first, and prints the medians and their ratio. The target is a
+// ratio of at least 0.8.
+//
+// Each round starts a fresh server (its own data directory, ports on
+// 127.0.0.1, boot services off), creates one Hardware, and has -clients
+// goroutines call HardwareService.Get on it over Connect (binary, HTTP/1.1
+// keep-alive) for -duration; the first -warmup of each is not counted. The
+// token is the admin token the server writes at start, sent as
+// "Authorization: Bearer" on every call, as a CLI or an orchestrator does.
+//
+//	go build -o bench/out/apiauthbench ./bench/apiauth && bench/out/apiauthbench -anvil bin/anvil
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+)
+
+// targetRatio: with authentication, at least this fraction of the calls
+// per second without.
+const targetRatio = 0.8
+
+func main() {
+	anvil := flag.String("anvil", "bin/anvil", "the anvil binary")
+	rounds := flag.Int("rounds", 3, "rounds per mode (medians are printed)")
+	clients := flag.Int("clients", 8, "concurrent callers")
+	duration := flag.Duration("duration", 5*time.Second, "measured time per round")
+	warmup := flag.Duration("warmup", time.Second, "unmeasured time before each round")
+	flag.Parse()
+	if err := run(*anvil, *rounds, *clients, *duration, *warmup); err != nil {
+		fmt.Fprintln(os.Stderr, "apiauthbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin string, rounds, clients int, duration, warmup time.Duration) error {
+	results := map[bool][]float64{}
+	for r := range rounds {
+		// Alternate the order, so neither mode always runs on a warmer
+		// (or more throttled) machine.
+		order := []bool{false, true}
+		if r%2 == 1 {
+			order = []bool{true, false}
+		}
+		for _, authOn := range order {
+			rate, err := round(bin, authOn, clients, duration, warmup)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("round %d auth %-3s %9.0f calls/s\n", r+1, onOff(authOn), rate)
+			results[authOn] = append(results[authOn], rate)
+		}
+	}
+	off, on := median(results[false]), median(results[true])
+	ratio := on / off
+	verdict := "met"
+	if ratio < targetRatio {
+		verdict = "MISSED"
+	}
+	fmt.Printf("\nHardwareService.Get, %d clients, medians of %d rounds of %s:\n", clients, rounds, duration)
+	fmt.Printf("  auth off (--insecure-no-auth)      %9.0f calls/s\n", off)
+	fmt.Printf("  auth on (ES256 token, every call)  %9.0f calls/s\n", on)
+	fmt.Printf("  ratio on/off %.2f (target >= %.2f): %s\n", ratio, targetRatio, verdict)
+	if ratio < targetRatio {
+		return errors.New("target missed")
+	}
+	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// round starts a server and measures calls per second against it.
+func round(bin string, authOn bool, clients int, duration, warmup time.Duration) (float64, error) {
+	dir, err := os.MkdirTemp("", "apiauthbench-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	httpPort, grpcPort := freePort(), freePort()
+	args := []string{"serve", "--data-dir", dir, "--bind", "127.0.0.1", "--http-port", strconv.Itoa(httpPort),
+		"--grpc-port", strconv.Itoa(grpcPort), "--no-dhcp", "--no-tftp", "--no-syslog", "--metadata-port", "0",
+		"--log-level", "warn"}
+	if !authOn {
+		args = append(args, "--insecure-no-auth")
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}()
+	base := "http://127.0.0.1:" + strconv.Itoa(httpPort)
+	if err := waitReady(base); err != nil {
+		return 0, err
+	}
+	token := ""
+	if authOn {
+		b, err := os.ReadFile(filepath.Join(dir, "auth", "admin.token"))
+		if err != nil {
+			return 0, err
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}
+	defer tr.CloseIdleConnections()
+	hc := anvilv1connect.NewHardwareServiceClient(&http.Client{Transport: tr}, base,
+		connect.WithInterceptors(bearer(token)))
+	spec, err := structpb.NewStruct(map[string]any{"interfaces": []any{map[string]any{"dhcp": map[string]any{"mac": "52:54:00:00:00:01"}}}})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := hc.Create(context.Background(), connect.NewRequest(&v1.CreateHardwareRequest{Hardware: &v1.Hardware{
+		Metadata: &v1.ObjectMeta{Name: "bench"}, Spec: spec}})); err != nil {
+		return 0, fmt.Errorf("create hardware: %w", err)
+	}
+
+	var counted atomic.Bool
+	var calls atomic.Int64
+	var firstErr atomic.Value
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_, err := hc.Get(ctx, connect.NewRequest(&v1.GetRequest{Name: "bench"}))
+				if err != nil {
+					if ctx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+						cancel()
+					}
+					return
+				}
+				if counted.Load() {
+					calls.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(warmup)
+	counted.Store(true)
+	start := time.Now()
+	time.Sleep(duration)
+	counted.Store(false)
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return 0, fmt.Errorf("auth %s: Get: %w", onOff(authOn), err)
+	}
+	return float64(calls.Load()) / elapsed.Seconds(), nil
+}
+
+func waitReady(base string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("anvil serve not ready after 30s")
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// bearer sends the token on every call ("" sends none).
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if b != "" {
+			req.Header().Set("Authorization", "Bearer "+string(b))
+		}
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
