@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/anvilproj/anvil/internal/bootpolicy"
+	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
@@ -103,7 +104,7 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 	}
 	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Images: images,
 		Logger: log, Events: events})
-	trusted, err := metadata.ParseTrustedProxies(cfg.TrustedProxies)
+	trusted, err := clientip.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
