@@ -15,7 +15,6 @@ import (
 	"syscall"
 
 	"github.com/anvilproj/anvil/internal/bootpolicy"
-	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
@@ -47,8 +46,8 @@ type packetService struct {
 
 // newBootServices builds the boot services and opens their sockets, so that
 // a busy port or a missing privilege fails at start. events receives every
-// service's machine events.
-func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *slog.Logger) (_ *bootServices, err error) {
+// service's machine events; trusted are the parsed --trusted-proxies.
+func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events machinelog.Sink, log *slog.Logger) (_ *bootServices, err error) {
 	b := &bootServices{log: log}
 	defer func() {
 		if err != nil {
@@ -104,10 +103,6 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 	}
 	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Images: images,
 		Logger: log, Events: events})
-	trusted, err := clientip.ParseTrustedProxies(cfg.TrustedProxies)
-	if err != nil {
-		return nil, fmt.Errorf("--trusted-proxies: %w", err)
-	}
 	b.metadata, err = metadata.New(metadata.Config{Finder: storeFinder{st}, TrustedProxies: trusted, Logger: log,
 		Events: events})
 	if err != nil {
