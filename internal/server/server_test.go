@@ -57,23 +57,33 @@ func (b *syncBuffer) String() string {
 // start runs Run in the background and waits until /healthz answers.
 func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith is start with a Config changed by change (if not nil) first.
+func startWith(t *testing.T, change func(*Config)) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
+	t.Helper()
 	httpPort, grpcPort := freePort(t), freePort(t)
 	logs = newSyncBuffer()
+	cfg := Config{
+		DataDir:  t.TempDir(),
+		Bind:     "127.0.0.1",
+		HTTPPort: httpPort,
+		GRPCPort: grpcPort,
+		Logger:   slog.New(slog.NewTextHandler(logs, nil)),
+		// The boot services have their own tests (boot_test.go, test/e2e).
+		DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
+	}
+	if change != nil {
+		change(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
 	var runErr error
 	wait = func() error { <-runDone; return runErr }
 	go func() {
 		defer close(runDone)
-		runErr = Run(ctx, Config{
-			DataDir:  t.TempDir(),
-			Bind:     "127.0.0.1",
-			HTTPPort: httpPort,
-			GRPCPort: grpcPort,
-			Logger:   slog.New(slog.NewTextHandler(logs, nil)),
-			// The boot services have their own tests (boot_test.go, test/e2e).
-			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
-		})
+		runErr = Run(ctx, cfg)
 	}()
 	httpBase = "http://127.0.0.1:" + strconv.Itoa(httpPort)
 	grpcAddr = "127.0.0.1:" + strconv.Itoa(grpcPort)
