@@ -272,6 +272,9 @@ func TestRunErrors(t *testing.T) {
 		{name: "bind not an IP", cfg: Config{Bind: "localhost"}, want: "not an IP address"},
 		{name: "bind not ours", cfg: Config{Bind: "192.0.2.1", HTTPPort: freePort(t)}, want: "is --bind an address of this machine?"},
 		{name: "port busy", cfg: Config{Bind: "127.0.0.1", HTTPPort: busyPort, DisableGRPC: true}, want: "--http-port"},
+		{name: "bad trusted proxy", cfg: Config{Bind: "127.0.0.1", TrustedProxies: []string{"proxy.lab"}}, want: "--trusted-proxies"},
+		{name: "bad path prefix", cfg: Config{Bind: "127.0.0.1", PathPrefix: "/metrics/"}, want: "--path-prefix"},
+		{name: "negative limit", cfg: Config{Bind: "127.0.0.1", BootClientRate: -1}, want: "must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
