@@ -115,9 +115,12 @@ func TestBootLoadWrk(t *testing.T) {
 		non2xx = 0 // wrk omits the line when every answer was 2xx
 	}
 	got := metricValue(t, after, served) - metricValue(t, before, served)
-	limBefore, _ := limited(before)
+	limBefore, byBefore := limited(before)
 	limAfter, by := limited(after)
 	refused := limAfter - limBefore
+	for l := range by {
+		by[l] -= byBefore[l]
+	}
 	t.Logf("wrk: %d requests in %.2f s (%.0f req/s offered), %d non-2xx; server: %.0f served 200 (%.0f/s), %.0f refused %v; control plane: %d calls",
 		total, elapsed.Seconds(), float64(total)/elapsed.Seconds(), non2xx, got, got/elapsed.Seconds(), refused, by, probes.calls)
 
