@@ -31,7 +31,7 @@ FUZZ_TARGETS := \
 	./internal/labels:FuzzParse \
 	./internal/syslog:FuzzParse \
 	./internal/tftp:FuzzParseRequest \
-	./internal/metadata:FuzzClientAddr
+	./internal/clientip:FuzzResolve
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools kernel clean ipxe-refresh
 

@@ -51,6 +51,9 @@ APT_PACKAGES+=(kmod)
 # The reference decoders the boot environment's compressed initramfs is checked
 # against (internal/bootenv): what they read, the kernel reads.
 APT_PACKAGES+=(lz4 zstd gzip)
+# HTTP load generator: the boot path limits' load test (internal/server
+# TestBootLoadWrk) hammers a real server with wrk.
+APT_PACKAGES+=(wrk)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -94,7 +94,15 @@ the provisioning network's address for the DHCP and boot services.`,
 	// Metadata.
 	f.IntVar(&metadataPort, "metadata-port", metadata.DefaultPort, "port of the metadata service's own listener (Hegel's); the metadata routes are on the HTTP port too. 0: no own listener")
 	f.BoolVar(&cfg.DisableMetadata, "no-metadata", false, "do not open the metadata service's own listener (the routes stay on the HTTP port)")
-	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of proxies whose X-Forwarded-For the metadata service believes, e.g. 10.0.0.0/24,192.0.2.9 (default none: the TCP peer is the caller)")
+	// HTTP: proxies, ingress, the boot path's limits (docs/ingress.md).
+	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of proxies whose X-Forwarded-For is believed on every listener (metadata, boot scripts, per-client limits), e.g. 10.0.0.0/24,192.0.2.9 (default none: the TCP peer is the caller)")
+	f.StringVar(&cfg.PathPrefix, "path-prefix", "", "also serve every HTTP route under this path prefix, e.g. /tink-stack/ for an ingress that forwards it unchanged (the unprefixed routes keep working)")
+	f.Float64Var(&cfg.BootRate, "boot-rate", server.DefaultBootRate, "boot path (iPXE scripts and binaries, /bootenv/, /images/, metadata) requests per second for all clients together; excess is answered 429 with Retry-After (0: unlimited)")
+	f.IntVar(&cfg.BootBurst, "boot-burst", server.DefaultBootBurst, "boot path requests admitted at once above --boot-rate (0: one second of --boot-rate)")
+	f.IntVar(&cfg.BootConcurrency, "boot-concurrency", server.DefaultBootConcurrency, "boot path requests served at once; excess is answered 503 with Retry-After (0: unlimited)")
+	f.Float64Var(&cfg.BootClientRate, "boot-client-rate", server.DefaultBootClientRate, "boot path requests per second per client address (0: unlimited)")
+	f.IntVar(&cfg.BootClientBurst, "boot-client-burst", server.DefaultBootClientBurst, "boot path requests per client admitted at once above --boot-client-rate (0: one second of it)")
+	f.IntVar(&cfg.BootClientConcurrency, "boot-client-concurrency", server.DefaultBootClientConcurrency, "boot path requests served at once per client address (0: unlimited)")
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	return cmd

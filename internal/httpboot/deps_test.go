@@ -14,6 +14,7 @@ func TestImports(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowed := map[string]string{
+		"github.com/anvilproj/anvil/internal/clientip":   "the client's address behind trusted proxies",
 		"github.com/anvilproj/anvil/internal/ipxe":       "binary names and URL paths",
 		"github.com/anvilproj/anvil/internal/machinelog": "the per-machine record",
 	}

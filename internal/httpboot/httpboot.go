@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/ipxe"
 	"github.com/anvilproj/anvil/internal/machinelog"
 )
@@ -187,9 +188,14 @@ func outcomeOf(code int) string {
 	return OutcomeServed
 }
 
-// sourceAddr is the TCP peer's address. X-Forwarded-For is not trusted:
-// machines reach this server directly.
+// sourceAddr is the client's address as the server's clientip middleware
+// found it (X-Forwarded-For is believed only from trusted proxies), else
+// the TCP peer's. A trusted proxy's unusable header leaves the proxy's
+// address: no machine has it, so nothing is served for another machine.
 func sourceAddr(r *http.Request) netip.Addr {
+	if c, ok := clientip.FromContext(r.Context()); ok {
+		return c.Key()
+	}
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return netip.Addr{}

@@ -22,6 +22,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/ipxe"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -175,6 +176,40 @@ func TestScriptRequest(t *testing.T) {
 		if got.Platform != tc.platform || got.BuildArch != tc.buildarch || got.Source != netip.MustParseAddr("192.0.2.1") {
 			t.Errorf("GET %s: request = %+v; want platform %q, buildarch %q, source 192.0.2.1", tc.target, got, tc.platform, tc.buildarch)
 		}
+	}
+}
+
+// TestSourceBehindProxy checks that the source of a script request is the
+// client the server's clientip middleware found, not the TCP peer (a
+// trusted proxy), and that without the middleware the peer is.
+func TestSourceBehindProxy(t *testing.T) {
+	var got ScriptRequest
+	h, rec := newTest(t, Config{Scripter: testScripter(&got)})
+	trusted, err := clientip.ParseTrustedProxies([]string{"10.0.0.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		handler http.Handler
+		remote  string
+		want    string
+	}{
+		{name: "through a trusted proxy", handler: clientip.Resolver{Trusted: trusted}.Handler(h), remote: "10.0.0.5:4000", want: "192.0.2.1"},
+		{name: "no middleware: the peer", handler: h, remote: "10.0.0.5:4000", want: "10.0.0.5"},
+		{name: "untrusted peer: its own address", handler: clientip.Resolver{Trusted: trusted}.Handler(h), remote: "198.51.100.7:4000", want: "198.51.100.7"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/ipxe/script/auto.ipxe", nil)
+			r.RemoteAddr = tc.remote
+			r.Header.Set(clientip.HeaderForwardedFor, "192.0.2.1")
+			tc.handler.ServeHTTP(httptest.NewRecorder(), r)
+			want := netip.MustParseAddr(tc.want)
+			if got.Source != want || rec.last(t).IP != want {
+				t.Errorf("source = %v, event IP %v; want %v", got.Source, rec.last(t).IP, want)
+			}
+		})
 	}
 }
 

@@ -14,6 +14,7 @@ func TestImports(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowed := map[string]string{
+		"github.com/anvilproj/anvil/internal/clientip":   "the caller's address (X-Forwarded-For from trusted proxies)",
 		"github.com/anvilproj/anvil/internal/machinelog": "the per-machine record",
 		"github.com/anvilproj/anvil/internal/model":      "the Hardware it serves",
 	}

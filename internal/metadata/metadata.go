@@ -3,7 +3,8 @@
 // and /latest/ (user-data, meta-data/hostname, …) and /metadata, the JSON
 // the rootio action reads. A machine is identified by the address it calls
 // from: the Hardware whose interface has that dhcp.ip.address answers, and
-// no other. X-Forwarded-For is read only from configured trusted proxies.
+// no other. That address is internal/clientip's: X-Forwarded-For is read
+// only from configured trusted proxies.
 //
 // It owns the HTTP side only — routing, the caller's address, status
 // codes, logs, metrics and one machinelog.Event per request. It finds
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 )
@@ -75,7 +77,9 @@ type Config struct {
 	// Finder finds the caller's Hardware. Required.
 	Finder Finder
 	// TrustedProxies are the peers whose X-Forwarded-For is believed (see
-	// ParseTrustedProxies). If empty, the TCP peer is always the caller.
+	// clientip.ParseTrustedProxies). If empty, the TCP peer is always the
+	// caller. A clientip.Client in the request's context (put there by
+	// clientip.Resolver.Handler) is used as it is.
 	TrustedProxies []netip.Prefix
 	// Logger gets one line per request. If nil, uses slog.Default().
 	Logger *slog.Logger
@@ -87,7 +91,7 @@ type Config struct {
 // Handler serves the metadata routes. It is safe for concurrent use.
 type Handler struct {
 	finder  Finder
-	trusted []netip.Prefix
+	clients clientip.Resolver
 	log     *slog.Logger
 	events  machinelog.Sink
 	mux     *http.ServeMux
@@ -98,7 +102,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Finder == nil {
 		return nil, errors.New("metadata: no Finder")
 	}
-	h := &Handler{finder: cfg.Finder, trusted: cfg.TrustedProxies, log: cfg.Logger, events: cfg.Events,
+	h := &Handler{finder: cfg.Finder, clients: clientip.Resolver{Trusted: cfg.TrustedProxies}, log: cfg.Logger, events: cfg.Events,
 		mux: http.NewServeMux()}
 	if h.log == nil {
 		h.log = slog.Default()
@@ -218,18 +222,14 @@ func (h *Handler) serveItem(w http.ResponseWriter, q *request, it *itemDef, item
 // caller identifies the calling machine's Hardware, or answers the request
 // with why it cannot and returns false.
 func (h *Handler) caller(w http.ResponseWriter, q *request) (*model.Hardware, bool) {
-	peer, err := netip.ParseAddrPort(q.r.RemoteAddr)
-	if err != nil {
-		h.fail(w, q, http.StatusBadRequest, OutcomeBadRequest, fmt.Sprintf("cannot read the caller's address %q", q.r.RemoteAddr))
+	c := h.clients.Of(q.r)
+	q.src = c.Key()
+	if c.Err != nil {
+		// Never answered for the proxy: its data is no machine's.
+		h.fail(w, q, http.StatusBadRequest, OutcomeBadRequest, c.Err.Error())
 		return nil, false
 	}
-	q.src = peer.Addr().Unmap()
-	src, err := clientAddr(q.src, q.r.Header, h.trusted)
-	if err != nil {
-		h.fail(w, q, http.StatusBadRequest, OutcomeBadRequest, fmt.Sprintf("from trusted proxy %s: %v", q.src, err))
-		return nil, false
-	}
-	q.src = src
+	src := c.Addr
 	hw, err := h.finder.HardwareByIP(q.r.Context(), src)
 	switch {
 	case errors.Is(err, ErrUnknownIP):

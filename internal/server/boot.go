@@ -48,8 +48,9 @@ type packetService struct {
 
 // newBootServices builds the boot services and opens their sockets, so that
 // a busy port or a missing privilege fails at start. events receives every
-// service's machine events.
-func newBootServices(cfg Config, st store.Store, events machinelog.Sink, agentKey *auth.AgentKey, log *slog.Logger) (_ *bootServices, err error) {
+// service's machine events; trusted are the parsed --trusted-proxies;
+// agentKey, when not nil, makes the agent tokens boot scripts carry.
+func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events machinelog.Sink, agentKey *auth.AgentKey, log *slog.Logger) (_ *bootServices, err error) {
 	b := &bootServices{log: log}
 	defer func() {
 		if err != nil {
@@ -110,10 +111,6 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, agentKe
 	}
 	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Images: images,
 		Logger: log, Events: events})
-	trusted, err := metadata.ParseTrustedProxies(cfg.TrustedProxies)
-	if err != nil {
-		return nil, fmt.Errorf("--trusted-proxies: %w", err)
-	}
 	b.metadata, err = metadata.New(metadata.Config{Finder: storeFinder{st}, TrustedProxies: trusted, Logger: log,
 		Events: events})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/anvilproj/anvil/internal/httplimit"
 )
 
 // API metrics, on the Prometheus default registry.
@@ -21,6 +23,24 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1 ms .. ~4.4 min
 	}, []string{"procedure"})
 )
+
+// Boot path limit metrics, on the Prometheus default registry.
+var (
+	bootLimited = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_http_boot_limited_total",
+		Help: "Boot path requests (iPXE scripts and binaries, boot environment files, OS images, metadata) refused by a limit: rate, concurrency, client_rate or client_concurrency.",
+	}, []string{"limit"})
+	bootInFlight = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "anvil_http_boot_requests_in_flight",
+		Help: "Boot path requests admitted by the limits and being served.",
+	})
+)
+
+func init() {
+	for _, l := range httplimit.Limits { // every series from the start, at 0
+		bootLimited.WithLabelValues(string(l))
+	}
+}
 
 // metricsInterceptor counts every handled call, unary and streaming.
 type metricsInterceptor struct{}

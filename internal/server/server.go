@@ -33,6 +33,8 @@ import (
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/bootlog"
+	"github.com/anvilproj/anvil/internal/clientip"
+	"github.com/anvilproj/anvil/internal/httplimit"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/store/bolt"
@@ -148,9 +150,34 @@ type Config struct {
 	Auth auth.Config
 
 	// TrustedProxies are the addresses or CIDR prefixes of proxies whose
-	// X-Forwarded-For the metadata service believes. If empty, a caller
-	// is always its TCP peer.
+	// X-Forwarded-For is believed, on every listener (internal/clientip):
+	// for the metadata service, the boot path's per-client limits, the
+	// script by source address and what the context of each request
+	// says. If empty, a caller is always its TCP peer.
 	TrustedProxies []string
+	// PathPrefix, if set (e.g. "/tink-stack/"), serves every HTTP route of
+	// every listener under that prefix too; the unprefixed routes keep
+	// working, so an ingress may forward with or without the prefix.
+	// Leading and trailing slashes are optional. If empty, none.
+	PathPrefix string
+
+	// The public boot path's limits (iPXE scripts and binaries, boot
+	// environment files, OS images and the metadata routes, on the HTTP
+	// and the metadata port; not the API, /healthz, /readyz or /metrics).
+	// Each is off when 0; `anvil serve`'s flags default to the
+	// DefaultBoot* constants. See internal/httplimit.
+	//
+	// BootRate is requests/s for all clients together; BootBurst the
+	// bucket size (if 0, one second of BootRate); BootConcurrency the
+	// requests served at once.
+	BootRate        float64
+	BootBurst       int
+	BootConcurrency int
+	// BootClientRate, BootClientBurst and BootClientConcurrency are the
+	// same per client address.
+	BootClientRate        float64
+	BootClientBurst       int
+	BootClientConcurrency int
 }
 
 // Run serves until ctx ends, then shuts down gracefully and returns nil; or
@@ -182,6 +209,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cfg.Logger = slog.Default()
 	}
 	log := cfg.Logger
+	trusted, err := clientip.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	pathPrefix, err := normalizePathPrefix(cfg.PathPrefix)
+	if err != nil {
+		return err
+	}
+	if cfg.BootRate < 0 || cfg.BootBurst < 0 || cfg.BootConcurrency < 0 ||
+		cfg.BootClientRate < 0 || cfg.BootClientBurst < 0 || cfg.BootClientConcurrency < 0 {
+		return errors.New("--boot-* limits must not be negative (0 switches a limit off)")
+	}
 
 	// Stage 1: storage.
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
@@ -270,7 +309,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer sec.close()
-	boot, err := newBootServices(cfg, st, recorder, sec.agentKey, log)
+	boot, err := newBootServices(cfg, trusted, st, recorder, sec.agentKey, log)
 	if err != nil {
 		return err
 	}
@@ -303,7 +342,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	// Stage 4: handlers.
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
-		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit})
+		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit,
+		ClientIP: func(ctx context.Context) string {
+			// Set by each listener's clientip handler: the peer, or the
+			// client a trusted proxy forwarded for.
+			if c, ok := clientip.FromContext(ctx); ok && c.Addr.IsValid() {
+				return c.Addr.String()
+			}
+			return ""
+		}})
 	apiMux := http.NewServeMux()
 	services.Mount(apiMux, connect.WithInterceptors(metricsInterceptor{}))
 	reflector := grpcreflect.NewStaticReflector(api.ServiceNames()...)
@@ -334,9 +381,24 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		fmt.Fprintln(w, "ok")
 	})
 	httpMux.Handle("GET /metrics", promhttp.Handler())
-	boot.http.Register(httpMux)
-	boot.metadata.Register(httpMux)
 	httpMux.Handle("/", apiMux)
+
+	// The public boot path (no token) goes through the limits; the API,
+	// health and metrics do not, so a boot storm cannot starve them.
+	// Every listener first learns who the client is (clientip, for the
+	// limits, the services and audit) and accepts the path prefix.
+	limiter := httplimit.New(bootLimits(cfg))
+	bootMux := http.NewServeMux()
+	boot.http.Register(bootMux)
+	boot.metadata.Register(bootMux)
+	clients := clientip.Resolver{Trusted: trusted}
+	outer := func(h http.Handler) http.Handler { return withPathPrefix(pathPrefix, clients.Handler(h)) }
+	httpHandler := outer(bootRouter(bootMux, limitBoot(limiter, bootMux), httpMux))
+	metadataHandler := outer(limitBoot(limiter, boot.metadata))
+	grpcHandler := outer(apiMux)
+	log.Info("http routes", "path_prefix", pathPrefix, "boot_rate", cfg.BootRate, "boot_burst", cfg.BootBurst,
+		"boot_concurrency", cfg.BootConcurrency, "boot_client_rate", cfg.BootClientRate,
+		"boot_client_burst", cfg.BootClientBurst, "boot_client_concurrency", cfg.BootClientConcurrency)
 
 	// Stage 5: serve.
 	serveErr := make(chan error, len(lns)+len(boot.packets)+1)
@@ -346,11 +408,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		var srv *http.Server
 		switch l.name {
 		case "http":
-			srv = newHTTPServer(httpMux, true)
+			srv = newHTTPServer(httpHandler, true)
 		case "metadata":
-			srv = newHTTPServer(boot.metadata, true)
+			srv = newHTTPServer(metadataHandler, true)
 		default:
-			srv = newHTTPServer(apiMux, false)
+			srv = newHTTPServer(grpcHandler, false)
 		}
 		servers = append(servers, srv)
 		log.Info("listening", "service", l.name, "addr", l.ln.Addr().String())

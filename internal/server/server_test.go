@@ -60,31 +60,30 @@ func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, 
 	return startWith(t, nil)
 }
 
-// startWith is start with the configuration changed by mod (if not nil)
-// before Run.
-func startWith(t *testing.T, mod func(*Config)) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
+// startWith is start with a Config changed by change (if not nil) first.
+func startWith(t *testing.T, change func(*Config)) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
 	t.Helper()
 	httpPort, grpcPort := freePort(t), freePort(t)
 	logs = newSyncBuffer()
+	cfg := Config{
+		DataDir:        t.TempDir(),
+		Bind:           "127.0.0.1",
+		InsecureNoAuth: true, // authentication has its own test (auth_test.go)
+		HTTPPort:       httpPort,
+		GRPCPort:       grpcPort,
+		Logger:         slog.New(slog.NewTextHandler(logs, nil)),
+		// The boot services have their own tests (boot_test.go, test/e2e).
+		DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
+	}
+	if change != nil {
+		change(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
 	var runErr error
 	wait = func() error { <-runDone; return runErr }
 	go func() {
 		defer close(runDone)
-		cfg := Config{
-			DataDir:        t.TempDir(),
-			Bind:           "127.0.0.1",
-			InsecureNoAuth: true, // authentication has its own test (auth_test.go)
-			HTTPPort:       httpPort,
-			GRPCPort:       grpcPort,
-			Logger:         slog.New(slog.NewTextHandler(logs, nil)),
-			// The boot services have their own tests (boot_test.go, test/e2e).
-			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
-		}
-		if mod != nil {
-			mod(&cfg)
-		}
 		runErr = Run(ctx, cfg)
 	}()
 	httpBase = "http://127.0.0.1:" + strconv.Itoa(httpPort)
@@ -274,6 +273,9 @@ func TestRunErrors(t *testing.T) {
 		{name: "bind not an IP", cfg: Config{Bind: "localhost"}, want: "not an IP address"},
 		{name: "bind not ours", cfg: Config{Bind: "192.0.2.1", HTTPPort: freePort(t)}, want: "is --bind an address of this machine?"},
 		{name: "port busy", cfg: Config{Bind: "127.0.0.1", HTTPPort: busyPort, DisableGRPC: true}, want: "--http-port"},
+		{name: "bad trusted proxy", cfg: Config{Bind: "127.0.0.1", TrustedProxies: []string{"proxy.lab"}}, want: "--trusted-proxies"},
+		{name: "bad path prefix", cfg: Config{Bind: "127.0.0.1", PathPrefix: "/metrics/"}, want: "--path-prefix"},
+		{name: "negative limit", cfg: Config{Bind: "127.0.0.1", BootClientRate: -1}, want: "must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,7 +299,7 @@ func TestDisableListeners(t *testing.T) {
 	errc := make(chan error, 1)
 	logs := newSyncBuffer()
 	go func() {
-		errc <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, DisableHTTP: true, DisableGRPC: true,
+		errc <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", DisableHTTP: true, DisableGRPC: true,
 			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	}()

@@ -11,31 +11,17 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// requireBinary returns the path of a real client. A missing one fails
-// the test under CI=true (scripts/install-deps.sh installs them) and
-// skips it elsewhere.
-func requireBinary(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s not found (Debian package %s; scripts/install-deps.sh installs it)", name, pkg)
-	}
-	t.Skipf("%s not found (Debian package %s)", name, pkg)
-	return ""
-}
+	"github.com/anvilproj/anvil/internal/testtool"
+)
 
 // TestConformance fetches files from an in-process server with the real
 // clients PXE setups and operators use: curl, atftp (the client with
 // RFC 7440 windowsize) and tftp-hpa, and compares what they wrote.
 func TestConformance(t *testing.T) {
-	curl := requireBinary(t, "curl", "curl")
-	atftp := requireBinary(t, "atftp", "atftp")
-	hpa := requireBinary(t, "tftp", "tftp-hpa")
+	curl := testtool.RequireBinary(t, "curl", "curl")
+	atftp := testtool.RequireBinary(t, "atftp", "atftp")
+	hpa := testtool.RequireBinary(t, "tftp", "tftp-hpa")
 
 	dir := t.TempDir()
 	files := map[string][]byte{
@@ -179,8 +165,8 @@ func TestConformanceRollover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("33 MB transfers")
 	}
-	curl := requireBinary(t, "curl", "curl")
-	atftp := requireBinary(t, "atftp", "atftp")
+	curl := testtool.RequireBinary(t, "curl", "curl")
+	atftp := testtool.RequireBinary(t, "atftp", "atftp")
 	data := pattern(65536*512 + 1000)
 	srv := startServer(t, Config{FS: rootWith(t, "big", data)})
 	port := strconv.Itoa(int(srv.addr.Port()))

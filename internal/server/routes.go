@@ -1,0 +1,159 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/anvilproj/anvil/internal/clientip"
+	"github.com/anvilproj/anvil/internal/httplimit"
+)
+
+// Defaults of the boot path's limits: `anvil serve`'s flag defaults. In
+// Config, 0 switches a limit off. See docs/ingress.md for the reasoning.
+const (
+	// DefaultBootRate (requests/s, all clients) lets a boot storm of a
+	// thousand machines through in a few seconds — each machine asks for
+	// a handful of things (script, kernel, initramfs, metadata) — while a
+	// runaway loop cannot take the server's CPU from the API.
+	DefaultBootRate = 500
+	// DefaultBootBurst is one second of DefaultBootRate: a rack powered
+	// on at once (40 machines × 3 requests) is served without a refusal.
+	DefaultBootBurst = 500
+	// DefaultBootConcurrency bounds downloads in flight: boot files are
+	// megabytes, so 70 at once already fill a 10 Gb/s link, and more only
+	// share it more thinly while holding memory and file handles.
+	DefaultBootConcurrency = 70
+	// DefaultBootClientRate and DefaultBootClientBurst (per client
+	// address) are ten times what one booting machine asks for, and cap
+	// what one misbehaving client can take of the overall rate at a tenth.
+	DefaultBootClientRate  = 50
+	DefaultBootClientBurst = 100
+	// DefaultBootClientConcurrency: a machine downloads one file at a
+	// time (iPXE) or a few ranges of one image; 8 leaves room for retries
+	// of dropped connections.
+	DefaultBootClientConcurrency = 8
+)
+
+// reservedPrefixes are the first path elements of anvil's own routes: a
+// --path-prefix starting with one would hide that route's unprefixed form.
+var reservedPrefixes = []string{"ipxe", "bootenv", "images", "metadata", "2009-04-04", "latest",
+	"healthz", "readyz", "metrics", "anvil.", "grpc."}
+
+// normalizePathPrefix returns --path-prefix as "/a/b" (leading slash, no
+// trailing one), or "" for none ("" or "/").
+func normalizePathPrefix(p string) (string, error) {
+	trimmed := strings.Trim(p, "/")
+	if trimmed == "" {
+		return "", nil
+	}
+	for _, el := range strings.Split(trimmed, "/") {
+		if el == "" || el == "." || el == ".." {
+			return "", fmt.Errorf("--path-prefix %q: want a path like /tink-stack/ (no empty, . or .. elements)", p)
+		}
+		for i := 0; i < len(el); i++ {
+			c := el[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~') {
+				return "", fmt.Errorf("--path-prefix %q: only letters, digits, '-', '_', '.', '~' and '/' are allowed", p)
+			}
+		}
+	}
+	first, _, _ := strings.Cut(trimmed, "/")
+	for _, r := range reservedPrefixes {
+		if first == r || strings.HasSuffix(r, ".") && strings.HasPrefix(first, r) {
+			return "", fmt.Errorf("--path-prefix %q would hide anvil's own /%s routes: choose another", p, first)
+		}
+	}
+	return "/" + trimmed, nil
+}
+
+// withPathPrefix serves h at its own paths and, when prefix is set ("/a/b"),
+// under prefix too: "/a/b/ipxe/..." is served as "/ipxe/...", and "/a/b"
+// as "/". So an ingress may forward the prefixed path as it is, or strip
+// it first.
+func withPathPrefix(prefix string, h http.Handler) http.Handler {
+	if prefix == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rest, ok := cutPathPrefix(r.URL.Path, prefix)
+		if !ok {
+			h.ServeHTTP(w, r)
+			return
+		}
+		r2 := new(http.Request)
+		*r2 = *r
+		u := *r.URL
+		u.Path = rest
+		if u.RawPath != "" {
+			// The prefix has no characters that need escaping, so it
+			// starts RawPath just as it starts Path.
+			u.RawPath, _ = cutPathPrefix(u.RawPath, prefix)
+		}
+		r2.URL = &u
+		h.ServeHTTP(w, r2)
+	})
+}
+
+// cutPathPrefix returns path without prefix when path is prefix or starts
+// with prefix + "/"; the rest always starts with "/".
+func cutPathPrefix(path, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, prefix)
+	switch {
+	case !ok:
+		return path, false
+	case rest == "":
+		return "/", true
+	case rest[0] == '/':
+		return rest, true
+	}
+	return path, false // "/tink-stackfoo" is not under "/tink-stack"
+}
+
+// bootRouter sends requests for the boot and metadata routes (those
+// bootMux has a pattern for) to boot — the limited path — and everything
+// else to rest (the API, health, metrics), which no boot limit touches.
+func bootRouter(bootMux *http.ServeMux, boot, rest http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := bootMux.Handler(r); pattern != "" {
+			boot.ServeHTTP(w, r)
+			return
+		}
+		rest.ServeHTTP(w, r)
+	})
+}
+
+// bootLimits is the limiter configuration of cfg.
+func bootLimits(cfg Config) httplimit.Config {
+	return httplimit.Config{
+		Rate:              cfg.BootRate,
+		Burst:             cfg.BootBurst,
+		Concurrency:       cfg.BootConcurrency,
+		ClientRate:        cfg.BootClientRate,
+		ClientBurst:       cfg.BootClientBurst,
+		ClientConcurrency: cfg.BootClientConcurrency,
+	}
+}
+
+// limitBoot puts next behind the boot path's limiter: clients are counted
+// by clientip's address, refusals and requests in flight go to the
+// metrics.
+func limitBoot(l *httplimit.Limiter, next http.Handler) http.Handler {
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bootInFlight.Inc()
+		defer bootInFlight.Dec()
+		next.ServeHTTP(w, r)
+	})
+	return httplimit.NewHandler(httplimit.HandlerConfig{
+		Limiter: l,
+		Next:    counted,
+		Client: func(r *http.Request) netip.Addr {
+			c, _ := clientip.FromContext(r.Context()) // set by the outermost handler
+			return c.Key()
+		},
+		Refused: func(_ *http.Request, ref httplimit.Refusal) {
+			bootLimited.WithLabelValues(string(ref.Limit)).Inc()
+		},
+	})
+}
