@@ -35,7 +35,8 @@ with no identity provider trusts (DATA_DIR/auth/signing-key.pem, created if
 missing), and prints it on standard output. It needs read access to the key,
 so run it on the server's machine as the server's user.
 
-  export ANVIL_TOKEN=$(anvil token create --subject alice --org acme --role operator)
+  TOKEN=$(anvil token create --subject alice --org acme --role operator)
+  curl -H "Authorization: Bearer $TOKEN" ...
 
 Roles are viewer, operator and admin; a token without admin needs --org.`,
 		Args: cobra.NoArgs,
