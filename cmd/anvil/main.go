@@ -80,7 +80,7 @@ func newRootCmd() *cobra.Command {
 	pf.String("log-format", "text", "log format: text or json")
 	pf.String("log-level", "info", "log level: debug, info, warn or error")
 
-	root.AddCommand(newServeCmd(), newVersionCmd(), newRelayCmd(), newAgentCmd(), newBootenvCmd())
+	root.AddCommand(newServeCmd(), newVersionCmd(), newRelayCmd(), newAgentCmd(), newBootenvCmd(), newTokenCmd())
 	root.AddCommand(cli.Commands()...)
 	return root
 }

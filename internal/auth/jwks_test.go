@@ -2,6 +2,8 @@ package auth_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -205,5 +207,21 @@ func TestJWKSOverTLS(t *testing.T) {
 	if v, err := auth.NewVerifier(ctx, cfg); err == nil {
 		v.Close()
 		t.Fatal("NewVerifier without the IdP's CA = nil error; want a certificate error")
+	}
+}
+
+// TestJWKSRedirectToHTTP: a redirect may not take the JWKS fetch to plain
+// http.
+func TestJWKSRedirectToHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.RedirectHandler("http://idp.example.com/jwks", http.StatusFound))
+	t.Cleanup(srv.Close)
+	cfg := auth.Config{JWKSURL: srv.URL + "/jwks", Audience: authtest.Audience}
+	v, err := auth.NewVerifier(context.Background(), cfg)
+	if err == nil {
+		v.Close()
+		t.Fatal("NewVerifier following a redirect to http = nil error; want one")
+	}
+	if !strings.Contains(err.Error(), "must be https") {
+		t.Errorf("NewVerifier = %v; want the redirect refused", err)
 	}
 }

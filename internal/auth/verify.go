@@ -36,6 +36,9 @@ const (
 	KeycloakRolesClaim = "realm_access.roles"
 )
 
+// maxJWKSRedirects bounds the redirects a JWKS fetch follows.
+const maxJWKSRedirects = 5
+
 // maxTokenBytes bounds a token; anything longer is refused unread.
 const maxTokenBytes = 64 << 10
 
@@ -261,7 +264,17 @@ func jwksClient(caFile string, timeout time.Duration) (*http.Client, error) {
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return &http.Client{Transport: tr, Timeout: timeout}, nil
+	return &http.Client{
+		Transport: tr,
+		Timeout:   timeout,
+		// A redirect must not lead to plain http (keys in the clear).
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= maxJWKSRedirects {
+				return fmt.Errorf("more than %d redirects", maxJWKSRedirects)
+			}
+			return checkJWKSURL(req.URL.String())
+		},
+	}, nil
 }
 
 // Close stops the background JWKS refresh and any fetch under way, and
@@ -296,13 +309,40 @@ func (v *Verifier) Refresh(ctx context.Context) error {
 // and strict, so that one token has one spelling.
 var b64 = base64.RawURLEncoding.Strict()
 
-// joseHeader is what the verifier reads of a token's protected header.
-// Keys named in the header (jwk, jku, x5u, x5c) are never used: only
-// configured keys are trusted.
-type joseHeader struct {
-	Alg  string          `json:"alg"`
-	Kid  string          `json:"kid"`
-	Crit json.RawMessage `json:"crit"`
+// Header parameters read (RFC 7515 section 4.1). Keys named in the header
+// (jwk, jku, x5u, x5c) are never used: only configured keys are trusted.
+const (
+	headerAlg  = "alg"
+	headerKid  = "kid"
+	headerCrit = "crit"
+)
+
+// parseHeader reads alg and kid from a decoded protected header, matching
+// parameter names exactly (encoding/json would match a struct field's
+// name in any case, and "ALG" is not "alg").
+func parseHeader(b []byte) (alg, kid string, err error) {
+	var hdr map[string]json.RawMessage
+	if err := json.Unmarshal(b, &hdr); err != nil || hdr == nil {
+		return "", "", malformed("header is not a JSON object")
+	}
+	if _, ok := hdr[headerCrit]; ok {
+		// RFC 7515 section 4.1.11: extensions we do not understand
+		// (b64, say) make the token invalid.
+		return "", "", malformed("crit header: no extensions are supported")
+	}
+	raw, ok := hdr[headerAlg]
+	if !ok {
+		return "", "", malformed("no alg in header")
+	}
+	if err := json.Unmarshal(raw, &alg); err != nil || alg == "" {
+		return "", "", malformed("alg is not a non-empty string")
+	}
+	if raw, ok := hdr[headerKid]; ok {
+		if err := json.Unmarshal(raw, &kid); err != nil {
+			return "", "", malformed("kid is not a string")
+		}
+	}
+	return alg, kid, nil
 }
 
 // Verify checks raw — a compact JWS (header.payload.signature) — and
@@ -325,21 +365,13 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
 	if err != nil {
 		return nil, malformed("header is not base64url")
 	}
-	var hdr joseHeader
-	if err := json.Unmarshal(hb, &hdr); err != nil {
-		return nil, malformed("header is not a JSON object with string alg and kid")
+	alg, kid, err := parseHeader(hb)
+	if err != nil {
+		return nil, err
 	}
-	if hdr.Alg == "" {
-		return nil, malformed("no alg in header")
-	}
-	jv, ok := v.algs[hdr.Alg]
+	jv, ok := v.algs[alg]
 	if !ok {
-		return nil, &TokenError{Reason: ReasonAlgorithm, Detail: "alg " + quote(hdr.Alg)}
-	}
-	if len(hdr.Crit) > 0 {
-		// RFC 7515 section 4.1.11: extensions we do not understand
-		// (b64, say) make the token invalid.
-		return nil, malformed("crit header: no extensions are supported")
+		return nil, &TokenError{Reason: ReasonAlgorithm, Detail: "alg " + quote(alg)}
 	}
 	payload, err := b64.DecodeString(p)
 	if err != nil {
@@ -349,7 +381,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
 	if err != nil {
 		return nil, malformed("signature is not base64url")
 	}
-	if err := v.checkSignature(ctx, hdr.Kid, hdr.Alg, jv, []byte(raw[:len(h)+1+len(p)]), sig); err != nil {
+	if err := v.checkSignature(ctx, kid, alg, jv, []byte(raw[:len(h)+1+len(p)]), sig); err != nil {
 		return nil, err
 	}
 	var claims map[string]any

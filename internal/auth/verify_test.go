@@ -179,6 +179,8 @@ func TestBadTokens(t *testing.T) {
 		{name: "header not JSON", token: authtest.Segment([]byte(`{alg: RS256`)) + "." + goodPayload + ".c2ln", want: auth.ReasonMalformed},
 		{name: "header JSON array", token: authtest.Segment([]byte(`["RS256"]`)) + "." + goodPayload + ".c2ln", want: auth.ReasonMalformed},
 		{name: "header alg a number", token: authtest.Segment([]byte(`{"alg":256}`)) + "." + goodPayload + ".c2ln", want: auth.ReasonMalformed},
+		{name: "header ALG in upper case", token: authtest.Segment([]byte(`{"ALG":"RS256","kid":"rsa-1"}`)) + "." + goodPayload + ".c2ln", want: auth.ReasonMalformed},
+		{name: "header kid a number", token: authtest.Segment([]byte(`{"alg":"RS256","kid":1}`)) + "." + goodPayload + ".c2ln", want: auth.ReasonMalformed},
 		{name: "header without alg", token: authtest.Segment([]byte(`{"kid":"rsa-1"}`)) + "." + goodPayload + ".c2ln", want: auth.ReasonMalformed},
 		{name: "payload bad base64", token: goodHeader + ".***.c2ln", want: auth.ReasonMalformed},
 		{name: "signature bad base64", token: goodHeader + "." + goodPayload + ".***", want: auth.ReasonMalformed},

@@ -237,6 +237,16 @@ func (p *IdP) key(kid string) *key {
 // endpoint serves it.
 func (p *IdP) JWKS() []byte {
 	p.t.Helper()
+	b, err := p.jwks()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return b
+}
+
+// jwks is JWKS without the test: the server's goroutine must not call
+// t.Fatal.
+func (p *IdP) jwks() ([]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	set := jwk.NewSet()
@@ -244,22 +254,18 @@ func (p *IdP) JWKS() []byte {
 		k := p.keys[kid]
 		jk, err := jwk.FromRaw(k.priv.Public())
 		if err != nil {
-			p.t.Fatal(err)
+			return nil, err
 		}
 		for name, v := range map[string]any{jwk.KeyIDKey: k.kid, jwk.AlgorithmKey: k.alg, jwk.KeyUsageKey: "sig"} {
 			if err := jk.Set(name, v); err != nil {
-				p.t.Fatal(err)
+				return nil, err
 			}
 		}
 		if err := set.AddKey(jk); err != nil {
-			p.t.Fatal(err)
+			return nil, err
 		}
 	}
-	b, err := json.Marshal(set)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return b
+	return json.Marshal(set)
 }
 
 func (p *IdP) serveJWKS(w http.ResponseWriter, r *http.Request) {
@@ -272,8 +278,13 @@ func (p *IdP) serveJWKS(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "IdP unavailable", http.StatusServiceUnavailable)
 		return
 	}
+	b, err := p.jwks()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/jwk-set+json")
-	w.Write(p.JWKS())
+	w.Write(b)
 }
 
 // Claims returns the claims of a good token from this IdP for sub in org
