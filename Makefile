@@ -31,7 +31,8 @@ FUZZ_TARGETS := \
 	./internal/labels:FuzzParse \
 	./internal/syslog:FuzzParse \
 	./internal/tftp:FuzzParseRequest \
-	./internal/clientip:FuzzResolve
+	./internal/clientip:FuzzResolve \
+	./internal/auth:FuzzVerify
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools kernel clean ipxe-refresh
 

@@ -54,6 +54,9 @@ APT_PACKAGES+=(lz4 zstd gzip)
 # HTTP load generator: the boot path limits' load test (internal/server
 # TestBootLoadWrk) hammers a real server with wrk.
 APT_PACKAGES+=(wrk)
+# The ingress test (test/e2e TestIngress) puts nginx in front of anvil:
+# TLS, gRPC to h2c, a rewritten path prefix.
+APT_PACKAGES+=(nginx-light)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
