@@ -114,6 +114,10 @@ func (c *clients) explain(err error) error {
 			return fmt.Errorf("cannot reach the Anvil server at %s (%s): is `anvil serve` running? Set --server or %s to its address",
 				c.server, rootCause(err), EnvServer)
 		}
+		if ce.Code() == connect.CodeUnauthenticated {
+			return fmt.Errorf("%s (the server wants a token: --token, --token-file, $%s or $%s; a local server writes an admin token to DATA_DIR/auth/admin.token, and `anvil token create` makes others)",
+				ce.Message(), EnvToken, EnvTokenFile)
+		}
 		return errors.New(ce.Message())
 	}
 	if isNetError(err) {
