@@ -36,6 +36,7 @@ type env struct {
 	man  anvilv1connect.ManifestServiceClient
 	ag   anvilv1connect.AgentServiceClient
 	logs anvilv1connect.LogServiceClient
+	jobs anvilv1connect.JobServiceClient
 
 	st *bolt.Store     // the store behind the API
 	ls *logstore.Store // the log store behind the API
@@ -44,6 +45,9 @@ type env struct {
 type envOptions struct {
 	engine       bool
 	watchHistory int
+	// wrap, if set, wraps the services' handler (to put a principal into
+	// each request's context).
+	wrap func(http.Handler) http.Handler
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -72,7 +76,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	mux := http.NewServeMux()
 	svc.Mount(mux)
 
-	srv := httptest.NewUnstartedServer(mux)
+	var h http.Handler = mux
+	if o.wrap != nil {
+		h = o.wrap(mux)
+	}
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
@@ -106,6 +114,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		man:  anvilv1connect.NewManifestServiceClient(h2c, srv.URL, grpc),
 		ag:   anvilv1connect.NewAgentServiceClient(h2c, srv.URL, grpc),
 		logs: anvilv1connect.NewLogServiceClient(h2c, srv.URL, grpc),
+		jobs: anvilv1connect.NewJobServiceClient(h2c, srv.URL, grpc),
 		st:   st,
 		ls:   ls,
 	}
