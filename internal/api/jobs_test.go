@@ -483,7 +483,7 @@ func TestCancelJob(t *testing.T) {
 		e := newJobsEnv(t, true)
 		id := e.provision(t, "", &v1.ProvisionDeviceRequest{DeviceId: "node1", Template: "install"}).GetJobId()
 		e.waitJob(t, id, "PENDING", stateIs(v1.JobState_JOB_STATE_PENDING))
-		if s := cancel(t, e, id, false); s.GetState() != v1.JobState_JOB_STATE_CANCELLED || !strings.Contains(s.GetMessage(), "cancelled: test") {
+		if s := cancel(t, e, id, false); s.GetState() != v1.JobState_JOB_STATE_CANCELLED || !strings.Contains(s.GetMessage(), "cancelled before it started; reason: test") {
 			t.Fatalf("CancelJob = %v; want CANCELLED with the reason", s)
 		}
 		_, err := e.ag.GetAction(ctx, connect.NewRequest(&v1.GetActionRequest{AgentId: agent}))
@@ -513,6 +513,9 @@ func TestCancelJob(t *testing.T) {
 		}
 		if s.GetState() != v1.JobState_JOB_STATE_CANCELLED || strings.Join(got, " ") != "SUCCESS PENDING PENDING" {
 			t.Errorf("status %v, actions %v; want CANCELLED, write SUCCESS and the rest never run", s.GetState(), got)
+		}
+		if want := `cancelled after action "write" of task "os" succeeded; reason: test`; s.GetMessage() != want {
+			t.Errorf("message %q; want %q", s.GetMessage(), want)
 		}
 		// Cancelling again is not an error.
 		if s := cancel(t, e, id, false); s.GetState() != v1.JobState_JOB_STATE_CANCELLED {

@@ -84,6 +84,8 @@ type WorkflowStatus struct {
 	// CANCELLED when that action's end is reported. Nil otherwise (a
 	// workflow with no running action is cancelled at once).
 	CancelRequested *time.Time `json:"cancelRequested,omitempty"`
+	// CancelReason is the reason given with the cancellation, if any.
+	CancelReason string `json:"cancelReason,omitempty"`
 }
 
 // MaxHistory caps WorkflowStatus.History so a chatty agent cannot grow a

@@ -121,7 +121,7 @@ func TestCancel(t *testing.T) {
 			}
 			if tc.wantState == model.StateCancelled && tc.wantChanged {
 				last := st.History[len(st.History)-1]
-				if last.State != model.StateCancelled || !strings.Contains(last.Message, "cancelled: by test") || st.CompletionTime == nil {
+				if last.State != model.StateCancelled || !strings.Contains(last.Message, "; reason: by test") || st.CompletionTime == nil {
 					t.Errorf("last history %+v, completion %v; want CANCELLED with the reason", last, st.CompletionTime)
 				}
 			}

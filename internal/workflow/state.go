@@ -414,7 +414,7 @@ func (st wfState) finish(ti, ai int, state, msg string, now time.Time) {
 			// was left to cancel.
 			st.end(model.StateSuccess, "", now)
 		} else if st.CancelRequested != nil {
-			st.end(model.StateCancelled, fmt.Sprintf("cancelled: stopped after action %q of task %q succeeded", a.Name, t.Name), now)
+			st.endCancelled(fmt.Sprintf("after action %q of task %q succeeded", a.Name, t.Name), now)
 		}
 		return
 	}
@@ -434,7 +434,7 @@ func (st wfState) finish(ti, ai int, state, msg string, now time.Time) {
 	AddHistory(st.WorkflowStatus, model.HistoryEvent{Time: now, Type: HistoryAction, Task: t.Name, Action: a.Name,
 		AgentID: t.AgentID, State: state, Message: msg, Attempt: a.Attempt})
 	if st.CancelRequested != nil {
-		st.end(model.StateCancelled, fmt.Sprintf("cancelled: stopped after action %q of task %q ended %s: %s",
+		st.endCancelled(fmt.Sprintf("after action %q of task %q ended %s (%s)",
 			a.Name, t.Name, state, orDefault(msg, strings.ToLower(state))), now)
 		return
 	}
@@ -490,7 +490,7 @@ func CheckDeadlines(status *model.WorkflowStatus, now time.Time) (changed bool, 
 			}
 		}
 		if st.CancelRequested != nil {
-			st.end(model.StateCancelled, "cancelled: "+msg, now)
+			st.endCancelled("at the deadline: "+msg, now)
 		} else {
 			st.end(model.StateTimeout, msg, now)
 		}
@@ -627,15 +627,12 @@ func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now tim
 // ended otherwise is an error wrapping ErrEnded, and st is left untouched.
 func Cancel(status *model.WorkflowStatus, now time.Time, force bool, reason string) (bool, error) {
 	st := wfState{status}
-	why := "cancelled"
-	if reason != "" {
-		why += ": " + reason
-	}
 	switch state := model.NormalizeState(st.State); state {
 	case model.StateCancelled:
 		return false, nil
 	case "", model.StatePending:
-		st.end(model.StateCancelled, why+" before it started", now)
+		st.CancelReason = reason
+		st.endCancelled("before it started", now)
 		return true, nil
 	case model.StateRunning:
 	default:
@@ -643,14 +640,18 @@ func Cancel(status *model.WorkflowStatus, now time.Time, force bool, reason stri
 	}
 	ti, ai, ok := firstUnfinished(status)
 	if !ok || model.NormalizeState(st.Tasks[ti].Actions[ai].State) != model.StateRunning {
-		st.end(model.StateCancelled, why+" between actions", now)
+		st.CancelReason = reason
+		st.endCancelled("between actions", now)
 		return true, nil
 	}
 	t := &st.Tasks[ti]
 	a := &t.Actions[ai]
 	if force {
+		if reason != "" || st.CancelRequested == nil {
+			st.CancelReason = reason
+		}
 		st.interrupt(ti, ai, "cancelled (forced) while running: its outcome on the machine is unknown", now)
-		st.end(model.StateCancelled, fmt.Sprintf("%s (forced) while action %q of task %q was running", why, a.Name, t.Name), now)
+		st.endCancelled(fmt.Sprintf("forced while action %q of task %q was running", a.Name, t.Name), now)
 		return true, nil
 	}
 	if st.CancelRequested != nil {
@@ -658,10 +659,24 @@ func Cancel(status *model.WorkflowStatus, now time.Time, force bool, reason stri
 	}
 	c := now
 	st.CancelRequested = &c
+	st.CancelReason = reason
 	AddHistory(status, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: st.State,
-		Message: fmt.Sprintf("cancel requested%s: action %q of task %q finishes first; no further action is handed out",
-			strings.TrimPrefix(why, "cancelled"), a.Name, t.Name)})
+		Message: withReason(fmt.Sprintf("cancel requested: action %q of task %q finishes first; no further action is handed out",
+			a.Name, t.Name), reason)})
 	return true, nil
+}
+
+// endCancelled ends the workflow CANCELLED; the history says how and why.
+func (st wfState) endCancelled(how string, now time.Time) {
+	st.end(model.StateCancelled, withReason("cancelled "+how, st.CancelReason), now)
+}
+
+// withReason appends a cancellation's reason to msg.
+func withReason(msg, reason string) string {
+	if reason == "" {
+		return msg
+	}
+	return msg + "; reason: " + reason
 }
 
 // CancelInterrupted ends a workflow whose cancellation waits for an action
@@ -682,7 +697,7 @@ func CancelInterrupted(status *model.WorkflowStatus, agentID string, now time.Ti
 	t := &st.Tasks[ti]
 	a := &t.Actions[ai]
 	st.interrupt(ti, ai, "cancelled: the agent asked for work while this action was recorded running (it restarted); its outcome is unknown", now)
-	st.end(model.StateCancelled, fmt.Sprintf("cancelled: action %q of task %q was interrupted", a.Name, t.Name), now)
+	st.endCancelled(fmt.Sprintf("when action %q of task %q was interrupted", a.Name, t.Name), now)
 	return true
 }
 
