@@ -512,7 +512,11 @@ func jobMessage(wf *model.Workflow) string {
 	case state == "":
 		return "waiting for the workflow engine to render the template"
 	case st.CancelRequested != nil && cs != nil:
-		return fmt.Sprintf("cancel requested: action %q of task %q finishes first; no further action is handed out", cs.ActionName, cs.TaskName)
+		msg := fmt.Sprintf("cancel requested: action %q of task %q finishes first; no further action is handed out", cs.ActionName, cs.TaskName)
+		if st.CancelReason != "" {
+			msg += "; reason: " + st.CancelReason
+		}
+		return msg
 	case state == model.StateRunning && cs != nil:
 		return fmt.Sprintf("action %q of task %q is %s", cs.ActionName, cs.TaskName, model.NormalizeState(cs.State))
 	case state == model.StatePending && len(st.Tasks) > 0:

@@ -498,7 +498,8 @@ func TestCancelJob(t *testing.T) {
 		a := e.nextAction(t, agent)
 		e.reportAction(t, agent, a, v1.ActionState_ACTION_STATE_RUNNING, nil)
 		s := cancel(t, e, id, false)
-		if s.GetState() != v1.JobState_JOB_STATE_CANCELLING || s.GetCancelRequested() == nil || !strings.Contains(s.GetMessage(), `action "write"`) {
+		if s.GetState() != v1.JobState_JOB_STATE_CANCELLING || s.GetCancelRequested() == nil || !strings.Contains(s.GetMessage(), `action "write"`) ||
+			!strings.HasSuffix(s.GetMessage(), "; reason: test") {
 			t.Fatalf("CancelJob = %v; want CANCELLING, waiting for write", s)
 		}
 		if ws := e.reportAction(t, agent, a, v1.ActionState_ACTION_STATE_SUCCESS, nil); ws != model.StateCancelled {
