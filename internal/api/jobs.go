@@ -30,13 +30,13 @@ import (
 // the key — the store finds the job by it — and an annotation the key
 // itself, which a match must equal.
 const (
-	// LabelIdempotencyKey is the label holding idempotencyDigest(key).
-	LabelIdempotencyKey = "anvil.dev/idempotency-key"
-	// AnnotationIdempotencyKey is the annotation holding the key.
-	AnnotationIdempotencyKey = "anvil.dev/idempotency-key"
-	// AnnotationDeviceID is the annotation holding the device_id as the
+	// labelIdempotencyKey is the label holding idempotencyDigest(key).
+	labelIdempotencyKey = "anvil.dev/idempotency-key"
+	// annotationIdempotencyKey is the annotation holding the key.
+	annotationIdempotencyKey = "anvil.dev/idempotency-key"
+	// annotationDeviceID is the annotation holding the device_id as the
 	// caller wrote it.
-	AnnotationDeviceID = "anvil.dev/device-id"
+	annotationDeviceID = "anvil.dev/device-id"
 )
 
 // maxIdempotencyKey bounds an idempotency key (an annotation value).
@@ -111,20 +111,23 @@ func (j jobService) ProvisionDevice(ctx context.Context, req *connect.Request[v1
 		name = strings.TrimRight(name[:maxJobNameHardware], "-.")
 	}
 	wf := newProvisionWorkflow(hw, name+"-"+suffix, m.GetTemplate(), macs[0], m.GetParameters())
-	wf.Annotations = map[string]string{AnnotationDeviceID: m.GetDeviceId()}
+	wf.Annotations = map[string]string{annotationDeviceID: m.GetDeviceId()}
 	if key != "" {
-		wf.Labels = map[string]string{LabelIdempotencyKey: idempotencyDigest(key)}
-		wf.Annotations[AnnotationIdempotencyKey] = key
+		wf.Labels = map[string]string{labelIdempotencyKey: idempotencyDigest(key)}
+		wf.Annotations[annotationIdempotencyKey] = key
 	}
 	if err := model.Validate(wf); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the job's workflow %s is invalid:\n%w", wf.Key(), err))
 	}
 	obj, err := s.cfg.Store.Create(ctx, wf)
 	if errors.Is(err, store.ErrAlreadyExists) {
-		// The name comes from the key (or chance): a job this key made
-		// that the lookup above missed would be a store bug; anything
-		// else, a digest collision.
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a workflow %s already exists: use another idempotency_key", wf.Key()))
+		// The suffix comes from the key (a digest collision, or a workflow
+		// so named by hand) or from chance.
+		retry := "try again"
+		if key != "" {
+			retry = "use another idempotency_key"
+		}
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a workflow %s already exists: %s", wf.Key(), retry))
 	}
 	if err != nil {
 		return nil, s.toConnect(fmt.Errorf("create workflow %s: %w", wf.Key(), err))
@@ -154,7 +157,7 @@ func (s *Services) repeatedProvision(ctx context.Context, prev *model.Workflow, 
 	if !maps.Equal(params, m.GetParameters()) {
 		diffs = append(diffs, fmt.Sprintf("parameters %s, not %s", formatParams(params), formatParams(m.GetParameters())))
 	}
-	if dev := m.GetDeviceId(); dev != prev.Annotations[AnnotationDeviceID] {
+	if dev := m.GetDeviceId(); dev != prev.Annotations[annotationDeviceID] {
 		// Another spelling of the same device (its MAC, not its name) is
 		// the same call.
 		hw, err := s.findDevice(ctx, prev.Namespace, dev)
@@ -257,26 +260,29 @@ func (j jobService) ListJobs(ctx context.Context, req *connect.Request[v1.ListJo
 // CancelJob cancels a job through the workflow engine.
 func (j jobService) CancelJob(ctx context.Context, req *connect.Request[v1.CancelJobRequest]) (*connect.Response[v1.CancelJobResponse], error) {
 	s := j.s
-	if s.cfg.Engine == nil {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the workflow engine is not running"))
-	}
 	wf, err := s.job(ctx, req.Msg.GetJobId(), auth.Provision)
 	if err != nil {
 		return nil, err
+	}
+	if s.cfg.Engine == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the workflow engine is not running"))
 	}
 	reason := req.Msg.GetReason()
 	if p := auth.FromContext(ctx); p != nil && p.Subject != "" {
 		reason = strings.TrimSuffix("by "+p.Subject+": "+reason, ": ")
 	}
-	wf, err = s.cfg.Engine.Cancel(ctx, jobID(wf), workflow.CancelOptions{Force: req.Msg.GetForce(), Reason: reason})
+	cancelled, err := s.cfg.Engine.Cancel(ctx, jobID(wf), workflow.CancelOptions{Force: req.Msg.GetForce(), Reason: reason})
 	if errors.Is(err, workflow.ErrEnded) {
+		if cancelled != nil {
+			wf = cancelled
+		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("job %s already ended (%s): there is nothing to cancel",
 			req.Msg.GetJobId(), jobStateName(jobState(wf))))
 	}
 	if err != nil {
 		return nil, s.toConnect(fmt.Errorf("cancel job %s: %w", req.Msg.GetJobId(), err))
 	}
-	return connect.NewResponse(&v1.CancelJobResponse{Job: jobStatus(wf, true)}), nil
+	return connect.NewResponse(&v1.CancelJobResponse{Job: jobStatus(cancelled, true)}), nil
 }
 
 // job reads the Workflow of a job the caller may use with perm.
@@ -302,13 +308,13 @@ func (s *Services) job(ctx context.Context, id string, perm auth.Permission) (*m
 func (s *Services) jobByKey(ctx context.Context, ns, key string) (*model.Workflow, error) {
 	objs, _, err := s.cfg.Store.List(ctx, model.KindWorkflow, store.ListOptions{
 		Namespace: ns,
-		Labels:    labels.FromMap(map[string]string{LabelIdempotencyKey: idempotencyDigest(key)}),
+		Labels:    labels.FromMap(map[string]string{labelIdempotencyKey: idempotencyDigest(key)}),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("find the job of idempotency key %q: %w", key, err)
 	}
 	for _, o := range objs {
-		if wf := o.(*model.Workflow); wf.Annotations[AnnotationIdempotencyKey] == key {
+		if wf := o.(*model.Workflow); wf.Annotations[annotationIdempotencyKey] == key {
 			return wf, nil
 		}
 	}
@@ -463,7 +469,7 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 		Completed:       timestamp(st.CompletionTime),
 		CancelRequested: timestamp(st.CancelRequested),
 		Message:         jobMessage(wf),
-		IdempotencyKey:  wf.Annotations[AnnotationIdempotencyKey],
+		IdempotencyKey:  wf.Annotations[annotationIdempotencyKey],
 		Parameters:      wf.Spec.HardwareMap,
 	}
 	if wf.Spec.HardwareRef == "" {
