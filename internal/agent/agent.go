@@ -11,7 +11,10 @@
 // through server restarts and network blips, and an action this agent
 // already finished is never run again; an action that takes the machine down
 // (reboot, kexec, poweroff) does so only after its SUCCESS is durable on the
-// server.
+// server. A workflow cancelled on the server (answered CANCELLED to a
+// report) is over, as one that ended otherwise: the action that was running
+// finishes and is reported (and, if it succeeded, still takes the machine
+// down if that is what it does), and no further action of it is run.
 //
 // It talks to the server only through the anvil.v1 AgentService API; it must
 // not import server-side packages (store, workflow engine, boot services).
@@ -38,10 +41,21 @@ import (
 
 // Workflow states as the server reports them.
 const (
-	stateSuccess = "SUCCESS"
-	stateFailed  = "FAILED"
-	stateTimeout = "TIMEOUT"
+	stateSuccess   = "SUCCESS"
+	stateFailed    = "FAILED"
+	stateTimeout   = "TIMEOUT"
+	stateCancelled = "CANCELLED"
 )
+
+// workflowEnded reports whether a workflow state the server answered is
+// final: no action of that workflow is to run any more.
+func workflowEnded(state string) bool {
+	switch state {
+	case stateSuccess, stateFailed, stateTimeout, stateCancelled:
+		return true
+	}
+	return false
+}
 
 // Defaults for the zero values of Config.
 const (
@@ -95,8 +109,8 @@ type Config struct {
 	// Run keeps asking for work until ctx ends, as a boot environment does.
 	ExitWhenDone bool
 	// OnWorkflowEnd, if set, is called when a report's answer says the
-	// workflow ended (SUCCESS, FAILED or TIMEOUT), with the message of the
-	// action that ended it.
+	// workflow ended (SUCCESS, FAILED, TIMEOUT or CANCELLED), with the
+	// message of the action that ended it.
 	OnWorkflowEnd func(workflowID, state, message string)
 	// Now is the clock for report times; nil means time.Now.
 	Now func() time.Time
@@ -218,9 +232,13 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		if out.workflowState != "" {
 			res.WorkflowID, res.WorkflowState = act.GetWorkflowId(), out.workflowState
 		}
-		ended := out.workflowState == stateSuccess || out.workflowState == stateFailed || out.workflowState == stateTimeout
+		ended := workflowEnded(out.workflowState)
 		if ended {
-			a.Logf("anvil agent: workflow %s ended %s", act.GetWorkflowId(), out.workflowState)
+			if out.workflowState == stateCancelled {
+				a.Logf("anvil agent: workflow %s was cancelled; running none of its further actions", act.GetWorkflowId())
+			} else {
+				a.Logf("anvil agent: workflow %s ended %s", act.GetWorkflowId(), out.workflowState)
+			}
 			if a.cfg.OnWorkflowEnd != nil {
 				a.cfg.OnWorkflowEnd(act.GetWorkflowId(), out.workflowState, out.message)
 			}
@@ -323,11 +341,18 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 	startReport := cloneReport(base)
 	startReport.ActionState = v1.ActionState_ACTION_STATE_RUNNING
 	startReport.Message = startMsg
-	if _, err := a.report(ctx, startReport); err != nil {
+	started, err := a.report(ctx, startReport)
+	if err != nil {
 		if errors.Is(err, errRefused) {
 			return actionOutcome{}, nil // the server no longer wants it; ask again
 		}
 		return actionOutcome{}, err
+	}
+	if ws := started.GetWorkflowState(); workflowEnded(ws) {
+		// Cancelled between handing the action out and its start: the
+		// server acknowledged the start without recording it.
+		a.actionLogf(act, "anvil agent: %s: not run: workflow %s is %s", name, act.GetWorkflowId(), ws)
+		return actionOutcome{workflowState: ws}, nil
 	}
 
 	out := newActionOutput(a, act)

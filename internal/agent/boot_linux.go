@@ -136,7 +136,11 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 			}
 		},
 		OnWorkflowEnd: func(id, state, msg string) {
-			if state == stateSuccess {
+			switch state {
+			case stateSuccess:
+				return
+			case stateCancelled:
+				con.printf("anvil agent: workflow %s was cancelled; waiting for new work", id)
 				return
 			}
 			con.printf("anvil agent: workflow %s ended %s: %s", id, state, msg)

@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Actions++
 		res.WorkflowState = state
 		switch state {
-		case "SUCCESS", "FAILED", "TIMEOUT":
+		case "SUCCESS", "FAILED", "TIMEOUT", "CANCELLED":
 			return res, nil
 		}
 	}

@@ -1,13 +1,15 @@
 // Package api implements every anvil.v1 service (Hardware, Template, Workflow,
-// Manifest, Agent, Log) as connect handlers over store.Store, the workflow
-// engine and the log store.
+// Manifest, Agent, Log, Job) as connect handlers over store.Store, the
+// workflow engine and the log store.
 //
 // It owns the translation between the wire (proto messages, connect codes)
 // and the model: converting objects, parsing selectors, mapping errors to
-// codes, and the few operations that are several store calls in one
-// (Reprovision). It must not hold state of its own beyond a lock, open
-// listeners or decide policy — the store, the engine and the model's
-// validation decide; internal/server mounts the handlers and serves them.
+// codes, asking internal/auth whether the caller may (authz.go), and the few
+// operations that are several store calls in one (Reprovision,
+// ProvisionDevice). It must not hold state of its own beyond a lock, open
+// listeners or decide policy — the store, the engine, the model's validation
+// and internal/auth decide; internal/server mounts the handlers and serves
+// them.
 package api
 
 import (
@@ -32,11 +34,12 @@ import (
 // DefaultMaxWait caps GetAction's long poll when Config.MaxWait is 0.
 const DefaultMaxWait = 30 * time.Second
 
-// Engine is what the agent service needs from the workflow engine.
-// *workflow.Engine implements it.
+// Engine is what the agent and job services need from the workflow
+// engine. *workflow.Engine implements it.
 type Engine interface {
 	GetAction(ctx context.Context, agentID string, wait time.Duration) (*workflow.NextAction, error)
 	ReportActionStatus(ctx context.Context, r workflow.ActionReport) (string, error)
+	Cancel(ctx context.Context, workflowID string, opts workflow.CancelOptions) (*model.Workflow, error)
 }
 
 // LogStore is what the agent and log services need from the log store.
@@ -55,8 +58,9 @@ type LogStore interface {
 type Config struct {
 	// Store holds the objects. Required.
 	Store store.Store
-	// Engine serves the agent service. If nil, AgentService answers
-	// UNAVAILABLE for GetAction and ReportActionStatus.
+	// Engine serves the agent service and cancels jobs. If nil,
+	// AgentService answers UNAVAILABLE for GetAction and
+	// ReportActionStatus, and JobService for CancelJob.
 	Engine Engine
 	// Logs keeps agent output and the machine records. If nil, StreamLogs,
 	// GetLogs and ListUnknownMachines answer UNAVAILABLE.
@@ -143,6 +147,7 @@ func ServiceNames() []string {
 		anvilv1connect.AgentServiceName,
 		anvilv1connect.LogServiceName,
 		anvilv1connect.AuditServiceName,
+		anvilv1connect.JobServiceName,
 	}
 }
 
@@ -160,6 +165,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
 	mux.Handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))
 	mux.Handle(anvilv1connect.NewAuditServiceHandler(auditService{s}, opts...))
+	mux.Handle(anvilv1connect.NewJobServiceHandler(jobService{s}, opts...))
 }
 
 // toConnect maps an error from the store, the engine or the model to a
@@ -188,7 +194,7 @@ func (s *Services) toConnect(err error) error {
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, store.ErrGone):
 		code = connect.CodeOutOfRange
-	case errors.Is(err, workflow.ErrBadReport):
+	case errors.Is(err, workflow.ErrBadReport), errors.Is(err, workflow.ErrEnded):
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, store.ErrClosed), errors.Is(err, logstore.ErrClosed), errors.Is(err, audit.ErrClosed):
 		code = connect.CodeUnavailable

@@ -37,6 +37,7 @@ type env struct {
 	ag   anvilv1connect.AgentServiceClient
 	logs anvilv1connect.LogServiceClient
 	aud  anvilv1connect.AuditServiceClient
+	jobs anvilv1connect.JobServiceClient
 
 	st *bolt.Store     // the store behind the API
 	ls *logstore.Store // the log store behind the API
@@ -114,6 +115,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		ag:   anvilv1connect.NewAgentServiceClient(h2c, srv.URL, grpc),
 		logs: anvilv1connect.NewLogServiceClient(h2c, srv.URL, grpc),
 		aud:  anvilv1connect.NewAuditServiceClient(h2c, srv.URL, grpc),
+		jobs: anvilv1connect.NewJobServiceClient(h2c, srv.URL, grpc),
 		st:   st,
 		ls:   ls,
 	}

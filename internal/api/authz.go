@@ -59,3 +59,9 @@ func workflowNamespace(id string) string {
 	}
 	return ns
 }
+
+// sees reports whether the caller may read the objects of namespace, for
+// filtering lists without an error per object.
+func sees(ctx context.Context, namespace string) bool {
+	return auth.FromContext(ctx).Sees(namespace)
+}

@@ -72,36 +72,16 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 		return nil, s.toConnect(err)
 	}
 	hw := obj.(*model.Hardware)
-	if _, err := s.cfg.Store.Get(ctx, model.KindTemplate, ns, m.GetTemplate()); errors.Is(err, store.ErrNotFound) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %s/%s not found (anvil get templates -n %s lists them)", ns, m.GetTemplate(), ns))
-	} else if err != nil {
-		return nil, s.toConnect(err)
-	}
-	macs := hw.MACs()
-	if len(macs) == 0 {
-		return nil, connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("hardware %s has no interface with a MAC: a workflow's worker is the machine's first MAC", hw.Key()))
-	}
-	if busy, err := unfinishedWorkflows(ctx, s.cfg.Store, hw); err != nil {
-		return nil, s.toConnect(err)
-	} else if len(busy) > 0 {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, busyError(hw, busy))
+	macs, err := s.checkProvisionable(ctx, hw, m.GetTemplate())
+	if err != nil {
+		return nil, err
 	}
 
 	name := m.GetWorkflow()
 	if name == "" {
 		name = hw.Name + "-" + s.cfg.Now().UTC().Format(reprovisionNameTime)
 	}
-	wf := &model.Workflow{
-		TypeMeta:   model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindWorkflow},
-		ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name},
-		Spec: model.WorkflowSpec{
-			TemplateRef: m.GetTemplate(),
-			HardwareRef: hw.Name,
-			HardwareMap: map[string]string{hardwareMapDevice: macs[0]},
-			BootOptions: &model.BootOptions{ToggleAllowNetboot: true, BootMode: "netboot"},
-		},
-	}
+	wf := newProvisionWorkflow(hw, name, m.GetTemplate(), macs[0], nil)
 	if err := model.Validate(wf); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("workflow %s/%s is invalid (choose another name with --name):\n%w", ns, name, err))
 	}
@@ -115,17 +95,7 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 	}
 
 	out := &v1.ReprovisionResponse{}
-	hw, err = setAllowPXE(ctx, s.cfg.Store, hw)
-	if err != nil {
-		s.log.Warn("reprovision: allowPXE not set", "hardware", hw.Key(), "workflow", created.GetObjectMeta().Key(), "err", err)
-		out.Warnings = append(out.Warnings, fmt.Sprintf("allowPXE could not be set on hardware %s (%v); the workflow engine sets it when workflow %s starts (toggleAllowNetboot)",
-			hw.Key(), err, name))
-	}
-	for i, ifc := range hw.Spec.Interfaces {
-		if ifc.Netboot != nil && !model.BoolValue(ifc.Netboot.AllowWorkflow, true) {
-			out.Warnings = append(out.Warnings, fmt.Sprintf("spec.interfaces[%d].netboot.allowWorkflow is false: that interface boots its disk, not the workflow; set it to true", i))
-		}
-	}
+	hw, out.Warnings = s.enableNetboot(ctx, hw, created.(*model.Workflow))
 	if out.Workflow, err = w.encode(created); err != nil {
 		return nil, err
 	}
@@ -133,6 +103,71 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 		return nil, err
 	}
 	return connect.NewResponse(out), nil
+}
+
+// newProvisionWorkflow is the Workflow Reprovision and ProvisionDevice
+// create: the template run on hw with hardwareMap (device_1 set to mac),
+// toggleAllowNetboot on.
+func newProvisionWorkflow(hw *model.Hardware, name, template, mac string, hardwareMap map[string]string) *model.Workflow {
+	hm := make(map[string]string, len(hardwareMap)+1)
+	for k, v := range hardwareMap {
+		hm[k] = v
+	}
+	hm[hardwareMapDevice] = mac
+	return &model.Workflow{
+		TypeMeta:   model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindWorkflow},
+		ObjectMeta: model.ObjectMeta{Namespace: hw.Namespace, Name: name},
+		Spec: model.WorkflowSpec{
+			TemplateRef: template,
+			HardwareRef: hw.Name,
+			HardwareMap: hm,
+			BootOptions: &model.BootOptions{ToggleAllowNetboot: true, BootMode: "netboot"},
+		},
+	}
+}
+
+// checkProvisionable checks that a new workflow from template may start on
+// hw: the Template exists in hw's namespace, hw has a MAC (the worker), and
+// no unfinished workflow is on hw. It returns hw's MACs. Call it holding
+// reprovisionMu, and create the workflow before letting go.
+func (s *Services) checkProvisionable(ctx context.Context, hw *model.Hardware, template string) ([]string, error) {
+	ns := hw.Namespace
+	if _, err := s.cfg.Store.Get(ctx, model.KindTemplate, ns, template); errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %s/%s not found (anvil get templates -n %s lists them)", ns, template, ns))
+	} else if err != nil {
+		return nil, s.toConnect(err)
+	}
+	macs := hw.MACs()
+	if len(macs) == 0 {
+		return nil, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("hardware %s has no interface with a MAC: a workflow's worker is the machine's first MAC", hw.Key()))
+	}
+	if busy, err := unfinishedWorkflows(ctx, s.cfg.Store, hw); err != nil {
+		return nil, s.toConnect(err)
+	} else if len(busy) > 0 {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, busyError(hw, busy))
+	}
+	return macs, nil
+}
+
+// enableNetboot sets allowPXE on every interface of hw for the new
+// workflow wf and returns hw as stored, with what the caller should know:
+// allowPXE not set (the engine sets it when wf starts, toggleAllowNetboot),
+// interfaces that boot their disk whatever allowPXE says.
+func (s *Services) enableNetboot(ctx context.Context, hw *model.Hardware, wf *model.Workflow) (*model.Hardware, []string) {
+	var warnings []string
+	hw, err := setAllowPXE(ctx, s.cfg.Store, hw)
+	if err != nil {
+		s.log.Warn("allowPXE not set for a new workflow", "hardware", hw.Key(), "workflow", wf.Key(), "err", err)
+		warnings = append(warnings, fmt.Sprintf("allowPXE could not be set on hardware %s (%v); the workflow engine sets it when workflow %s starts (toggleAllowNetboot)",
+			hw.Key(), err, wf.Name))
+	}
+	for i, ifc := range hw.Spec.Interfaces {
+		if ifc.Netboot != nil && !model.BoolValue(ifc.Netboot.AllowWorkflow, true) {
+			warnings = append(warnings, fmt.Sprintf("spec.interfaces[%d].netboot.allowWorkflow is false: that interface boots its disk, not the workflow; set it to true", i))
+		}
+	}
+	return hw, warnings
 }
 
 // unfinishedWorkflows returns the workflows on hw (its namespace) that are
@@ -155,17 +190,18 @@ func unfinishedWorkflows(ctx context.Context, st store.Indexer, hw *model.Hardwa
 }
 
 func busyError(hw *model.Hardware, busy []*model.Workflow) error {
-	var names, deletes []string
+	var names, cancels, deletes []string
 	for _, w := range busy {
 		state := model.NormalizeState(w.Status.State)
 		if state == "" {
 			state = "not yet started"
 		}
 		names = append(names, fmt.Sprintf("%s (%s)", w.Name, state))
+		cancels = append(cancels, fmt.Sprintf("anvil job cancel %s", w.Key()))
 		deletes = append(deletes, fmt.Sprintf("anvil delete workflow %s -n %s", w.Name, w.Namespace))
 	}
-	return fmt.Errorf("hardware %s already has an unfinished workflow: %s. Wait for it to finish, or delete it first (%s), then reprovision again",
-		hw.Key(), strings.Join(names, ", "), strings.Join(deletes, "; "))
+	return fmt.Errorf("hardware %s already has an unfinished workflow: %s. Wait for it to finish, cancel it (%s) or delete it (%s), then try again",
+		hw.Key(), strings.Join(names, ", "), strings.Join(cancels, "; "), strings.Join(deletes, "; "))
 }
 
 // setAllowPXE sets allowPXE on every interface of hw with conditional

@@ -1,7 +1,7 @@
 // Package cli holds anvil's client commands: apply, get, describe, delete,
-// workflow watch, reprovision and logs. They talk to a running `anvil serve` through the
-// anvil.v1 API (Connect protocol over HTTP) and never open the store or any
-// server package's state themselves.
+// workflow watch and cancel, reprovision, job and logs. They talk to a
+// running `anvil serve` through the anvil.v1 API (Connect protocol over
+// HTTP) and never open the store or any server package's state themselves.
 package cli
 
 import (
@@ -37,6 +37,7 @@ func Commands() []*cobra.Command {
 		newDeleteCmd(),
 		newWorkflowCmd(),
 		newReprovisionCmd(),
+		newJobCmd(),
 		newLogsCmd(),
 		newSimulateAgentCmd(),
 		newAuditCmd(),
@@ -62,6 +63,7 @@ type clients struct {
 	manifests anvilv1connect.ManifestServiceClient
 	logs      anvilv1connect.LogServiceClient
 	audit     anvilv1connect.AuditServiceClient
+	jobs      anvilv1connect.JobServiceClient
 }
 
 // serverAddress is --server if given, else $ANVIL_SERVER, else the default.
@@ -99,6 +101,7 @@ func newClients(cmd *cobra.Command) *clients {
 		manifests: anvilv1connect.NewManifestServiceClient(hc, addr, opts...),
 		logs:      anvilv1connect.NewLogServiceClient(hc, addr, opts...),
 		audit:     anvilv1connect.NewAuditServiceClient(hc, addr, opts...),
+		jobs:      anvilv1connect.NewJobServiceClient(hc, addr, opts...),
 	}
 }
 

@@ -93,6 +93,9 @@ func describeWorkflow(w io.Writer, x *model.Workflow, history int, now time.Time
 	if st.GlobalTimeout > 0 {
 		fmt.Fprintf(w, "Timeout:     %ds (whole workflow)\n", st.GlobalTimeout)
 	}
+	if st.CancelRequested != nil {
+		fmt.Fprintf(w, "Cancel:      requested %s\n", st.CancelRequested.Format(time.RFC3339))
+	}
 	if len(st.Tasks) > 0 {
 		fmt.Fprintln(w, "Actions:")
 		writeActionTable(w, x, now)

@@ -18,8 +18,9 @@ import (
 // Exit codes of `anvil workflow watch`, so scripts can tell how a workflow
 // ended without parsing output.
 const (
-	ExitWorkflowFailed  = 3
-	ExitWorkflowTimeout = 4
+	ExitWorkflowFailed    = 3
+	ExitWorkflowTimeout   = 4
+	ExitWorkflowCancelled = 5
 )
 
 func newWorkflowCmd() *cobra.Command {
@@ -28,7 +29,7 @@ func newWorkflowCmd() *cobra.Command {
 		Aliases: []string{"wf"},
 		Short:   "Work with workflows",
 	}
-	cmd.AddCommand(newWatchCmd())
+	cmd.AddCommand(newWatchCmd(), newWorkflowCancelCmd())
 	return cmd
 }
 
@@ -39,7 +40,8 @@ func newWatchCmd() *cobra.Command {
 		Short: "Follow a workflow live, action by action, until it ends",
 		Long: `Watch prints each action's state changes and progress as the agent reports
 them, then a summary table when the workflow ends. It keeps going through
-server restarts. Exit code: 0 SUCCESS, 3 FAILED, 4 TIMEOUT, 1 on any other error.`,
+server restarts. Exit code: 0 SUCCESS, 3 FAILED, 4 TIMEOUT, 5 CANCELLED, 1 on
+any other error.`,
 		Example: `  anvil workflow watch rack1-node07-install`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -218,6 +220,8 @@ func (v *workflowView) finish(wf *model.Workflow) error {
 		return nil
 	case model.StateTimeout:
 		return &ExitError{Code: ExitWorkflowTimeout, Err: fmt.Errorf("workflow %s timed out", wf.Name)}
+	case model.StateCancelled:
+		return &ExitError{Code: ExitWorkflowCancelled, Err: fmt.Errorf("workflow %s was cancelled", wf.Name)}
 	}
 	return &ExitError{Code: ExitWorkflowFailed, Err: fmt.Errorf("workflow %s %s", wf.Name, state)}
 }

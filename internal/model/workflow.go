@@ -52,6 +52,10 @@ const (
 	StateSuccess = "SUCCESS"
 	StateFailed  = "FAILED"
 	StateTimeout = "TIMEOUT"
+	// StateCancelled is Anvil's addition: the workflow was cancelled (see
+	// WorkflowStatus.CancelRequested), and so was an action interrupted by
+	// a cancellation whose outcome on the machine is unknown.
+	StateCancelled = "CANCELLED"
 )
 
 // WorkflowStatus is Tinkerbell's Workflow status plus Anvil's history.
@@ -75,6 +79,13 @@ type WorkflowStatus struct {
 	// counts the oldest entries dropped to stay under the cap.
 	History        []HistoryEvent `json:"history,omitempty"`
 	HistoryDropped int64          `json:"historyDropped,omitempty"`
+	// CancelRequested is when a cancellation was asked for while an action
+	// was running: no further action is handed out, and the workflow ends
+	// CANCELLED when that action's end is reported. Nil otherwise (a
+	// workflow with no running action is cancelled at once).
+	CancelRequested *time.Time `json:"cancelRequested,omitempty"`
+	// CancelReason is the reason given with the cancellation, if any.
+	CancelReason string `json:"cancelReason,omitempty"`
 }
 
 // MaxHistory caps WorkflowStatus.History so a chatty agent cannot grow a
@@ -174,7 +185,7 @@ func NormalizeState(s string) string {
 // IsFinal reports whether a workflow or action state is terminal.
 func IsFinal(state string) bool {
 	switch NormalizeState(state) {
-	case StateSuccess, StateFailed, StateTimeout:
+	case StateSuccess, StateFailed, StateTimeout, StateCancelled:
 		return true
 	}
 	return false

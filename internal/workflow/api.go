@@ -60,8 +60,8 @@ type ActionReport struct {
 	Progress       *model.Progress
 }
 
-// Errors the engine returns to the agent API, mapped to codes at the
-// transport.
+// Errors the engine returns to the agent and job APIs, mapped to codes at
+// the transport.
 var (
 	// ErrNoAction: nothing for this agent to run now.
 	ErrNoAction = errors.New("no action for this agent")
@@ -70,6 +70,9 @@ var (
 	// ErrBadReport: the report does not fit the workflow (wrong agent,
 	// action or order, or the workflow already ended).
 	ErrBadReport = errors.New("report does not match the workflow")
+	// ErrEnded: the workflow to cancel already ended SUCCESS, FAILED or
+	// TIMEOUT.
+	ErrEnded = errors.New("workflow already ended")
 )
 
 // Clock is the engine's source of time; tests inject a fake.

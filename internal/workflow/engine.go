@@ -692,6 +692,16 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 	var cands []*model.Workflow
 	for _, o := range objs {
 		w := o.(*model.Workflow)
+		if w.Status.CancelRequested != nil {
+			// Asking for work, the agent is not running the action the
+			// cancellation waits for, if that is its: end it now.
+			if CancelInterrupted(&w.Status, agentID, e.clock.Now()) {
+				if err := e.cancelInterrupted(ctx, w.Namespace, w.Name, agentID); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
 		switch model.NormalizeState(w.Status.State) {
 		case model.StatePending, model.StateRunning:
 		default:
@@ -762,6 +772,76 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string
 			e.queue.add(wf.Key())
 		}
 		return state, nil
+	}
+}
+
+// CancelOptions says how Cancel stops a workflow.
+type CancelOptions struct {
+	// Force ends a workflow with a running action at once, without waiting
+	// for the action's end (see the Cancel function).
+	Force bool
+	// Reason is recorded in the workflow's history, if not empty.
+	Reason string
+}
+
+// Cancel cancels the workflow (id "namespace/name") as the Cancel function
+// describes, durably, and returns it as stored. The agents of the workflow
+// waiting in GetAction are woken. Errors: ErrUnknownWorkflow, ErrEnded, or
+// the store's.
+func (e *Engine) Cancel(ctx context.Context, workflowID string, opts CancelOptions) (*model.Workflow, error) {
+	ns, name, ok := splitKey(workflowID)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q (want namespace/name)", ErrUnknownWorkflow, workflowID)
+	}
+	return e.updateStatus(ctx, ns, name, func(wf *model.Workflow) (bool, error) {
+		return Cancel(&wf.Status, e.clock.Now(), opts.Force, opts.Reason)
+	})
+}
+
+// cancelInterrupted applies CancelInterrupted to a workflow for agentID,
+// durably.
+func (e *Engine) cancelInterrupted(ctx context.Context, ns, name, agentID string) error {
+	_, err := e.updateStatus(ctx, ns, name, func(wf *model.Workflow) (bool, error) {
+		return CancelInterrupted(&wf.Status, agentID, e.clock.Now()), nil
+	})
+	if errors.Is(err, ErrUnknownWorkflow) {
+		return nil // deleted meanwhile: nothing to end
+	}
+	return err
+}
+
+// updateStatus reads a workflow, lets change modify it and, if it reports a
+// change, writes it back, re-reading on conflict. The written workflow is
+// offered to the controller and its agents are woken. It returns the
+// workflow as stored.
+func (e *Engine) updateStatus(ctx context.Context, ns, name string, change func(*model.Workflow) (bool, error)) (*model.Workflow, error) {
+	for attempt := 0; ; attempt++ {
+		obj, err := e.store.Get(ctx, model.KindWorkflow, ns, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s/%s", ErrUnknownWorkflow, ns, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		wf := obj.(*model.Workflow)
+		changed, err := change(wf)
+		if err != nil || !changed {
+			return wf, err
+		}
+		obj, err = e.store.Update(ctx, wf)
+		if errors.Is(err, store.ErrConflict) && attempt < maxConflictRetries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		wf = obj.(*model.Workflow)
+		e.notifyWorkflowAgents(wf)
+		out := model.DeepCopy(wf) // offer hands wf to the controller
+		if e.offer(wf) {
+			e.queue.add(wf.Key())
+		}
+		return out, nil
 	}
 }
 

@@ -279,7 +279,11 @@ type wfState struct{ *model.WorkflowStatus }
 
 // ApplyReport applies an agent's report to st at now. It returns whether st
 // changed; a duplicate of an already recorded final report is accepted and
-// changes nothing. A report that does not fit — unknown task or action,
+// changes nothing, and so is any report on a CANCELLED workflow (the agent
+// learns from the state it is answered with that it is to stop). While a
+// cancellation waits (CancelRequested), the running action's end is
+// recorded without retry and ends the workflow CANCELLED — SUCCESS if it
+// was the last action and succeeded. A report that does not fit — unknown task or action,
 // another agent's task, an action reported while an earlier one has not
 // succeeded, a transition the action cannot make, or a workflow that already
 // ended — is an error wrapping ErrBadReport, and st is left untouched.
@@ -293,6 +297,11 @@ func ApplyReport(status *model.WorkflowStatus, r ActionReport, now time.Time) (b
 	a := &t.Actions[ai]
 	if r.AgentID != t.AgentID {
 		return false, badReport("task %q belongs to agent %q, not %q", t.Name, t.AgentID, r.AgentID)
+	}
+	if model.NormalizeState(st.State) == model.StateCancelled {
+		// Acknowledged but not recorded: the answer, CANCELLED, tells
+		// the agent to run nothing more.
+		return false, nil
 	}
 	state := model.NormalizeState(r.State)
 	cur := model.NormalizeState(a.State)
@@ -401,11 +410,15 @@ func (st wfState) finish(ti, ai int, state, msg string, now time.Time) {
 		AddHistory(st.WorkflowStatus, model.HistoryEvent{Time: now, Type: HistoryAction, Task: t.Name, Action: a.Name,
 			AgentID: t.AgentID, State: model.StateSuccess, Message: msg, Attempt: a.Attempt})
 		if _, _, more := firstUnfinished(st.WorkflowStatus); !more {
+			// Even when cancelling: the last action is done, so nothing
+			// was left to cancel.
 			st.end(model.StateSuccess, "", now)
+		} else if st.CancelRequested != nil {
+			st.endCancelled(fmt.Sprintf("after action %q of task %q succeeded", a.Name, t.Name), now)
 		}
 		return
 	}
-	if a.Attempt <= a.Retries {
+	if a.Attempt <= a.Retries && st.CancelRequested == nil {
 		after := now.Add(RetryBackoff(a.Attempt))
 		a.State = model.StatePending
 		a.RetryAfter = &after
@@ -420,6 +433,11 @@ func (st wfState) finish(ti, ai int, state, msg string, now time.Time) {
 	st.setCurrent(ti, ai)
 	AddHistory(st.WorkflowStatus, model.HistoryEvent{Time: now, Type: HistoryAction, Task: t.Name, Action: a.Name,
 		AgentID: t.AgentID, State: state, Message: msg, Attempt: a.Attempt})
+	if st.CancelRequested != nil {
+		st.endCancelled(fmt.Sprintf("after action %q of task %q ended %s (%s)",
+			a.Name, t.Name, state, orDefault(msg, strings.ToLower(state))), now)
+		return
+	}
 	st.end(state, fmt.Sprintf("action %q of task %q: %s", a.Name, t.Name, orDefault(msg, strings.ToLower(state))), now)
 }
 
@@ -471,7 +489,11 @@ func CheckDeadlines(status *model.WorkflowStatus, now time.Time) (changed bool, 
 					AgentID: t.AgentID, State: model.StateTimeout, Message: msg, Attempt: a.Attempt})
 			}
 		}
-		st.end(model.StateTimeout, msg, now)
+		if st.CancelRequested != nil {
+			st.endCancelled("at the deadline: "+msg, now)
+		} else {
+			st.end(model.StateTimeout, msg, now)
+		}
 		return true, time.Time{}
 	}
 	if ti, ai, ok := firstUnfinished(status); ok {
@@ -530,9 +552,12 @@ func NextDeadline(st *model.WorkflowStatus) time.Time {
 // (id "namespace/name") at now, or nil. That is the first action not yet
 // SUCCESS, if it belongs to the agent's task and is PENDING (and past any
 // RetryAfter) or RUNNING (the agent restarted mid-action: it gets the action
-// again). Task volumes come before the action's; the action's environment
+// again). A workflow being cancelled hands out nothing. Task volumes come before the action's; the action's environment
 // overrides the task's.
 func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now time.Time) *NextAction {
+	if st.CancelRequested != nil {
+		return nil // not even the running action again: see CancelInterrupted
+	}
 	switch model.NormalizeState(st.State) {
 	case model.StatePending, model.StateRunning:
 	default:
@@ -584,4 +609,110 @@ func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now tim
 		}
 	}
 	return na
+}
+
+// Cancel applies a cancellation to st at now. A workflow not yet started
+// (no state yet, or PENDING) or with no action running (between actions,
+// or holding a failed one back for a retry) ends CANCELLED at once. With
+// an action RUNNING, CancelRequested is set instead: NextActionFor hands
+// out nothing more, and the end of that action (its report, see
+// ApplyReport, or its deadline, see CheckDeadlines) ends the workflow
+// CANCELLED. force ends it at once even then, marking the running action
+// CANCELLED: its outcome on the machine is unknown, and the agent learns
+// of the cancellation only from the answer to its next report.
+//
+// reason, if not empty, is recorded with the cancellation. It returns
+// whether st changed: cancelling again changes nothing (unless force turns
+// a waiting cancellation into an immediate one). A workflow that already
+// ended otherwise is an error wrapping ErrEnded, and st is left untouched.
+func Cancel(status *model.WorkflowStatus, now time.Time, force bool, reason string) (bool, error) {
+	st := wfState{status}
+	switch state := model.NormalizeState(st.State); state {
+	case model.StateCancelled:
+		return false, nil
+	case "", model.StatePending:
+		st.CancelReason = reason
+		st.endCancelled("before it started", now)
+		return true, nil
+	case model.StateRunning:
+	default:
+		return false, fmt.Errorf("%w (%s)", ErrEnded, state)
+	}
+	ti, ai, ok := firstUnfinished(status)
+	if !ok || model.NormalizeState(st.Tasks[ti].Actions[ai].State) != model.StateRunning {
+		st.CancelReason = reason
+		st.endCancelled("between actions", now)
+		return true, nil
+	}
+	t := &st.Tasks[ti]
+	a := &t.Actions[ai]
+	if force {
+		if reason != "" || st.CancelRequested == nil {
+			st.CancelReason = reason
+		}
+		st.interrupt(ti, ai, "cancelled (forced) while running: its outcome on the machine is unknown", now)
+		st.endCancelled(fmt.Sprintf("forced while action %q of task %q was running", a.Name, t.Name), now)
+		return true, nil
+	}
+	if st.CancelRequested != nil {
+		return false, nil
+	}
+	c := now
+	st.CancelRequested = &c
+	st.CancelReason = reason
+	AddHistory(status, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: st.State,
+		Message: withReason(fmt.Sprintf("cancel requested: action %q of task %q finishes first; no further action is handed out",
+			a.Name, t.Name), reason)})
+	return true, nil
+}
+
+// endCancelled ends the workflow CANCELLED; the history says how and why.
+func (st wfState) endCancelled(how string, now time.Time) {
+	st.end(model.StateCancelled, withReason("cancelled "+how, st.CancelReason), now)
+}
+
+// withReason appends a cancellation's reason to msg.
+func withReason(msg, reason string) string {
+	if reason == "" {
+		return msg
+	}
+	return msg + "; reason: " + reason
+}
+
+// CancelInterrupted ends a workflow whose cancellation waits for an action
+// of agentID's task that is recorded RUNNING, when that agent asks for
+// work: an agent asks only between actions, so it is no longer running it
+// (it restarted, or lost the action). The action is marked CANCELLED, its
+// outcome unknown, and the workflow CANCELLED. It reports whether st
+// changed.
+func CancelInterrupted(status *model.WorkflowStatus, agentID string, now time.Time) bool {
+	st := wfState{status}
+	if st.CancelRequested == nil || model.NormalizeState(st.State) != model.StateRunning {
+		return false
+	}
+	ti, ai, ok := firstUnfinished(status)
+	if !ok || st.Tasks[ti].AgentID != agentID || model.NormalizeState(st.Tasks[ti].Actions[ai].State) != model.StateRunning {
+		return false
+	}
+	t := &st.Tasks[ti]
+	a := &t.Actions[ai]
+	st.interrupt(ti, ai, "cancelled: the agent asked for work while this action was recorded running (it restarted); its outcome is unknown", now)
+	st.endCancelled(fmt.Sprintf("when action %q of task %q was interrupted", a.Name, t.Name), now)
+	return true
+}
+
+// interrupt ends a running action CANCELLED.
+func (st wfState) interrupt(ti, ai int, msg string, now time.Time) {
+	t := &st.Tasks[ti]
+	a := &t.Actions[ai]
+	stop := now
+	a.ExecutionStop = &stop
+	if a.ExecutionStart != nil {
+		a.ExecutionDuration = FormatDuration(now.Sub(*a.ExecutionStart))
+	}
+	a.State = model.StateCancelled
+	a.Message = msg
+	st.setCurrent(ti, ai)
+	AddHistory(st.WorkflowStatus, model.HistoryEvent{Time: now, Type: HistoryAction, Task: t.Name, Action: a.Name,
+		AgentID: t.AgentID, State: model.StateCancelled, Message: msg, Attempt: a.Attempt})
 }
