@@ -494,15 +494,11 @@ func TestInstallServerRestart(t *testing.T) {
 	}
 }
 
-// listenInNetns serves h on addr inside ns from this test process: the
-// listening socket is made on a thread switched into the namespace, and
-// keeps it after the thread switches back.
-func listenInNetns(t *testing.T, ns *netns, addr string, h http.Handler) string {
-	t.Helper()
-	var (
-		ln  net.Listener
-		err error
-	)
+// inNetns runs fn on a thread switched into ns, and returns fn's error (or
+// the switch's). Sockets fn makes belong to ns for their whole life, after
+// the thread has switched back.
+func inNetns(ns *netns, fn func() error) error {
+	var err error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -522,13 +518,24 @@ func listenInNetns(t *testing.T, ns *netns, addr string, h http.Handler) string 
 		if err = unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			return
 		}
-		ln, err = net.Listen("tcp4", addr)
+		err = fn()
 		if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
 			return // leave the thread locked: it dies with this goroutine
 		}
 		runtime.UnlockOSThread()
 	}()
 	<-done
+	return err
+}
+
+// listenInNetns serves h on addr inside ns from this test process.
+func listenInNetns(t *testing.T, ns *netns, addr string, h http.Handler) string {
+	t.Helper()
+	var ln net.Listener
+	err := inNetns(ns, func() (err error) {
+		ln, err = net.Listen("tcp4", addr)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("listen %s in %s: %v", addr, ns.name, err)
 	}
