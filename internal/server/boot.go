@@ -78,6 +78,8 @@ func newBootServices(cfg Config, st store.Store, events machinelog.Sink, log *sl
 		PublicHTTP:      httpBase,
 		GRPCAuthority:   net.JoinHostPort(public.String(), strconv.Itoa(cfg.GRPCPort)),
 		SyslogHost:      syslogHost(cfg, public),
+		TLS:             grpcTLS(cfg),
+		InsecureTLS:     agentSkipsVerify(cfg),
 		ExtraKernelArgs: cfg.KernelArgs,
 		Logger:          log,
 	})
