@@ -374,7 +374,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			srv = newTLSServer(httpMux, tlsConf, true, log)
 		case "metadata":
 			srv = newHTTPServer(boot.metadata, true)
-		case "grpc":
+		default: // grpc
 			if grpcTLS(cfg) {
 				srv = newTLSServer(apiMux, tlsConf, false, log)
 			} else {
