@@ -65,12 +65,13 @@ type tlsServer struct {
 func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 	t.Helper()
 	s := &tlsServer{logs: newSyncBuffer()}
+	ports := freePorts(t, 3)
 	s.cfg = Config{
 		DataDir:   t.TempDir(),
 		Bind:      "127.0.0.1",
-		HTTPPort:  freePort(t),
-		HTTPSPort: freePort(t),
-		GRPCPort:  freePort(t),
+		HTTPPort:  ports[0],
+		HTTPSPort: ports[1],
+		GRPCPort:  ports[2],
 		TLS:       true,
 		Logger:    slog.New(slog.NewTextHandler(s.logs, nil)),
 		// The boot services have their own tests; the HTTP boot routes
@@ -121,6 +122,25 @@ func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 	}
 }
 
+// freePorts returns n different TCP ports on 127.0.0.1 that were free a
+// moment ago: each listener is held until all are chosen.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	lns := make([]net.Listener, n)
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], ports[i] = ln, ln.Addr().(*net.TCPAddr).Port
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
 // client returns an HTTP client that trusts roots and speaks the given
 // protocols over TLS (and h2c, when asked).
 func client(roots *x509.CertPool, http1, http2, h2c bool) *http.Client {
@@ -154,7 +174,7 @@ func bootScript(t *testing.T, httpBase string) string {
 	t.Helper()
 	url := httpBase + "/ipxe/script/3c:ec:ef:12:34:07/auto.ipxe"
 	var body string
-	for range 500 {
+	for range 1000 {
 		_, body = get(t, url)
 		if strings.Contains(body, "grpc_authority=") {
 			return body
@@ -359,9 +379,8 @@ func TestTLSFromFiles(t *testing.T) {
 // and keep gRPC on h2c (TestServe calls it so).
 func TestNoTLS(t *testing.T) {
 	s := startTLS(t, func(c *Config) { c.TLS = false })
-	if conn, err := net.Dial("tcp", s.https); err == nil {
-		conn.Close()
-		t.Errorf("something listens on the HTTPS port %s with TLS off", s.https)
+	if strings.Contains(s.logs.String(), "service=https") || strings.Contains(s.logs.String(), "TLS on") {
+		t.Errorf("an HTTPS listener or TLS with TLS off:\n%s", s.logs)
 	}
 	hw := anvilv1connect.NewHardwareServiceClient(client(nil, false, false, true), s.grpcH2C, connect.WithGRPC())
 	if _, err := hw.List(context.Background(), connect.NewRequest(&v1.ListRequest{})); err != nil {

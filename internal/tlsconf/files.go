@@ -99,14 +99,6 @@ func (s *FileSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 	return s.cert, nil
 }
 
-// Certificate returns the certificate served now, without looking at the
-// files.
-func (s *FileSource) Certificate() *tls.Certificate {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cert
-}
-
 // reloadLocked reads the pair again when a file changed since it was
 // loaded. A pair that fails is tried again at the next look (the writer may
 // not be done), but logged only once per change.
