@@ -645,7 +645,8 @@ func startServer(ctx context.Context, o options) (*server, error) {
 	}
 	s.cmd = exec.Command(bin, "serve", "--insecure-no-auth", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
 		"--http-port", strconv.Itoa(httpPort), "--grpc-port", strconv.Itoa(grpcPort), "--log-level", o.logLevel,
-		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata") // the control plane is under test
+		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata", // the control plane is under test
+		"--no-tls") // agents speak h2c to the gRPC port; and no fixed HTTPS port to collide on
 	if o.cpuProfile != "" {
 		abs, err := filepath.Abs(o.cpuProfile)
 		if err != nil {

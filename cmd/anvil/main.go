@@ -75,12 +75,14 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	pf := root.PersistentFlags()
-	pf.String("server", cli.DefaultServer, "address of the anvil API (env "+cli.EnvServer+")")
+	pf.String("server", cli.DefaultServer, "address of the anvil API, http:// or https:// (env "+cli.EnvServer+")")
+	pf.String(cli.FlagCACert, "", "PEM file of the CA to trust for an https:// --server, e.g. from 'anvil tls ca' (env "+cli.EnvCACert+"; default: the system's CAs)")
+	pf.Bool(cli.FlagInsecureSkipVerify, false, "do not verify the server's certificate (labs only: anyone on the path can read and change the calls)")
 	cli.AddTokenFlags(root)
 	pf.String("log-format", "text", "log format: text or json")
 	pf.String("log-level", "info", "log level: debug, info, warn or error")
 
-	root.AddCommand(newServeCmd(), newVersionCmd(), newRelayCmd(), newAgentCmd(), newBootenvCmd(), newTokenCmd())
+	root.AddCommand(newServeCmd(), newVersionCmd(), newRelayCmd(), newAgentCmd(), newBootenvCmd(), newTokenCmd(), newTLSCmd())
 	root.AddCommand(cli.Commands()...)
 	return root
 }

@@ -18,6 +18,7 @@ func newServeCmd() *cobra.Command {
 	var memoryLimitMiB int64
 	var metadataPort int
 	var cpuProfile string
+	var noTLS bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Anvil server: API, workflow engine and (later) the boot services",
@@ -26,10 +27,17 @@ then shuts down gracefully: in-flight calls get up to 10 seconds to finish.
 
 --bind defaults to 0.0.0.0 (every IPv4 address of the machine). Guessing "the"
 address of a multi-homed provisioning host would be a surprise; set --bind to
-the provisioning network's address for the DHCP and boot services.`,
+the provisioning network's address for the DHCP and boot services.
+
+The API is also served over TLS: on --https-port (7443) and on the gRPC port.
+The certificate comes from --tls-cert/--tls-key (reloaded when the files
+change), or is issued by a CA generated once in DATA_DIR/tls; its SHA-256
+fingerprint is logged at start and ` + "`anvil tls ca`" + ` prints it for clients to
+trust. The HTTP port stays plain: firmware cannot do TLS. See docs/tls.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.Default() // set up by the root's --log-* flags
+			cfg.TLS = !noTLS
 			cfg.MetadataPort = metadataPort
 			if metadataPort == 0 {
 				cfg.DisableMetadata = true // --metadata-port 0 is documented as "off"
@@ -60,9 +68,17 @@ the provisioning network's address for the DHCP and boot services.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/anvil", "directory of the store and the logs")
 	f.StringVar(&cfg.Bind, "bind", server.DefaultBind, "IP address every listener binds to")
 	f.IntVar(&cfg.HTTPPort, "http-port", server.DefaultHTTPPort, "port of the HTTP API (HTTP/1.1 and h2c), /healthz, /readyz, /metrics")
-	f.IntVar(&cfg.GRPCPort, "grpc-port", server.DefaultGRPCPort, "port of the gRPC API (h2c)")
+	f.IntVar(&cfg.GRPCPort, "grpc-port", server.DefaultGRPCPort, "port of the gRPC API (TLS; h2c with --grpc-plaintext or --no-tls)")
 	f.BoolVar(&cfg.DisableHTTP, "no-http", false, "do not serve the HTTP port")
 	f.BoolVar(&cfg.DisableGRPC, "no-grpc", false, "do not serve the gRPC port")
+	// TLS.
+	f.IntVar(&cfg.HTTPSPort, "https-port", server.DefaultHTTPSPort, "port of the HTTPS API (HTTP/1.1 and HTTP/2): what the HTTP port serves, over TLS")
+	f.BoolVar(&cfg.DisableHTTPS, "no-https", false, "do not serve the HTTPS port (the gRPC port keeps TLS)")
+	f.BoolVar(&noTLS, "no-tls", false, "no TLS at all: no HTTPS port, the gRPC port on h2c (behind an ingress that terminates TLS)")
+	f.BoolVar(&cfg.GRPCPlaintext, "grpc-plaintext", false, "keep the gRPC port on h2c with TLS on")
+	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate (and chain) to serve, reloaded when it changes (default: one issued by a CA generated in DATA_DIR/tls)")
+	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS names or IP addresses for the generated certificate, e.g. --tls-san anvil.example.org,192.0.2.10 (it already covers the public IP, --bind, the machine's addresses, localhost and the hostname)")
 	// Boot services.
 	f.StringVar(&cfg.PublicIP, "public-ip", "", "address machines reach this server at, put in DHCP replies and boot scripts (default: --bind, or the address of the default route's interface when --bind is 0.0.0.0)")
 	f.StringVar(&cfg.DHCPMode, "dhcp-mode", server.DefaultDHCPMode, "DHCP mode: reservation (answer known MACs with their address), proxy (boot information only, next to another DHCP server), auto-proxy (proxy, and unknown MACs get a script that reports them) or off")

@@ -41,7 +41,10 @@ applies its *.yaml, *.yml and *.json files in name order; "-" reads standard inp
 				}
 				paths = append(paths, p...)
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			failed := 0
 			for _, p := range paths {
 				if err := applyFile(cmd, c, p, dryRun); err != nil {

@@ -30,7 +30,10 @@ own organisation.`,
   anvil audit -n acme --limit 50`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			req := &v1.ListAuditRequest{Namespace: namespace, Subject: subject, Limit: limit}
 			if since > 0 {
 				req.Since = timestamppb.New(time.Now().Add(-since))

@@ -6,6 +6,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -23,6 +25,21 @@ import (
 // EnvServer names the environment variable that sets the server address when
 // --server is not given.
 const EnvServer = "ANVIL_SERVER"
+
+// EnvCACert names the environment variable that sets --cacert when the flag
+// is not given.
+const EnvCACert = "ANVIL_CACERT"
+
+// Names of the root command's persistent flags for TLS, which the client
+// commands read (main defines them, next to --server).
+const (
+	// FlagCACert names a PEM file of the CA to trust instead of the
+	// system's, e.g. what `anvil tls ca` prints.
+	FlagCACert = "cacert"
+	// FlagInsecureSkipVerify turns off verifying the server's
+	// certificate.
+	FlagInsecureSkipVerify = "insecure-skip-verify"
+)
 
 // DefaultServer is the address the client commands use by default.
 const DefaultServer = "http://127.0.0.1:7080"
@@ -57,6 +74,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // clients bundles the API clients for one server.
 type clients struct {
 	server    string
+	http      *http.Client // with the TLS settings, for other services' clients
 	hardware  anvilv1connect.HardwareServiceClient
 	templates anvilv1connect.TemplateServiceClient
 	workflows anvilv1connect.WorkflowServiceClient
@@ -86,15 +104,48 @@ func serverAddress(cmd *cobra.Command) string {
 	return strings.TrimRight(addr, "/")
 }
 
-func newClients(cmd *cobra.Command) *clients {
+// clientTLS is the TLS configuration for an https:// server: the CA of
+// --cacert (else $ANVIL_CACERT, else the system's) and
+// --insecure-skip-verify.
+func clientTLS(cmd *cobra.Command) (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	caFile := os.Getenv(EnvCACert)
+	if f := cmd.Flag(FlagCACert); f != nil && f.Changed {
+		caFile = f.Value.String()
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", FlagCACert, err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--%s %s: no PEM certificate in it", FlagCACert, caFile)
+		}
+	}
+	if f := cmd.Flag(FlagInsecureSkipVerify); f != nil && f.Value.String() == "true" {
+		conf.InsecureSkipVerify = true //nolint:gosec // the operator asked for it, for a lab
+	}
+	return conf, nil
+}
+
+func newClients(cmd *cobra.Command) (*clients, error) {
 	addr := serverAddress(cmd)
+	tlsConf, err := clientTLS(cmd)
+	if err != nil {
+		return nil, err
+	}
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		ResponseHeaderTimeout: 0, // watches stream for as long as they run
+		TLSClientConfig:       tlsConf,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ForceAttemptHTTP2:     true, // what the HTTPS port prefers
+		ResponseHeaderTimeout: 0,    // watches stream for as long as they run
 	}}
 	opts := []connect.ClientOption{connect.WithInterceptors(newBearer(cmd))}
 	return &clients{
 		server:    addr,
+		http:      hc,
 		hardware:  anvilv1connect.NewHardwareServiceClient(hc, addr, opts...),
 		templates: anvilv1connect.NewTemplateServiceClient(hc, addr, opts...),
 		workflows: anvilv1connect.NewWorkflowServiceClient(hc, addr, opts...),
@@ -102,7 +153,7 @@ func newClients(cmd *cobra.Command) *clients {
 		logs:      anvilv1connect.NewLogServiceClient(hc, addr, opts...),
 		audit:     anvilv1connect.NewAuditServiceClient(hc, addr, opts...),
 		jobs:      anvilv1connect.NewJobServiceClient(hc, addr, opts...),
-	}
+	}, nil
 }
 
 // explain turns an API error into the one line a user needs: an unreachable
@@ -110,6 +161,9 @@ func newClients(cmd *cobra.Command) *clients {
 func (c *clients) explain(err error) error {
 	if err == nil {
 		return nil
+	}
+	if tlsErr := c.explainTLS(err); tlsErr != nil {
+		return tlsErr
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
@@ -128,6 +182,36 @@ func (c *clients) explain(err error) error {
 			c.server, rootCause(err), EnvServer)
 	}
 	return err
+}
+
+// explainTLS says what to do about a TLS failure, or returns nil when err
+// is not one.
+func (c *clients) explainTLS(err error) error {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		record   tls.RecordHeaderError
+	)
+	var ce *connect.Error
+	switch {
+	case strings.HasPrefix(c.server, "http://") && errors.As(err, &ce) && ce.Message() == "400 Bad Request":
+		// What Go's server answers plain HTTP on a TLS port with.
+		return fmt.Errorf("the Anvil server at %s answered 400 Bad Request: is it the HTTPS port? Use https:// for the HTTPS port (7443), http:// for the HTTP port (7080)",
+			c.server)
+	case errors.As(err, &unknown):
+		return fmt.Errorf("the Anvil server at %s presented a certificate from a CA this client does not trust (%s): pass --%s FILE or set %s, with FILE from `anvil tls ca` on the server",
+			c.server, rootCause(err), FlagCACert, EnvCACert)
+	case errors.As(err, &hostname):
+		return fmt.Errorf("the Anvil server's certificate does not cover %s (%s): use an address it covers, or add this one to the server's --tls-san",
+			c.server, rootCause(err))
+	case errors.As(err, &invalid):
+		return fmt.Errorf("the Anvil server at %s presented a certificate that is not valid (%s)", c.server, rootCause(err))
+	case errors.As(err, &record), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("the Anvil server at %s does not speak TLS there (%s): use http:// for the HTTP port (7080), https:// for the HTTPS port (7443)",
+			c.server, rootCause(err))
+	}
+	return nil
 }
 
 func isNetError(err error) bool {

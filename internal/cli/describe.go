@@ -28,7 +28,10 @@ func newDescribeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			o, err := c.ops(kind).get(ctx(cmd), sc.namespace, args[1])
 			if err != nil {
 				return c.explain(err)

@@ -63,7 +63,10 @@ func newGetCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("unknown output format %q (want wide, yaml, json or name)", output)
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			ops := c.ops(kind)
 			var objs []model.Object
 			if len(args) == 1 {
@@ -274,7 +277,10 @@ func newDeleteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			var errs []error
 			for _, name := range args[1:] {
 				if err := c.ops(kind).del(ctx(cmd), sc.namespace, name); err != nil {

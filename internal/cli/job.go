@@ -92,7 +92,10 @@ another; the same key with other arguments is refused.`,
 				}
 				pm[k] = v
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			resp, err := c.jobs.ProvisionDevice(ctx(cmd), connect.NewRequest(&v1.ProvisionDeviceRequest{
 				DeviceId: args[0], Template: template, Parameters: pm, IdempotencyKey: key, Namespace: namespace,
 			}))
@@ -133,7 +136,10 @@ func newJobStatusCmd() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			resp, err := c.jobs.GetJobStatus(ctx(cmd), connect.NewRequest(&v1.GetJobStatusRequest{JobId: jobID(namespace, args[0])}))
 			if err != nil {
 				return c.explain(err)
@@ -176,7 +182,10 @@ func newJobListCmd() *cobra.Command {
 				}
 				req.State = v1.JobState(s)
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			resp, err := c.jobs.ListJobs(ctx(cmd), connect.NewRequest(req))
 			if err != nil {
 				return c.explain(err)
@@ -263,7 +272,10 @@ func (o *cancelOptions) add(cmd *cobra.Command, nsUsage string) {
 }
 
 func runCancel(cmd *cobra.Command, id string, o cancelOptions) error {
-	c := newClients(cmd)
+	c, err := newClients(cmd)
+	if err != nil {
+		return err
+	}
 	resp, err := c.jobs.CancelJob(ctx(cmd), connect.NewRequest(&v1.CancelJobRequest{JobId: id, Force: o.force, Reason: o.reason}))
 	if err != nil {
 		return c.explain(err)

@@ -76,7 +76,10 @@ only that was seen): --unknown lists them, --mac or --ip shows one.`,
 }
 
 func runLogs(cmd *cobra.Command, o logsOptions, args []string) error {
-	c := newClients(cmd)
+	c, err := newClients(cmd)
+	if err != nil {
+		return err
+	}
 	given := 0
 	for _, set := range []bool{len(args) == 1, o.mac != "", o.ip != "", o.unknown} {
 		if set {

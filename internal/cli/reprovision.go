@@ -32,7 +32,10 @@ or the Template does not exist.`,
 			if template == "" {
 				return fmt.Errorf("--template is required: the Template the new workflow runs (anvil get templates lists them)")
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			resp, err := c.workflows.Reprovision(ctx(cmd), connect.NewRequest(&v1.ReprovisionRequest{
 				Namespace: namespace, Hardware: args[0], Template: template, Workflow: name,
 			}))

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,10 +26,13 @@ It is for trying workflows, templates and the operator view without hardware.`,
 			if agentID == "" {
 				return fmt.Errorf("--agent-id is required (a Hardware's first MAC, or its spec.agentID)")
 			}
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			out := cmd.ErrOrStderr()
 			res, err := agentsim.Run(ctx(cmd), agentsim.Config{
-				Client:        anvilv1connect.NewAgentServiceClient(http.DefaultClient, c.server),
+				Client:        anvilv1connect.NewAgentServiceClient(c.http, c.server),
 				AgentID:       agentID,
 				ActionTime:    actionTime,
 				ProgressSteps: progress,

@@ -45,7 +45,10 @@ any other error.`,
 		Example: `  anvil workflow watch rack1-node07-install`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c := newClients(cmd)
+			c, err := newClients(cmd)
+			if err != nil {
+				return err
+			}
 			return watchWorkflow(cmd, c, sc.namespace, args[0])
 		},
 	}

@@ -86,6 +86,8 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 		PublicHTTP:      httpBase,
 		GRPCAuthority:   net.JoinHostPort(public.String(), strconv.Itoa(cfg.GRPCPort)),
 		SyslogHost:      syslogHost(cfg, public),
+		TLS:             grpcTLS(cfg),
+		InsecureTLS:     agentSkipsVerify(cfg),
 		ExtraKernelArgs: cfg.KernelArgs,
 		Logger:          log,
 	})

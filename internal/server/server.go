@@ -1,9 +1,9 @@
 // Package server runs `anvil serve`: it opens the store and the log store in
 // the data directory, runs the workflow engine, and serves the API over HTTP
 // (HTTP/1.1 and h2c: gRPC, gRPC-Web, Connect JSON, plus /healthz, /readyz and
-// /metrics) and over a gRPC port (h2c), the network boot services and the
-// metadata service (on the HTTP port and its own), then shuts all of it down
-// gracefully when its context ends.
+// /metrics), over HTTPS (the same, with TLS on) and over a gRPC port (h2c, or
+// TLS), the network boot services and the metadata service (on the HTTP port
+// and its own), then shuts all of it down gracefully when its context ends.
 //
 // It owns the wiring and the lifecycle only — listeners, timeouts, start and
 // stop order. It must not implement request handling (internal/api),
@@ -46,6 +46,7 @@ const (
 	DefaultBind            = "0.0.0.0"
 	DefaultHTTPPort        = 7080
 	DefaultGRPCPort        = 42113
+	DefaultHTTPSPort       = 7443
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultDHCPMode        = "reservation"
 	DefaultDHCPPort        = 67
@@ -178,6 +179,31 @@ type Config struct {
 	BootClientRate        float64
 	BootClientBurst       int
 	BootClientConcurrency int
+
+	// TLS switches TLS on for the API (see tls.go): an HTTPS listener on
+	// HTTPSPort serving what the HTTP port serves, and TLS on the gRPC
+	// port unless GRPCPlaintext. The HTTP port stays plain either way
+	// (firmware cannot do TLS). If false (the zero value), nothing speaks
+	// TLS and the TLS fields below are unused; `anvil serve` sets it
+	// unless --no-tls.
+	TLS bool
+	// HTTPSPort serves the HTTP port's routes over TLS (HTTP/1.1 and
+	// HTTP/2). If 0, uses DefaultHTTPSPort.
+	HTTPSPort int
+	// DisableHTTPS switches the HTTPS listener off (the gRPC port still
+	// speaks TLS).
+	DisableHTTPS bool
+	// GRPCPlaintext keeps the gRPC port on h2c with TLS on.
+	GRPCPlaintext bool
+	// TLSCertFile and TLSKeyFile name the PEM certificate (and chain) and
+	// key to serve, reloaded when they change. If both are empty, a
+	// certificate is issued by a CA generated in DATA_DIR/tls.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSSANs are extra DNS names and IP addresses for the generated
+	// certificate, besides the public IP, the bind address, the machine's
+	// addresses, localhost and the hostname.
+	TLSSANs []string
 }
 
 // Run serves until ctx ends, then shuts down gracefully and returns nil; or
@@ -198,6 +224,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if cfg.GRPCPort == 0 {
 		cfg.GRPCPort = DefaultGRPCPort
+	}
+	if cfg.HTTPSPort == 0 {
+		cfg.HTTPSPort = DefaultHTTPSPort
 	}
 	if cfg.MetadataPort == 0 {
 		cfg.MetadataPort = metadata.DefaultPort
@@ -250,7 +279,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}()
 
 	// Stage 2: listeners, before anything runs, so a bad --bind or a busy
-	// port fails at once.
+	// port fails at once; and the certificate they serve.
+	tlsConf, err := newTLSConfig(cfg, log)
+	if err != nil {
+		return err
+	}
 	var lns []namedListener
 	defer func() {
 		for _, l := range lns {
@@ -263,6 +296,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		lns = append(lns, namedListener{"http", ln})
+	}
+	if tlsConf != nil && !cfg.DisableHTTPS {
+		ln, err := listen(ctx, cfg.Bind, cfg.HTTPSPort, "https")
+		if err != nil {
+			return err
+		}
+		lns = append(lns, namedListener{"https", ln})
 	}
 	if !cfg.DisableGRPC {
 		ln, err := listen(ctx, cfg.Bind, cfg.GRPCPort, "grpc")
@@ -409,17 +449,23 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		switch l.name {
 		case "http":
 			srv = newHTTPServer(httpHandler, true)
+		case "https":
+			srv = newTLSServer(httpHandler, tlsConf, true, log)
 		case "metadata":
 			srv = newHTTPServer(metadataHandler, true)
-		default:
-			srv = newHTTPServer(grpcHandler, false)
+		default: // grpc
+			if grpcTLS(cfg) {
+				srv = newTLSServer(grpcHandler, tlsConf, false, log)
+			} else {
+				srv = newHTTPServer(grpcHandler, false)
+			}
 		}
 		servers = append(servers, srv)
 		log.Info("listening", "service", l.name, "addr", l.ln.Addr().String())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Serve(l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := serve(srv, l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("%s listener %s: %w", l.name, l.ln.Addr(), err)
 			}
 		}()
