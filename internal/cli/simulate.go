@@ -62,4 +62,3 @@ addresses.`,
 	cmd.Flags().StringVar(&agentTok, "agent-token", "", "the workflow's agent token (anvil.token= of the machine's boot script)")
 	return cmd
 }
-
