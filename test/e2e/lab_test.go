@@ -35,7 +35,18 @@ var assets struct {
 	anvil   string // the anvil binary
 	kernel  string // Debian's vmlinuz
 	initrd  string // newc cpio with testinit as /init
-	workDir string
+	// fetchInitrd is a newc cpio with fetchinit as /init and the virtio
+	// network drivers in /modules: the boot-profile test's "OS".
+	fetchInitrd string
+	workDir     string
+}
+
+// fetchModules are the modules fetchinit loads, in dependency order, from
+// the Debian kernel's tree (Debian builds virtio as modules).
+var fetchModules = []string{
+	"net/core/failover.ko", "drivers/net/net_failover.ko", "drivers/virtio/virtio.ko",
+	"drivers/virtio/virtio_ring.ko", "drivers/virtio/virtio_pci_legacy_dev.ko",
+	"drivers/virtio/virtio_pci_modern_dev.ko", "drivers/virtio/virtio_pci.ko", "drivers/net/virtio_net.ko",
 }
 
 // inCI reports whether the tests run in CI, where nothing may be skipped.
@@ -85,27 +96,71 @@ func buildAssets(dir string) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("fetch kernel: %v\n%s", err, out)
 	}
-	root := filepath.Join(dir, "initramfs-root")
+	initrd := filepath.Join(dir, "initramfs")
+	if err := buildInitramfs(filepath.Join(dir, "initramfs-root"), "./test/e2e/testinit", nil, initrd); err != nil {
+		return err
+	}
+	release, err := os.ReadFile(filepath.Join(kdir, "VERSION"))
+	if err != nil {
+		return err
+	}
+	mods := map[string]string{}
+	var order []string
+	for _, m := range fetchModules {
+		mods[filepath.Join(kdir, "modules", "lib", "modules", strings.TrimSpace(string(release)), "kernel", m)] = filepath.Base(m)
+		order = append(order, filepath.Base(m))
+	}
+	fetchInitrd := filepath.Join(dir, "initramfs-fetch")
+	if err := buildInitramfs(filepath.Join(dir, "initramfs-fetch-root"), "./test/e2e/fetchinit",
+		func(root string) error {
+			mdir := filepath.Join(root, "modules")
+			if err := os.MkdirAll(mdir, 0o755); err != nil {
+				return err
+			}
+			for src, name := range mods {
+				b, err := os.ReadFile(src)
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(mdir, name), b, 0o644); err != nil {
+					return err
+				}
+			}
+			return os.WriteFile(filepath.Join(mdir, "order"), []byte(strings.Join(order, "\n")+"\n"), 0o644)
+		}, fetchInitrd); err != nil {
+		return err
+	}
+	assets.fetchInitrd = fetchInitrd
+	assets.anvil, assets.kernel, assets.initrd, assets.workDir = anvil, filepath.Join(kdir, "vmlinuz"), initrd, dir
+	return nil
+}
+
+// buildInitramfs builds the Go program pkg as /init of a newc archive at
+// out, staged in root; extra, if set, adds files to root first.
+func buildInitramfs(root, pkg string, extra func(root string) error, out string) error {
 	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
 		return err
 	}
-	cmd = exec.Command("go", "build", "-o", filepath.Join(root, "init"), "./test/e2e/testinit")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(root, "init"), pkg)
 	cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build testinit: %v\n%s", err, out)
+		return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+	}
+	if extra != nil {
+		if err := extra(root); err != nil {
+			return err
+		}
 	}
 	// The kernel opens /dev/console for init's stdio before anything can
 	// mount devtmpfs, so the node must be in the archive.
 	if err := syscall.Mknod(filepath.Join(root, "dev", "console"), syscall.S_IFCHR|0o600, 5<<8|1); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("mknod dev/console (needs root): %w", err)
 	}
-	initrd := filepath.Join(dir, "initramfs")
-	cmd = exec.Command("sh", "-c", "find . | cpio --quiet -o -H newc > "+initrd)
+	cmd = exec.Command("sh", "-c", "find . | cpio --quiet -o -H newc > "+out)
 	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("cpio: %v\n%s", err, out)
+	if o, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("cpio: %v\n%s", err, o)
 	}
-	assets.anvil, assets.kernel, assets.initrd, assets.workDir = anvil, filepath.Join(kdir, "vmlinuz"), initrd, dir
 	return nil
 }
 
