@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -67,13 +65,7 @@ See docs/inventory.md.`,
 }
 
 func importInventory(cmd *cobra.Command, path string, opts inventory.Options, dryRun bool) error {
-	var data []byte
-	var err error
-	if path == "-" {
-		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), inventory.MaxBytes+1))
-	} else {
-		data, err = os.ReadFile(path)
-	}
+	data, err := readInput(cmd, path, inventory.MaxBytes)
 	if err != nil {
 		return err
 	}

@@ -8,19 +8,15 @@ import (
 	"testing"
 )
 
-const labInventory = `all:
-  vars: {domain: lab.example, gateway: 10.20.0.254, netmask: 255.255.255.0}
-  children:
-    controllers:
-      vars: {role: controller}
-      hosts:
-        node1: {mac: "52:54:00:00:10:01", ip: 10.20.0.11}
-    workers:
-      vars: {role: worker}
-      hosts:
-        node2: {mac: "52:54:00:00:10:02", ip: 10.20.0.12, disk: /dev/vda}
-        node3: {mac: "52:54:00:00:10:03", ip: 10.20.0.13}
-`
+// labInventory returns the example of docs/inventory.md.
+func labInventory(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(examples, "inventory", "lab.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
@@ -35,7 +31,7 @@ func writeFile(t *testing.T, name, content string) string {
 // dry-runs and imports a change of one host's IP and role.
 func TestImportInventory(t *testing.T) {
 	srv := startServer(t)
-	inv := writeFile(t, "lab.yaml", labInventory)
+	inv := writeFile(t, "lab.yaml", labInventory(t))
 
 	out := mustRun(t, srv, "import", "inventory", inv, "--dry-run")
 	if want := "hardware/node1 created (dry run)\nhardware/node2 created (dry run)\nhardware/node3 created (dry run)\n"; out != want {
@@ -56,7 +52,7 @@ func TestImportInventory(t *testing.T) {
 		t.Errorf("get -l group.anvil.dev/workers,role=worker = %q; want node2 and node3", out)
 	}
 
-	changed := strings.Replace(labInventory, "ip: 10.20.0.13}", "ip: 10.20.0.23, rack: r2}", 1)
+	changed := strings.Replace(labInventory(t), "ip: 10.20.0.13}", "ip: 10.20.0.23, rack: r2}", 1)
 	if err := os.WriteFile(inv, []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +92,7 @@ func TestImportInventoryRefuses(t *testing.T) {
 		{"MAC of an existing Hardware", "all:\n  hosts:\n    other: {mac: \"52:54:00:00:10:01\"}\n",
 			"default/other: mac 52:54:00:00:10:01 is already Hardware default/node1's"},
 	}
-	mustRun(t, srv, "import", "inventory", writeFile(t, "lab.yaml", labInventory))
+	mustRun(t, srv, "import", "inventory", writeFile(t, "lab.yaml", labInventory(t)))
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := run(t, srv, "import", "inventory", writeFile(t, "bad.yaml", tc.in))

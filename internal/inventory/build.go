@@ -67,7 +67,8 @@ func Convert(source string, data []byte, opts Options) (*Result, error) {
 }
 
 // Build makes one Hardware per host (see the package doc for the mapping).
-// It returns every problem at once as an ErrorList: a host without a MAC,
+// It returns every problem at once as a model.ErrorList, each naming the
+// host and the line of the variable at fault: a host without a MAC,
 // a MAC or an IP used twice, a value the Hardware would not validate with.
 func Build(source string, hosts []Host, opts Options) (*Result, error) {
 	ns := opts.Namespace
@@ -75,7 +76,7 @@ func Build(source string, hosts []Host, opts Options) (*Result, error) {
 		ns = model.DefaultNamespace
 	}
 	res := &Result{}
-	var errs ErrorList
+	var errs model.ErrorList
 	type seen struct {
 		host string
 		line int
@@ -87,7 +88,7 @@ func Build(source string, hosts []Host, opts Options) (*Result, error) {
 			if l, ok := h.VarLines[v]; ok {
 				line = l
 			}
-			errs = append(errs, &Error{Source: source, Line: line, Host: h.Name, Msg: fmt.Sprintf(format, args...)})
+			errs = append(errs, &model.FieldError{Source: source, Line: line, Doc: "host " + h.Name, Msg: fmt.Sprintf(format, args...)})
 		}
 		hw, warns, ok := buildHost(h, ns, opts.AllowPXE, fail)
 		res.Warnings = append(res.Warnings, warns...)
@@ -117,8 +118,8 @@ func Build(source string, hosts []Host, opts Options) (*Result, error) {
 		}
 		res.Hardware = append(res.Hardware, hw)
 	}
-	if err := errs.errOrNil(); err != nil {
-		return nil, err
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	sort.Slice(res.Hardware, func(i, j int) bool { return res.Hardware[i].Name < res.Hardware[j].Name })
 	return res, nil

@@ -30,6 +30,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/anvilproj/anvil/internal/model"
 )
 
 // MaxBytes caps an inventory file, as model.MaxManifestBytes caps a manifest.
@@ -102,73 +104,33 @@ type parser struct {
 	active map[*yaml.Node]bool // group bodies being read, to catch alias loops
 }
 
-// Error is a problem at a place in an inventory file.
-type Error struct {
-	Source string // the file name
-	Line   int    // 0 when unknown
-	Host   string // may be empty
-	Msg    string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.Source)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	b.WriteString(": ")
-	if e.Host != "" {
-		fmt.Fprintf(&b, "host %s: ", e.Host)
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
-
-// ErrorList is every problem found; Error lists them one per line.
-type ErrorList []*Error
-
-func (l ErrorList) Error() string {
-	msgs := make([]string, len(l))
-	for i, e := range l {
-		msgs[i] = e.Error()
-	}
-	return strings.Join(msgs, "\n")
-}
-
-func (l ErrorList) errOrNil() error {
-	if len(l) == 0 {
-		return nil
-	}
-	return l
-}
-
 // Parse reads a YAML inventory and returns its hosts, sorted by name, with
-// their merged variables. source names the file in errors. The error is an
-// ErrorList (or a single *Error) giving the file and line of each problem.
+// their merged variables. source names the file in errors. The error is a
+// *model.FieldError giving the file and line of the problem.
 func Parse(source string, data []byte) ([]Host, error) {
 	if len(data) > MaxBytes {
-		return nil, &Error{Source: source, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(data), MaxBytes)}
+		return nil, &model.FieldError{Source: source, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(data), MaxBytes)}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, &Error{Source: source, Msg: "empty inventory"}
+			return nil, &model.FieldError{Source: source, Msg: "empty inventory"}
 		}
-		return nil, &Error{Source: source, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, &model.FieldError{Source: source, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, &Error{Source: source, Line: extra.Line, Msg: "an inventory is one YAML document; found a second"}
+		return nil, &model.FieldError{Source: source, Line: extra.Line, Msg: "an inventory is one YAML document; found a second"}
 	}
 	p := &parser{source: source, groups: map[string]*group{}, hosts: map[string]*hostDef{}, budget: maxNodes,
 		active: map[*yaml.Node]bool{}}
 	top := resolve(&root)
 	if top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
-		return nil, &Error{Source: source, Line: top.Line, Msg: "empty inventory"}
+		return nil, &model.FieldError{Source: source, Line: top.Line, Msg: "empty inventory"}
 	}
 	if top.Kind != yaml.MappingNode {
-		return nil, &Error{Source: source, Line: top.Line, Msg: "an inventory is a mapping of group names (usually just all:)"}
+		return nil, &model.FieldError{Source: source, Line: top.Line, Msg: "an inventory is a mapping of group names (usually just all:)"}
 	}
 	p.group(allGroup, top.Line)
 	for i := 0; i+1 < len(top.Content); i += 2 {
@@ -207,8 +169,8 @@ func resolve(n *yaml.Node) *yaml.Node {
 	}
 }
 
-func (p *parser) errorf(line int, format string, args ...any) *Error {
-	return &Error{Source: p.source, Line: line, Msg: fmt.Sprintf(format, args...)}
+func (p *parser) errorf(line int, format string, args ...any) *model.FieldError {
+	return &model.FieldError{Source: p.source, Line: line, Msg: fmt.Sprintf(format, args...)}
 }
 
 // group returns the group name, creating it.

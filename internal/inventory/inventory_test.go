@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -9,23 +10,15 @@ import (
 	"github.com/anvilproj/anvil/internal/model"
 )
 
-// lab is the example of docs/inventory.md.
-const lab = `all:
-  vars: {domain: lab.example, gateway: 10.20.0.254, netmask: 255.255.255.0}
-  children:
-    controllers:
-      vars: {role: controller}
-      hosts:
-        node1: {mac: "52:54:00:00:10:01", ip: 10.20.0.11}
-    workers:
-      vars: {role: worker}
-      hosts:
-        node2: {mac: "52:54:00:00:10:02", ip: 10.20.0.12, disk: /dev/vda}
-        node3: {mac: "52:54:00:00:10:03", ip: 10.20.0.13}
-`
+// labFile is the example of docs/inventory.md.
+const labFile = "../../examples/inventory/lab.yaml"
 
 func TestConvertLab(t *testing.T) {
-	res, err := Convert("lab.yaml", []byte(lab), Options{AllowPXE: true})
+	lab, err := os.ReadFile(labFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Convert("lab.yaml", lab, Options{AllowPXE: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +306,9 @@ func TestSanitizeLabelName(t *testing.T) {
 // FuzzConvert: no inventory makes Convert panic, and whatever it accepts
 // validates as Hardware with valid label keys.
 func FuzzConvert(f *testing.F) {
-	f.Add(lab)                                 // the documented example
+	if lab, err := os.ReadFile(labFile); err == nil {
+		f.Add(string(lab)) // the documented example
+	}
 	f.Add("all:\n  hosts:\n    h: {mac: x}\n") // a bad MAC
 	f.Add("a: &x {children: {b: *x}}\n")       // an alias loop
 	f.Add("all:\n  children:\n    'g g': {hosts: {h1: {mac: '52:54:00:00:00:01', k: v}}}\n")
