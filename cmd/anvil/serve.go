@@ -106,6 +106,7 @@ trust. The HTTP port stays plain: firmware cannot do TLS. See docs/tls.md.`,
 	f.StringSliceVar(&cfg.Auth.Algorithms, "auth-algorithms", nil, "accepted JWS algorithms (default RS256,RS384,RS512,ES256,ES384,PS256,EdDSA; none and HS* are refused)")
 	f.DurationVar(&cfg.Auth.ClockSkew, "auth-clock-skew", 0, "tolerance in checking exp and nbf (default 30s)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
+	f.StringVar(&cfg.AssetsDir, "assets-dir", "", "directory served at /assets/ for boot profiles: kernels, initrds, images, sysext .raw and .conf files, with /assets/SHA256SUMS and a JSON listing at /assets/ (default DATA_DIR/assets)")
 	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200")
 	// Metadata.
 	f.IntVar(&metadataPort, "metadata-port", metadata.DefaultPort, "port of the metadata service's own listener (Hegel's); the metadata routes are on the HTTP port too. 0: no own listener")
@@ -113,7 +114,7 @@ trust. The HTTP port stays plain: firmware cannot do TLS. See docs/tls.md.`,
 	// HTTP: proxies, ingress, the boot path's limits (docs/ingress.md).
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of proxies whose X-Forwarded-For is believed on every listener (metadata, boot scripts, per-client limits), e.g. 10.0.0.0/24,192.0.2.9 (default none: the TCP peer is the caller)")
 	f.StringVar(&cfg.PathPrefix, "path-prefix", "", "also serve every HTTP route under this path prefix, e.g. /tink-stack/ for an ingress that forwards it unchanged (the unprefixed routes keep working)")
-	f.Float64Var(&cfg.BootRate, "boot-rate", server.DefaultBootRate, "boot path (iPXE scripts and binaries, /bootenv/, /images/, metadata) requests per second for all clients together; excess is answered 429 with Retry-After (0: unlimited)")
+	f.Float64Var(&cfg.BootRate, "boot-rate", server.DefaultBootRate, "boot path (iPXE scripts and binaries, /bootenv/, /images/, /assets/, metadata) requests per second for all clients together; excess is answered 429 with Retry-After (0: unlimited)")
 	f.IntVar(&cfg.BootBurst, "boot-burst", server.DefaultBootBurst, "boot path requests admitted at once above --boot-rate (0: one second of --boot-rate)")
 	f.IntVar(&cfg.BootConcurrency, "boot-concurrency", server.DefaultBootConcurrency, "boot path requests served at once; excess is answered 503 with Retry-After (0: unlimited)")
 	f.Float64Var(&cfg.BootClientRate, "boot-client-rate", server.DefaultBootClientRate, "boot path requests per second per client address (0: unlimited)")

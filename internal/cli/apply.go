@@ -105,14 +105,17 @@ func expandManifestPaths(arg string, recursive bool) ([]string, error) {
 	return out, err
 }
 
-func applyFile(cmd *cobra.Command, c *clients, path string, dryRun bool) error {
-	var data []byte
-	var err error
+// readInput reads the file at path, or standard input for "-" (up to one
+// byte over limit, so the parser can say the input is too large).
+func readInput(cmd *cobra.Command, path string, limit int64) ([]byte, error) {
 	if path == "-" {
-		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), model.MaxManifestBytes+1))
-	} else {
-		data, err = os.ReadFile(path)
+		return io.ReadAll(io.LimitReader(cmd.InOrStdin(), limit+1))
 	}
+	return os.ReadFile(path)
+}
+
+func applyFile(cmd *cobra.Command, c *clients, path string, dryRun bool) error {
+	data, err := readInput(cmd, path, model.MaxManifestBytes)
 	if err != nil {
 		return err
 	}

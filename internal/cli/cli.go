@@ -1,5 +1,5 @@
 // Package cli holds anvil's client commands: apply, get, describe, delete,
-// workflow watch and cancel, reprovision, job and logs. They talk to a
+// workflow watch and cancel, reprovision, job, logs and import. They talk to a
 // running `anvil serve` through the anvil.v1 API (Connect protocol over
 // HTTP) and never open the store or any server package's state themselves.
 package cli
@@ -58,6 +58,7 @@ func Commands() []*cobra.Command {
 		newLogsCmd(),
 		newSimulateAgentCmd(),
 		newAuditCmd(),
+		newImportCmd(),
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package httpboot serves the HTTP side of network booting: the per-machine
 // iPXE scripts (asked of a Scripter, which the boot policy implements), the
-// iPXE binaries, and the boot environment's files (kernel, initramfs).
+// iPXE binaries, the boot environment's files (kernel, initramfs), OS
+// images and the assets directory with its checksums.
 //
 // It decides nothing about what a machine boots and must not import the
 // store, the model or the boot policy: a Scripter answers, this package
@@ -66,6 +67,11 @@ type Config struct {
 	// Images holds OS images, served at ImagesPrefix (see DirFS). If nil,
 	// those requests are answered 404.
 	Images fs.FS
+	// Assets holds the files boot profiles use (kernels, initrds, images,
+	// sysext .raw and .conf), served at AssetsPrefix with a SHA256SUMS
+	// and a JSON listing (see DirFS). If nil, those requests are
+	// answered 404.
+	Assets fs.FS
 	// Logger gets one line per request. If nil, slog.Default() is used.
 	Logger *slog.Logger
 	// Events gets one Event per request. If nil, machinelog.Discard.
@@ -78,11 +84,13 @@ type Handler struct {
 	binaries fs.FS
 	bootEnv  fs.FS
 	images   fs.FS
+	assets   fs.FS
 	log      *slog.Logger
 	events   machinelog.Sink
 	mux      *http.ServeMux
 
 	etags sync.Map // route+"\x00"+name -> etagEntry
+	sums  sumCache // digests of the assets
 }
 
 // New returns a Handler for cfg.
@@ -92,6 +100,7 @@ func New(cfg Config) *Handler {
 		binaries: cfg.Binaries,
 		bootEnv:  cfg.BootEnv,
 		images:   cfg.Images,
+		assets:   cfg.Assets,
 		log:      cfg.Logger,
 		events:   cfg.Events,
 		mux:      http.NewServeMux(),
@@ -113,6 +122,9 @@ func New(cfg Config) *Handler {
 //	GET /ipxe/binary/{name}            an iPXE binary
 //	GET /bootenv/{path...}             a boot environment file
 //	GET /images/{path...}              an OS image
+//	GET /assets/                       the assets' JSON listing (name, size, sha256, modTime)
+//	GET /assets/SHA256SUMS             the assets' checksums, for sha256sum -c
+//	GET /assets/{path...}              an asset
 //
 // Script routes take the optional query parameters platform and buildarch
 // (iPXE's ${platform} and ${buildarch}). GET routes also answer HEAD.
@@ -132,6 +144,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+routeImages, func(w http.ResponseWriter, r *http.Request) {
 		h.serveFile(w, r, routeImages, h.images, r.PathValue("path"))
 	})
+	mux.HandleFunc("GET "+routeAssets, h.serveAssets)
 }
 
 // ServeHTTP serves the routes Register lists, and 404 for anything else.

@@ -111,8 +111,12 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 	if err != nil {
 		return nil, err
 	}
+	assetsDir, assets, err := servedDir(cfg.AssetsDir, cfg.DataDir, "assets")
+	if err != nil {
+		return nil, err
+	}
 	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Images: images,
-		Logger: log, Events: events})
+		Assets: assets, Logger: log, Events: events})
 	b.metadata, err = metadata.New(metadata.Config{Finder: storeFinder{st}, TrustedProxies: trusted, Logger: log,
 		Events: events})
 	if err != nil {
@@ -166,7 +170,7 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 		b.packets = append(b.packets, packetService{"syslog", conn, srv.Serve})
 	}
 	log.Info("network boot", "public_ip", public.String(), "dhcp_mode", string(dmode), "http", httpBase,
-		"bootenv_dir", bootEnvDir, "images_dir", imagesDir, "ipxe", ipxe.Version(), "trusted_proxies", trusted)
+		"bootenv_dir", bootEnvDir, "images_dir", imagesDir, "assets_dir", assetsDir, "ipxe", ipxe.Version(), "trusted_proxies", trusted)
 	return b, nil
 }
 

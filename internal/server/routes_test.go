@@ -293,3 +293,39 @@ func TestMetadataPortLimited(t *testing.T) {
 		t.Errorf("/healthz = %d; want 200", code)
 	}
 }
+
+// TestAssetsLimited checks that /assets/ — the files, SHA256SUMS and the
+// listing — is the boot path: --assets-dir is served there, under the
+// per-client limits, and under --path-prefix too.
+func TestAssetsLimited(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "flatcar.raw"), []byte("sysext"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, _, _, _, _ := startWith(t, func(c *Config) {
+		c.AssetsDir = dir
+		c.PathPrefix = "/tink-stack/"
+		c.BootClientRate, c.BootClientBurst = 0.001, 3 // three requests, then nothing for the test's life
+	})
+	for _, s := range []struct {
+		path string
+		want int
+		body string
+	}{
+		{"/assets/flatcar.raw", 200, "sysext"},
+		{"/tink-stack/assets/SHA256SUMS", 200, "  flatcar.raw\n"},
+		{"/assets/", 200, `"name": "flatcar.raw"`},
+		{"/assets/flatcar.raw", 429, ""},
+		{"/assets/SHA256SUMS", 429, ""},
+	} {
+		resp, err := http.Get(base + s.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != s.want || !strings.Contains(string(b), s.body) {
+			t.Errorf("GET %s = %d %q; want %d with %q", s.path, resp.StatusCode, b, s.want, s.body)
+		}
+	}
+}

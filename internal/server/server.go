@@ -129,6 +129,10 @@ type Config struct {
 	// ImagesDir holds OS images served at /images/ for workflows to
 	// stream to disk. If empty, uses DATA_DIR/images.
 	ImagesDir string
+	// AssetsDir holds the files boot profiles use (kernels, initrds,
+	// images, sysext .raw and .conf), served at /assets/ with their
+	// checksums. If empty, uses DATA_DIR/assets.
+	AssetsDir string
 	// KernelArgs are extra kernel arguments for the boot environment.
 	KernelArgs []string
 
