@@ -16,8 +16,8 @@ import (
 )
 
 // butaneToIgnition translates a rendered Butane document to Ignition JSON
-// with the translator its variant and version name, then validates the
-// result with Ignition's parser. Local file references are refused (no
+// with the translator its variant and version name, strictly (a warning is
+// an error), then validates the result with Ignition's parser. Local file references are refused (no
 // files directory is given): a template cannot read the server's files.
 func butaneToIgnition(cfg Config, doc []byte) ([]byte, []Problem, error) {
 	out, rpt, err := butane.TranslateBytes(doc, butanecommon.TranslateBytesOptions{Pretty: true})
@@ -31,12 +31,17 @@ func butaneToIgnition(cfg Config, doc []byte) ([]byte, []Problem, error) {
 		}
 		return nil, nil, newError(cfg, "butane", err, ps...)
 	}
-	warnings := reportProblems(rpt, doc, false)
+	// Strict, like `butane --strict`: Butane's warnings (an unused key, a
+	// decimal file mode) are almost always a typo that would silently
+	// change what the machine gets.
+	if ws := reportProblems(rpt, doc, false); len(ws) > 0 {
+		return nil, nil, newError(cfg, "butane", errors.New("butane reported warnings (strict mode)"), ws...)
+	}
 	iw, err := validateIgnition(cfg, out)
 	if err != nil {
 		return nil, nil, err
 	}
-	return append(out, '\n'), append(warnings, iw...), nil
+	return append(out, '\n'), iw, nil
 }
 
 // butaneErrorProblem places an error Butane returned without a report: a
@@ -112,7 +117,7 @@ func jsonVersionProblem(doc []byte, msg string) Problem {
 func reportProblems(rpt report.Report, doc []byte, fatal bool) []Problem {
 	var ps []Problem
 	for _, e := range rpt.Entries {
-		if e.Kind == nil || e.Kind.IsFatal() != fatal {
+		if e.Kind == nil || e.Kind.IsFatal() != fatal || e.Kind == report.Info {
 			continue
 		}
 		p := Problem{Message: e.Message}

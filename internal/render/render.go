@@ -280,7 +280,7 @@ func execute(cfg Config, data Data, secrets SecretSource) ([]byte, error) {
 		return nil, newError(cfg, "template", err, templateProblem(err, name))
 	}
 	if err := checkRanges(t); err != nil {
-		return nil, newError(cfg, "template", err)
+		return nil, newError(cfg, "template", err, templateProblem(fmt.Errorf("template: %w", err), name))
 	}
 	w := &limitWriter{n: MaxOutputSize}
 	if err := t.Execute(w, data); err != nil {
