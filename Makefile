@@ -32,7 +32,8 @@ FUZZ_TARGETS := \
 	./internal/syslog:FuzzParse \
 	./internal/tftp:FuzzParseRequest \
 	./internal/clientip:FuzzResolve \
-	./internal/auth:FuzzVerify
+	./internal/auth:FuzzVerify \
+	./internal/render:FuzzRender
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools kernel clean ipxe-refresh
 
