@@ -418,7 +418,14 @@ func TestRenderSSHHostKey(t *testing.T) {
 
 func TestConfigURL(t *testing.T) {
 	d := render.Data{ServerURL: "http://10.0.0.1:7080/", MAC: "52:54:00:00:00:01"}
-	if got, want := d.ConfigURL("ignition"), "http://10.0.0.1:7080/configs/52:54:00:00:00:01/ignition"; got != want {
-		t.Errorf("ConfigURL(ignition) = %q; want %q", got, want)
+	tests := []struct{ name, want string }{
+		{"ignition", "http://10.0.0.1:7080/configs/52:54:00:00:00:01/ignition"},
+		{"", "http://10.0.0.1:7080/configs/52:54:00:00:00:01/"}, // the NoCloud prefix
+		{"a b", "http://10.0.0.1:7080/configs/52:54:00:00:00:01/a%20b"},
+	}
+	for _, tc := range tests {
+		if got := d.ConfigURL(tc.name); got != tc.want {
+			t.Errorf("ConfigURL(%q) = %q; want %q", tc.name, got, tc.want)
+		}
 	}
 }
