@@ -33,7 +33,8 @@ FUZZ_TARGETS := \
 	./internal/tftp:FuzzParseRequest \
 	./internal/clientip:FuzzResolve \
 	./internal/auth:FuzzVerify \
-	./internal/inventory:FuzzConvert
+	./internal/inventory:FuzzConvert \
+	./internal/render:FuzzRender
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools kernel clean ipxe-refresh
 

@@ -57,6 +57,10 @@ APT_PACKAGES+=(wrk)
 # The ingress test (test/e2e TestIngress) puts nginx in front of anvil:
 # TLS, gRPC to h2c, a rewritten path prefix.
 APT_PACKAGES+=(nginx-light)
+# Config rendering (internal/render): rendered cloud-config user-data is
+# checked with Debian's `cloud-init schema --config-file` (pulls in Python
+# and ~30 small packages; the tests skip without it outside CI).
+APT_PACKAGES+=(cloud-init)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

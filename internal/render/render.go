@@ -1,0 +1,352 @@
+// Package render owns turning a config template plus a machine's data into
+// the bytes served to that machine: Go templates executed with the Hardware,
+// its labels, inventory variables and generated secrets, then translated
+// (Butane → Ignition) and validated for their format (Ignition's own
+// validator, cloud-config and NoCloud meta-data as YAML). A broken template or
+// an invalid result is an error and never yields bytes.
+//
+// It does not read the store and serves no HTTP routes itself beyond Handler,
+// which asks a Finder (implemented by the boot policy) for a machine's
+// config and renders it.
+package render
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+	"text/template/parse"
+
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// Formats a Config may have.
+const (
+	// FormatButane is a Butane config (any variant, e.g. flatcar or fcos),
+	// translated to Ignition JSON and validated.
+	FormatButane = "butane"
+	// FormatIgnition is an Ignition JSON config, validated.
+	FormatIgnition = "ignition"
+	// FormatCloudConfig is cloud-init user-data or vendor-data in
+	// cloud-config form: "#cloud-config" on the first line, then a YAML
+	// mapping.
+	FormatCloudConfig = "cloud-config"
+	// FormatNoCloudMetaData is NoCloud meta-data: a YAML mapping
+	// (instance-id, local-hostname, …).
+	FormatNoCloudMetaData = "nocloud-meta-data"
+	// FormatPlain is any text, served as rendered.
+	FormatPlain = "plain"
+)
+
+// Formats lists every format Render accepts.
+var Formats = []string{FormatButane, FormatIgnition, FormatCloudConfig, FormatNoCloudMetaData, FormatPlain}
+
+// Size limits.
+const (
+	// MaxTemplateSize is the largest template Render accepts (1 MiB).
+	MaxTemplateSize = 1 << 20
+	// MaxOutputSize is the largest output Render produces (4 MiB), both
+	// the executed template and the translated config.
+	MaxOutputSize = 4 << 20
+	// MaxRangeLiteral is the largest integer a template may range over
+	// ({{ range 1000 }}) and the longest list until/seq may build, so that
+	// a template cannot spin or allocate without bound.
+	MaxRangeLiteral = 100000
+)
+
+// Config is one named config template of a boot profile.
+type Config struct {
+	// Name names the config ("ignition", "user-data"); it appears in
+	// errors and in template line numbers.
+	Name string
+	// Format is one of Formats.
+	Format string
+	// Template is Go text/template source.
+	Template string
+}
+
+// Data is what a template is executed with: `.Hostname`, `.Vars.sshKey`,
+// `.Labels.role`, `.Hardware.Spec…`, `{{ .ConfigURL "user-data" }}`.
+type Data struct {
+	// Hardware is the machine's Hardware; nil when there is none.
+	Hardware *model.Hardware
+	// Namespace is the Hardware's namespace: secrets are looked up in it.
+	Namespace string
+	// Name is the Hardware's name.
+	Name string
+	// Labels are the Hardware's labels.
+	Labels map[string]string
+	// Vars are the inventory variables of the machine (host and group
+	// variables merged by the caller).
+	Vars map[string]any
+	// MAC is the MAC address the machine asked with, lower case with
+	// colons ("52:54:00:12:34:56").
+	MAC string
+	// IP is the machine's address, if known.
+	IP string
+	// Hostname is the machine's hostname, if known.
+	Hostname string
+	// ServerURL is the base URL machines reach Anvil at
+	// ("http://10.0.0.1:7080"), without a trailing slash.
+	ServerURL string
+}
+
+// ConfigURL returns the URL the machine fetches its config name from:
+// ServerURL/configs/MAC/name.
+func (d Data) ConfigURL(name string) string {
+	return strings.TrimSuffix(d.ServerURL, "/") + "/configs/" + url.PathEscape(d.MAC) + "/" + url.PathEscape(name)
+}
+
+// SecretSource gives templates their named secrets (`{{ secret "join" "kubeadm-token" }}`).
+// Secret returns the value of the secret name of kind in namespace,
+// generating and keeping it on first use; the same name with another kind is
+// an error. internal/secrets.Store implements it.
+type SecretSource interface {
+	Secret(namespace, name, kind string) (string, error)
+}
+
+// Result is a rendered config.
+type Result struct {
+	// Body is the bytes to serve.
+	Body []byte
+	// ContentType is the Content-Type to serve Body with.
+	ContentType string
+	// Warnings are non-fatal problems Butane or Ignition reported.
+	Warnings []Problem
+}
+
+// Problem is one error or warning, at a place in a document when known.
+type Problem struct {
+	// Line and Column are 1-based; 0 when unknown. For template errors they
+	// are in the template; for Butane, Ignition and YAML errors they are in
+	// the rendered document (which differs from the template where actions
+	// expand to several lines).
+	Line, Column int
+	// Path is the logical location ("$.storage.files.0.path") when known.
+	Path string
+	// Message says what is wrong.
+	Message string
+	// Source is the text of the offending line of the document, when known.
+	Source string
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Line > 0 {
+		fmt.Fprintf(&b, "line %d", p.Line)
+		if p.Column > 0 {
+			fmt.Fprintf(&b, " col %d", p.Column)
+		}
+	}
+	if p.Path != "" {
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		b.WriteString("at " + p.Path)
+	}
+	if b.Len() > 0 {
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	if p.Source != "" {
+		fmt.Fprintf(&b, " (%q)", p.Source)
+	}
+	return b.String()
+}
+
+// Error is a failed rendering: the config, the stage that failed and each
+// problem found.
+type Error struct {
+	// Config is the config's name.
+	Config string
+	// Stage is what failed: "template", "execute", "butane", "ignition",
+	// "cloud-config", "meta-data", "size", "format".
+	Stage string
+	// Problems are what is wrong, at least one.
+	Problems []Problem
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *Error) Error() string {
+	ps := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		ps[i] = p.String()
+	}
+	return fmt.Sprintf("render config %q: %s: %s", e.Config, e.Stage, strings.Join(ps, "; "))
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrTooLarge is returned (wrapped in *Error) when a template or its output
+// exceeds MaxTemplateSize or MaxOutputSize.
+var ErrTooLarge = errors.New("size limit exceeded")
+
+func newError(cfg Config, stage string, err error, ps ...Problem) *Error {
+	if len(ps) == 0 {
+		ps = []Problem{{Message: err.Error()}}
+	}
+	return &Error{Config: cfg.Name, Stage: stage, Problems: ps, Err: err}
+}
+
+// Render executes cfg's template with data and produces the config for its
+// format: Butane is translated to Ignition JSON and validated with Ignition's
+// validator, Ignition is validated, cloud-config and meta-data are checked as
+// YAML mappings. secrets may be nil when the template uses no secret. On
+// failure it returns an *Error and no bytes.
+func Render(cfg Config, data Data, secrets SecretSource) (Result, error) {
+	ct, ok := contentTypes[cfg.Format]
+	if !ok {
+		return Result{}, newError(cfg, "format", fmt.Errorf("unknown format %q (want one of %s)", cfg.Format, strings.Join(Formats, ", ")))
+	}
+	if len(cfg.Template) > MaxTemplateSize {
+		return Result{}, newError(cfg, "size", fmt.Errorf("template is %d bytes, more than the %d MiB limit: %w",
+			len(cfg.Template), MaxTemplateSize>>20, ErrTooLarge))
+	}
+	out, err := execute(cfg, data, secrets)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{ContentType: ct}
+	switch cfg.Format {
+	case FormatButane:
+		res.Body, res.Warnings, err = butaneToIgnition(cfg, out)
+	case FormatIgnition:
+		res.Warnings, err = validateIgnition(cfg, out)
+		res.Body = out
+	case FormatCloudConfig:
+		err = validateCloudConfig(cfg, out)
+		res.Body = out
+	case FormatNoCloudMetaData:
+		err = validateYAMLMapping(cfg, "meta-data", out)
+		res.Body = out
+	case FormatPlain:
+		res.Body = out
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if len(res.Body) > MaxOutputSize {
+		return Result{}, newError(cfg, "size", fmt.Errorf("output is %d bytes, more than the %d MiB limit: %w",
+			len(res.Body), MaxOutputSize>>20, ErrTooLarge))
+	}
+	return res, nil
+}
+
+// contentTypes maps each format to the Content-Type it is served with.
+var contentTypes = map[string]string{
+	FormatButane:          "application/json",
+	FormatIgnition:        "application/json",
+	FormatCloudConfig:     "text/cloud-config; charset=utf-8",
+	FormatNoCloudMetaData: "application/yaml",
+	FormatPlain:           "text/plain; charset=utf-8",
+}
+
+// ContentType returns the Content-Type a config of format is served with,
+// or "" for an unknown format.
+func ContentType(format string) string { return contentTypes[format] }
+
+// templateErrorRE matches text/template's "template: NAME:LINE[:COL]: MSG".
+var templateErrorRE = regexp.MustCompile(`^template: .*?:(\d+)(?::(\d+))?: (?s)(.*)$`)
+
+// templateProblem turns a text/template error into a Problem with its line.
+func templateProblem(err error, name string) Problem {
+	msg := err.Error()
+	// Strip the name first so a name with colons does not confuse the match.
+	if rest, ok := strings.CutPrefix(msg, "template: "+name+":"); ok {
+		msg = "template: x:" + rest
+	}
+	m := templateErrorRE.FindStringSubmatch(msg)
+	if m == nil {
+		return Problem{Message: err.Error()}
+	}
+	line, _ := strconv.Atoi(m[1])
+	col, _ := strconv.Atoi(m[2])
+	return Problem{Line: line, Column: col, Message: m[3]}
+}
+
+// execute parses and runs the template into a bounded buffer.
+func execute(cfg Config, data Data, secrets SecretSource) ([]byte, error) {
+	name := cfg.Name
+	if name == "" {
+		name = "config"
+	}
+	t, err := template.New(name).Option("missingkey=error").Funcs(funcMap(data, secrets)).Parse(cfg.Template)
+	if err != nil {
+		return nil, newError(cfg, "template", err, templateProblem(err, name))
+	}
+	if err := checkRanges(t); err != nil {
+		return nil, newError(cfg, "template", err, templateProblem(fmt.Errorf("template: %w", err), name))
+	}
+	w := &limitWriter{n: MaxOutputSize}
+	if err := t.Execute(w, data); err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return nil, newError(cfg, "size", fmt.Errorf("output exceeds the %d MiB limit: %w", MaxOutputSize>>20, ErrTooLarge))
+		}
+		return nil, newError(cfg, "execute", err, templateProblem(err, name))
+	}
+	return w.buf.Bytes(), nil
+}
+
+// limitWriter fails once more than n bytes have been written.
+type limitWriter struct {
+	buf bytes.Buffer
+	n   int
+}
+
+func (w *limitWriter) Write(p []byte) (int, error) {
+	if w.buf.Len()+len(p) > w.n {
+		return 0, ErrTooLarge
+	}
+	return w.buf.Write(p)
+}
+
+// checkRanges refuses {{ range N }} over an integer literal above
+// MaxRangeLiteral: such a loop may write nothing and so escape the output
+// limit while spinning.
+func checkRanges(t *template.Template) error {
+	var err error
+	cur := t
+	var walk func(n parse.Node)
+	walk = func(n parse.Node) {
+		if err != nil || n == nil {
+			return
+		}
+		switch n := n.(type) {
+		case *parse.ListNode:
+			if n == nil {
+				return
+			}
+			for _, c := range n.Nodes {
+				walk(c)
+			}
+		case *parse.RangeNode:
+			if p := n.Pipe; p != nil && len(p.Cmds) == 1 && len(p.Cmds[0].Args) == 1 {
+				if num, ok := p.Cmds[0].Args[0].(*parse.NumberNode); ok && (!num.IsInt || num.Int64 > MaxRangeLiteral) {
+					loc, _ := cur.ErrorContext(n)
+					err = fmt.Errorf("%s: range over %s: more than %d iterations", loc, num.Text, MaxRangeLiteral)
+					return
+				}
+			}
+			walk(n.List)
+			walk(n.ElseList)
+		case *parse.IfNode:
+			walk(n.List)
+			walk(n.ElseList)
+		case *parse.WithNode:
+			walk(n.List)
+			walk(n.ElseList)
+		}
+	}
+	for _, tt := range t.Templates() {
+		if tt.Tree != nil {
+			cur = tt
+			walk(tt.Tree.Root)
+		}
+	}
+	return err
+}
