@@ -86,6 +86,9 @@ type Config struct {
 	// Audit records every mutating management call. If nil, none is
 	// recorded.
 	Audit *audit.Log
+	// Secrets are the generated secrets boot profile templates use,
+	// shown to admins. If nil, the secret service answers UNAVAILABLE.
+	Secrets SecretStore
 	// ClientIP returns the caller's address as the server's trusted-proxy
 	// rule sees it, or "" to use the TCP peer's.
 	ClientIP func(ctx context.Context) string
@@ -147,6 +150,7 @@ func ServiceNames() []string {
 		anvilv1connect.AgentServiceName,
 		anvilv1connect.LogServiceName,
 		anvilv1connect.AuditServiceName,
+		anvilv1connect.SecretServiceName,
 		anvilv1connect.JobServiceName,
 	}
 }
@@ -165,6 +169,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
 	mux.Handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))
 	mux.Handle(anvilv1connect.NewAuditServiceHandler(auditService{s}, opts...))
+	mux.Handle(anvilv1connect.NewSecretServiceHandler(secretService{s}, opts...))
 	mux.Handle(anvilv1connect.NewJobServiceHandler(jobService{s}, opts...))
 }
 
