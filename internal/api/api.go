@@ -1,5 +1,5 @@
 // Package api implements every anvil.v1 service (Hardware, Template, Workflow,
-// Manifest, Agent, Log, Job) as connect handlers over store.Store, the
+// BootProfile, Manifest, Agent, Log, Job) as connect handlers over store.Store, the
 // workflow engine and the log store.
 //
 // It owns the translation between the wire (proto messages, connect codes)
@@ -146,6 +146,7 @@ func ServiceNames() []string {
 		anvilv1connect.HardwareServiceName,
 		anvilv1connect.TemplateServiceName,
 		anvilv1connect.WorkflowServiceName,
+		anvilv1connect.BootProfileServiceName,
 		anvilv1connect.ManifestServiceName,
 		anvilv1connect.AgentServiceName,
 		anvilv1connect.LogServiceName,
@@ -165,6 +166,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
 	mux.Handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))
 	mux.Handle(anvilv1connect.NewWorkflowServiceHandler(workflowHandler{newWorkflowService(s), newHardwareService(s)}, opts...))
+	mux.Handle(anvilv1connect.NewBootProfileServiceHandler(newBootProfileService(s), opts...))
 	mux.Handle(anvilv1connect.NewManifestServiceHandler(manifestService{s}, opts...))
 	mux.Handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
 	mux.Handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))

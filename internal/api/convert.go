@@ -51,7 +51,7 @@ func toParts(obj model.Object) (objectParts, error) {
 		return objectParts{}, fmt.Errorf("encode %s: %w", model.KindOf(obj), err)
 	}
 	p := objectParts{
-		APIVersion: model.APIVersion,
+		APIVersion: model.APIVersionOf(model.KindOf(obj)),
 		Kind:       model.KindOf(obj),
 		Meta:       metaToProto(obj.GetObjectMeta()),
 	}
@@ -84,8 +84,8 @@ func fromWire(kind string, m WireMessage) (model.Object, error) {
 	if k := m.GetKind(); k != "" && k != kind {
 		return nil, invalid("kind %q in a %s request", k, kind)
 	}
-	if av := m.GetApiVersion(); av != "" && av != model.APIVersion {
-		return nil, invalid("apiVersion %q is not %q", av, model.APIVersion)
+	if av := m.GetApiVersion(); av != "" && av != model.APIVersionOf(kind) {
+		return nil, invalid("apiVersion %q is not %q (the group of %s)", av, model.APIVersionOf(kind), kind)
 	}
 	obj, err := model.New(kind)
 	if err != nil {
@@ -115,7 +115,7 @@ func fromWire(kind string, m WireMessage) (model.Object, error) {
 		}
 	}
 	// Decoding may not touch metadata, but keep TypeMeta authoritative.
-	*obj.GetTypeMeta() = model.TypeMeta{APIVersion: model.APIVersion, Kind: kind}
+	*obj.GetTypeMeta() = model.TypeMeta{APIVersion: model.APIVersionOf(kind), Kind: kind}
 	return obj, nil
 }
 

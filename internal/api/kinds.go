@@ -63,3 +63,22 @@ func newWorkflowService(s *Services) *workflowService {
 		},
 	}}
 }
+
+type bootProfileService = resource[v1.BootProfile, *v1.BootProfile, v1.CreateBootProfileRequest, v1.UpdateBootProfileRequest, v1.BootProfileList, v1.BootProfileEvent]
+
+func newBootProfileService(s *Services) *bootProfileService {
+	return &bootProfileService{s: s, kindAdapter: kindAdapter[v1.BootProfile, *v1.BootProfile, v1.CreateBootProfileRequest, v1.UpdateBootProfileRequest, v1.BootProfileList, v1.BootProfileEvent]{
+		kind: model.KindBootProfile,
+		message: func(p objectParts) *v1.BootProfile {
+			return &v1.BootProfile{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
+		},
+		createArg: (*v1.CreateBootProfileRequest).GetBootProfile,
+		updateArg: (*v1.UpdateBootProfileRequest).GetBootProfile,
+		list: func(items []*v1.BootProfile, rv string) *v1.BootProfileList {
+			return &v1.BootProfileList{Items: items, ResourceVersion: rv}
+		},
+		event: func(t v1.EventType, m *v1.BootProfile) *v1.BootProfileEvent {
+			return &v1.BootProfileEvent{Type: t, BootProfile: m}
+		},
+	}}
+}

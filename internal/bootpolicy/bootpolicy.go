@@ -1,8 +1,10 @@
 // Package bootpolicy decides what a machine gets when it network boots: the
 // DHCP answer for each of its interfaces (dhcp.Backend) and the iPXE script
 // it runs (httpboot.Scripter) — the boot environment while a workflow waits
-// for it, the operator's own script or URL, its local disk, or, for a
-// machine Anvil does not know, nothing or a generic script.
+// for it, the kernel and initrds of its boot profile, the operator's own
+// script or URL, its local disk, or, for a machine Anvil does not know,
+// nothing or a generic script. ProfileFor tells the config renderer which
+// profile a machine has.
 //
 // It reads Hardware and Workflows through the store's indexes and renders
 // scripts with internal/ipxe. It writes nothing, holds no state beyond its
@@ -52,7 +54,10 @@ var DefaultConsole = []string{"tty0", "ttyS0,115200"}
 // Config configures a Policy.
 type Config struct {
 	// Store finds Hardware by MAC and IP and Workflows by the hardware they
-	// run on. Required. Only indexed lookups are made: never a list.
+	// run on. Required. Only indexed lookups are made per request, except
+	// for BootProfiles: Run keeps them in memory; without Run (or before
+	// its first list) a script request lists the Hardware's namespace's
+	// profiles, if the store is also a store.Reader.
 	Store store.Indexer
 	// Mode is one of the Mode constants. If "", uses ModeReservation.
 	Mode string
@@ -107,7 +112,8 @@ type Policy struct {
 	agentToken func(*model.Workflow) string
 	log        *slog.Logger
 
-	hosts hostCache // fed by Run
+	hosts    hostCache    // fed by Run
+	profiles profileCache // fed by Run
 
 	warned  sync.Map // warning key -> struct{}
 	nWarned atomic.Int64

@@ -113,38 +113,54 @@ func (c *hostCache) unsync() {
 	c.mu.Unlock()
 }
 
-// Run keeps the Policy's in-memory view of Hardware current until ctx ends:
-// a list, then a watch from its version; after a watch error, a fresh list.
-// It needs a store that can also list and watch (the embedded store can).
-// Without Run, Lookup reads the store on every call.
+// listWatcher is the store a Policy's caches follow.
+type listWatcher interface {
+	store.Reader
+	store.Watcher
+}
+
+// Run keeps the Policy's in-memory views current until ctx ends: the DHCP
+// view of every Hardware and every BootProfile, each a list, then a watch
+// from its version; after a watch error, a fresh list. It needs a store
+// that can also list and watch (the embedded store can). Without Run,
+// Lookup reads the store on every call and Script lists the Hardware's
+// namespace's profiles.
 func (p *Policy) Run(ctx context.Context) error {
-	src, ok := p.store.(interface {
-		store.Reader
-		store.Watcher
-	})
+	src, ok := p.store.(listWatcher)
 	if !ok {
 		return errors.New("bootpolicy: the store cannot list and watch")
 	}
-	defer p.hosts.unsync()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.keepFollowing(ctx, model.KindBootProfile, func(ctx context.Context) error { return p.followProfiles(ctx, src) }, p.profiles.unsync)
+	}()
+	p.keepFollowing(ctx, model.KindHardware, func(ctx context.Context) error { return p.follow(ctx, src) }, p.hosts.unsync)
+	wg.Wait()
+	return nil
+}
+
+// keepFollowing runs follow until ctx ends, marking the cache unsynced
+// (unsync) whenever it is not being fed.
+func (p *Policy) keepFollowing(ctx context.Context, kind string, follow func(context.Context) error, unsync func()) {
+	defer unsync()
 	for {
-		err := p.follow(ctx, src)
+		err := follow(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
-		p.hosts.unsync()
-		p.log.Warn("bootpolicy: Hardware watch ended; listing again", "err", err)
+		unsync()
+		p.log.Warn("bootpolicy: "+kind+" watch ended; listing again", "err", err)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-func (p *Policy) follow(ctx context.Context, src interface {
-	store.Reader
-	store.Watcher
-}) error {
+func (p *Policy) follow(ctx context.Context, src listWatcher) error {
 	objs, rv, err := src.List(ctx, model.KindHardware, store.ListOptions{})
 	if err != nil {
 		return err

@@ -21,12 +21,20 @@ import (
 //  3. an active workflow on the Hardware (same namespace, not finished, not
 //     disabled, not waiting for another) and netboot.allowWorkflow not
 //     false: the boot environment.
-//  4. netboot.ipxe.url: chain to it.
-//  5. netboot.ipxe.contents: that script.
-//  6. otherwise the local disk.
+//  4. no active workflow, and a boot profile applies (SelectProfile:
+//     spec.bootProfileRef, else the profiles whose selectors match the
+//     Hardware's labels): the profile's kernel, initrds and rendered
+//     kernel arguments. A referenced profile that does not exist, or
+//     several matching profiles with the same highest priority, is a
+//     refusal (an error wrapping httpboot.ErrNoScript, a 404) naming them,
+//     and is logged: never a guess.
+//  5. netboot.ipxe.url: chain to it.
+//  6. netboot.ipxe.contents: that script.
+//  7. otherwise the local disk.
 //
 // A Hardware value that cannot be placed in a script safely (see
-// ipxe.CheckArg) is an error naming the field, not a script.
+// ipxe.CheckArg) is an error naming the field, not a script; so is a
+// profile's kernel argument that does not render (a template error).
 func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboot.Script, error) {
 	var (
 		hw  *model.Hardware
@@ -77,6 +85,21 @@ func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboo
 	}
 	if wf != nil && model.BoolValue(nb.AllowWorkflow, true) {
 		return p.bootEnv(hw, i, nb, wf, r)
+	}
+	if wf == nil {
+		sel, cp, err := p.selectFor(ctx, hw)
+		if err != nil {
+			return nil, p.profileRefusal(hw, err)
+		}
+		if sel != nil {
+			s, err := p.profileScript(hw, i, sel, cp, r)
+			if err != nil {
+				p.warnOnce("profile script "+hw.Key()+"@"+hw.ResourceVersion+"@"+sel.Profile.ResourceVersion+" "+err.Error(),
+					"bootpolicy: cannot render a boot profile's script: "+err.Error(), "hardware", hw.Key(), "profile", sel.Profile.Key())
+				return nil, err
+			}
+			return s, nil
+		}
 	}
 
 	if ix := nb.IPXE; ix != nil && ix.URL != "" {

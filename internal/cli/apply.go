@@ -21,7 +21,7 @@ func newApplyCmd() *cobra.Command {
 	var recursive, dryRun bool
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|-",
-		Short: "Create or update Hardware, Templates and Workflows from YAML manifests",
+		Short: "Create or update Hardware, Templates, Workflows and BootProfiles from YAML manifests",
 		Long: `Apply sends each manifest file to the server, which validates every document
 and stores all of them or none (apply is all-or-nothing per file). A directory
 applies its *.yaml, *.yml and *.json files in name order; "-" reads standard input.`,

@@ -79,6 +79,7 @@ type clients struct {
 	hardware  anvilv1connect.HardwareServiceClient
 	templates anvilv1connect.TemplateServiceClient
 	workflows anvilv1connect.WorkflowServiceClient
+	profiles  anvilv1connect.BootProfileServiceClient
 	manifests anvilv1connect.ManifestServiceClient
 	logs      anvilv1connect.LogServiceClient
 	audit     anvilv1connect.AuditServiceClient
@@ -150,6 +151,7 @@ func newClients(cmd *cobra.Command) (*clients, error) {
 		hardware:  anvilv1connect.NewHardwareServiceClient(hc, addr, opts...),
 		templates: anvilv1connect.NewTemplateServiceClient(hc, addr, opts...),
 		workflows: anvilv1connect.NewWorkflowServiceClient(hc, addr, opts...),
+		profiles:  anvilv1connect.NewBootProfileServiceClient(hc, addr, opts...),
 		manifests: anvilv1connect.NewManifestServiceClient(hc, addr, opts...),
 		logs:      anvilv1connect.NewLogServiceClient(hc, addr, opts...),
 		audit:     anvilv1connect.NewAuditServiceClient(hc, addr, opts...),

@@ -18,10 +18,11 @@ func newDescribeCmd() *cobra.Command {
 	var sc scope
 	var history int
 	cmd := &cobra.Command{
-		Use:   "describe hardware|template|workflow NAME",
+		Use:   "describe hardware|template|workflow|bootprofile NAME",
 		Short: "Show one object in detail: for a workflow, every action's state, duration and message",
 		Example: `  anvil describe workflow rack1-node07-install
-  anvil describe hardware rack1-node07`,
+  anvil describe hardware rack1-node07
+  anvil describe bootprofile flatcar-worker`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, err := model.ParseKind(args[0])
@@ -53,6 +54,15 @@ func newDescribeCmd() *cobra.Command {
 				if x.Spec.Data != nil {
 					fmt.Fprintf(w, "Data:\n%s\n", indent(*x.Spec.Data, "  "))
 				}
+			case *model.BootProfile:
+				// The Hardware naming it; those its selector picks are
+				// the boot policy's to decide (priorities, conflicts).
+				refs, err := c.ops(model.KindHardware).list(ctx(cmd), &v1.ListRequest{
+					Namespace: x.Namespace, FieldSelector: "spec.bootProfileRef.name=" + x.Name})
+				if err != nil {
+					return c.explain(err)
+				}
+				describeBootProfile(w, x, refs, now)
 			}
 			return nil
 		},
@@ -260,4 +270,44 @@ func printObjectsIndented(w io.Writer, objs []model.Object, now time.Time) {
 		fmt.Fprintln(tw, "  "+strings.Join(tableRow(o, false, now), "\t"))
 	}
 	tw.Flush()
+}
+
+func describeBootProfile(w io.Writer, x *model.BootProfile, refs []model.Object, now time.Time) {
+	describeMeta(w, &x.ObjectMeta, now)
+	s := &x.Spec
+	if len(s.Selector) == 0 {
+		fmt.Fprintln(w, "Selector:    - (only Hardware naming it in spec.bootProfileRef)")
+	} else {
+		fmt.Fprintln(w, "Selector:    (any of)")
+		for _, t := range s.Selector {
+			fmt.Fprintf(w, "  %s\n", t)
+		}
+	}
+	fmt.Fprintf(w, "Priority:    %d\nKernel:      %s\n", s.Priority, s.Kernel)
+	for i, u := range s.Initrds {
+		fmt.Fprintf(w, "Initrd %d:    %s\n", i, u)
+	}
+	if len(s.KernelArgs) > 0 {
+		fmt.Fprintln(w, "Kernel args:")
+		for _, a := range s.KernelArgs {
+			fmt.Fprintf(w, "  %s\n", a)
+		}
+	}
+	if len(s.Configs) > 0 {
+		fmt.Fprintln(w, "Configs:")
+		names := make([]string, 0, len(s.Configs))
+		for n := range s.Configs {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			c := s.Configs[n]
+			fmt.Fprintf(w, "  %s (%s, %d bytes of template)\n", n, c.Format, len(c.Template))
+		}
+	}
+	names := make([]string, 0, len(refs))
+	for _, r := range refs {
+		names = append(names, r.GetObjectMeta().Name)
+	}
+	fmt.Fprintf(w, "Hardware naming it (spec.bootProfileRef): %s\n", orDash(strings.Join(names, ", ")))
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,12 +48,13 @@ func newGetCmd() *cobra.Command {
 	var sc scope
 	var output string
 	cmd := &cobra.Command{
-		Use:   "get hardware|templates|workflows [NAME...]",
+		Use:   "get hardware|templates|workflows|bootprofiles [NAME...]",
 		Short: "List objects, or show some by name",
 		Example: `  anvil get hardware
   anvil get workflows -o wide
   anvil get workflow rack1-node07-install -o yaml
-  anvil get hw -A -l rack=r1`,
+  anvil get hw -A -l rack=r1
+  anvil get bootprofiles -o wide`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, err := model.ParseKind(args[0])
@@ -152,6 +155,11 @@ func tableHeader(kind string, wide bool) []string {
 		return []string{"NAME", "MAC", "IP", "HOSTNAME", "ALLOW-PXE", "AGE"}
 	case model.KindTemplate:
 		return []string{"NAME", "AGE"}
+	case model.KindBootProfile:
+		if wide {
+			return []string{"NAME", "SELECTOR", "PRIORITY", "KERNEL", "CONFIGS", "AGE"}
+		}
+		return []string{"NAME", "SELECTOR", "PRIORITY", "CONFIGS", "AGE"}
 	}
 	if wide {
 		return []string{"NAME", "TEMPLATE", "HARDWARE", "STATE", "ACTIONS", "CURRENT", "AGENT", "DURATION", "AGE"}
@@ -190,6 +198,14 @@ func tableRow(o model.Object, wide bool, now time.Time) []string {
 		return []string{meta.Name, mac, ip, host, pxe, age}
 	case *model.Template:
 		return []string{meta.Name, age}
+	case *model.BootProfile:
+		sel := orDash(strings.Join(x.Spec.Selector, " | "))
+		configs := orDash(strings.Join(slices.Sorted(maps.Keys(x.Spec.Configs)), ","))
+		prio := fmt.Sprint(x.Spec.Priority)
+		if wide {
+			return []string{meta.Name, sel, prio, x.Spec.Kernel, configs, age}
+		}
+		return []string{meta.Name, sel, prio, configs, age}
 	case *model.Workflow:
 		done, total := actionCounts(x)
 		current, agent := "-", "-"
@@ -268,7 +284,7 @@ func joinNonEmpty(sep string, parts ...string) string {
 func newDeleteCmd() *cobra.Command {
 	var sc scope
 	cmd := &cobra.Command{
-		Use:     "delete hardware|template|workflow NAME...",
+		Use:     "delete hardware|template|workflow|bootprofile NAME...",
 		Short:   "Delete objects by name",
 		Example: `  anvil delete workflow rack1-node07-install`,
 		Args:    cobra.MinimumNArgs(2),

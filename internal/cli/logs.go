@@ -148,8 +148,11 @@ func (c *clients) logTarget(ctx context.Context, ns, arg string) (kind, name str
 		if err != nil {
 			return "", "", err
 		}
-		if kind == model.KindTemplate {
+		switch kind {
+		case model.KindTemplate:
 			return "", "", errors.New("templates have no logs; name a workflow or a hardware")
+		case model.KindBootProfile:
+			return "", "", errors.New("boot profiles have no logs; name a workflow or a hardware")
 		}
 		return kind, n, nil
 	}

@@ -28,6 +28,10 @@ type HardwareSpec struct {
 	// AgentID is the ID the machine's agent reports as. If empty, the first
 	// interface's MAC is used (see Hardware.AgentIDs).
 	AgentID string `json:"agentID,omitempty"`
+	// BootProfileRef names the BootProfile (same namespace) the machine
+	// boots when it has no active workflow, whatever the profiles'
+	// selectors say. Anvil's addition.
+	BootProfileRef *LocalObjectReference `json:"bootProfileRef,omitempty"`
 }
 
 // HardwareStatus is Tinkerbell's (nearly empty) Hardware status.

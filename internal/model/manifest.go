@@ -201,14 +201,14 @@ func decodeDocument(source string, index int, n *yaml.Node) (*Document, []string
 	m := value.(map[string]any)
 	kind, _ := m["kind"].(string)
 	if kind == "" {
-		return fail("kind", "missing kind (want Hardware, Template or Workflow)")
+		return fail("kind", "missing kind (want Hardware, Template, Workflow or BootProfile)")
 	}
 	obj, err := New(kind)
 	if err != nil {
 		return fail("kind", err.Error())
 	}
-	if av, _ := m["apiVersion"].(string); av != APIVersion {
-		return fail("apiVersion", fmt.Sprintf("apiVersion %q is not %q", av, APIVersion))
+	if av, _ := m["apiVersion"].(string); av != APIVersionOf(kind) {
+		return fail("apiVersion", fmt.Sprintf("apiVersion %q is not %q (the group of %s)", av, APIVersionOf(kind), kind))
 	}
 	raw, err := json.Marshal(value)
 	if err != nil {

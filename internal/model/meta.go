@@ -1,6 +1,7 @@
 // Package model owns Anvil's resource types — Hardware, Template and Workflow in
-// Tinkerbell's tinkerbell.org/v1alpha1 shape — and the parsing and validation of
-// the manifests users apply.
+// Tinkerbell's tinkerbell.org/v1alpha1 shape, and BootProfile in Anvil's own
+// anvil.dev/v1alpha1 group — and the parsing and validation of the manifests
+// users apply.
 //
 // It must not touch storage, the network or the clock: everything here is a
 // pure function of its input, so the same rules hold whichever transport or
@@ -17,15 +18,30 @@ import (
 	"time"
 )
 
-// APIVersion is the group/version of every kind in this package.
+// APIVersion is the group/version of Tinkerbell's kinds: Hardware, Template
+// and Workflow.
 const APIVersion = "tinkerbell.org/v1alpha1"
+
+// AnvilAPIVersion is the group/version of Anvil's own kinds (BootProfile),
+// which have no Tinkerbell counterpart.
+const AnvilAPIVersion = "anvil.dev/v1alpha1"
 
 // The kinds this package defines.
 const (
-	KindHardware = "Hardware"
-	KindTemplate = "Template"
-	KindWorkflow = "Workflow"
+	KindHardware    = "Hardware"
+	KindTemplate    = "Template"
+	KindWorkflow    = "Workflow"
+	KindBootProfile = "BootProfile"
 )
+
+// APIVersionOf returns the apiVersion objects of kind carry: AnvilAPIVersion
+// for Anvil's own kinds, else APIVersion.
+func APIVersionOf(kind string) string {
+	if kind == KindBootProfile {
+		return AnvilAPIVersion
+	}
+	return APIVersion
+}
 
 // DefaultNamespace is the namespace of an object whose manifest names none.
 const DefaultNamespace = "default"
@@ -68,7 +84,7 @@ func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
 
 // Kinds lists every kind in the order an apply writes them: a Workflow may
 // refer to a Hardware and a Template in the same file.
-var Kinds = []string{KindHardware, KindTemplate, KindWorkflow}
+var Kinds = []string{KindHardware, KindTemplate, KindBootProfile, KindWorkflow}
 
 // New returns an empty object of the kind with its TypeMeta set.
 func New(kind string) (Object, error) {
@@ -80,10 +96,12 @@ func New(kind string) (Object, error) {
 		o = &Template{}
 	case KindWorkflow:
 		o = &Workflow{}
+	case KindBootProfile:
+		o = &BootProfile{}
 	default:
-		return nil, fmt.Errorf("unknown kind %q (known kinds: Hardware, Template, Workflow)", kind)
+		return nil, fmt.Errorf("unknown kind %q (known kinds: Hardware, Template, Workflow, BootProfile)", kind)
 	}
-	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersion, Kind: kind}
+	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersionOf(kind), Kind: kind}
 	return o, nil
 }
 
@@ -96,6 +114,8 @@ func KindOf(o Object) string {
 		return KindTemplate
 	case *Workflow:
 		return KindWorkflow
+	case *BootProfile:
+		return KindBootProfile
 	}
 	return ""
 }
@@ -110,8 +130,10 @@ func ParseKind(s string) (string, error) {
 		return KindTemplate, nil
 	case "workflow", "workflows", "wf", "Workflow":
 		return KindWorkflow, nil
+	case "bootprofile", "bootprofiles", "bp", "BootProfile", "BootProfiles":
+		return KindBootProfile, nil
 	}
-	return "", fmt.Errorf("unknown kind %q (want hardware, template or workflow)", s)
+	return "", fmt.Errorf("unknown kind %q (want hardware, template, workflow or bootprofile)", s)
 }
 
 // DeepCopy returns an independent copy of o: no pointer, slice or map is
@@ -213,7 +235,7 @@ func Decode(kind string, b []byte) (Object, error) {
 	if err := json.Unmarshal(b, o); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", kind, err)
 	}
-	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersion, Kind: kind}
+	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersionOf(kind), Kind: kind}
 	return o, nil
 }
 

@@ -39,6 +39,8 @@ func validate(obj Object) ErrorList {
 		}
 	case *Workflow:
 		validateWorkflow(o, add)
+	case *BootProfile:
+		validateBootProfile(o, add)
 	}
 	return errs
 }
@@ -105,6 +107,16 @@ func validateHardware(h *Hardware, add addFunc) {
 	for i, d := range h.Spec.Disks {
 		if d.Device == "" {
 			add(fmt.Sprintf("spec.disks[%d].device", i), "missing device path")
+		}
+	}
+	if r := h.Spec.BootProfileRef; r != nil {
+		if r.Name == "" {
+			add("spec.bootProfileRef.name", "missing name (of a BootProfile in the same namespace)")
+		} else if msg := checkDNSSubdomain(r.Name); msg != "" {
+			add("spec.bootProfileRef.name", "%q: %s", r.Name, msg)
+		}
+		if r.Kind != "" && r.Kind != KindBootProfile {
+			add("spec.bootProfileRef.kind", "kind %q: a bootProfileRef names a %s", r.Kind, KindBootProfile)
 		}
 	}
 }

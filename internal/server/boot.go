@@ -206,7 +206,8 @@ func syslogHost(cfg Config, public netip.Addr) string {
 // serve runs every packet service until ctx ends; a service that fails
 // sends its error to errs.
 func (b *bootServices) serve(ctx context.Context, wg *sync.WaitGroup, errs chan<- error) {
-	// The policy's in-memory view of Hardware, for DHCP's packet path.
+	// The policy's in-memory views: Hardware for DHCP's packet path,
+	// BootProfiles for the script path.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -58,8 +58,9 @@ const fieldMAC = "spec.interfaces.dhcp.mac"
 // selectable lists, per kind, the fields a field selector may name.
 var selectable = map[string][]string{
 	model.KindHardware: {"metadata.name", "metadata.namespace", fieldMAC,
-		"spec.interfaces.dhcp.ip.address", "spec.metadata.instance.id", "spec.agentID"},
-	model.KindTemplate: {"metadata.name", "metadata.namespace"},
+		"spec.interfaces.dhcp.ip.address", "spec.metadata.instance.id", "spec.agentID", "spec.bootProfileRef.name"},
+	model.KindTemplate:    {"metadata.name", "metadata.namespace"},
+	model.KindBootProfile: {"metadata.name", "metadata.namespace"},
 	model.KindWorkflow: {"metadata.name", "metadata.namespace", "spec.templateRef",
 		"spec.hardwareRef", "status.state"},
 }
@@ -98,6 +99,11 @@ func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
 			return []string{o.InstanceID()}, true
 		case "spec.agentID":
 			return []string{o.Spec.AgentID}, true
+		case "spec.bootProfileRef.name":
+			if r := o.Spec.BootProfileRef; r != nil {
+				return []string{r.Name}, true
+			}
+			return []string{""}, true
 		}
 	case *model.Workflow:
 		switch field {

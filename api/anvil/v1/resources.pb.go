@@ -6,9 +6,10 @@
 
 // Package anvil.v1 is Anvil's management and agent API.
 //
-// Hardware, Template and Workflow travel in their Kubernetes shape: typed
-// metadata, and spec/status as JSON objects with exactly the field names of
-// tinkerbell.org/v1alpha1 manifests. One schema (the Go model package) governs
+// Hardware, Template, Workflow and BootProfile travel in their Kubernetes
+// shape: typed metadata, and spec/status as JSON objects with exactly the
+// field names of their manifests (tinkerbell.org/v1alpha1; BootProfile
+// anvil.dev/v1alpha1). One schema (the Go model package) governs
 // YAML files, this API and the store, so nothing is lost between them.
 
 package anvilv1
@@ -334,6 +335,85 @@ func (x *Template) GetStatus() *structpb.Struct {
 	return nil
 }
 
+// BootProfile is Anvil's own kind (apiVersion anvil.dev/v1alpha1): a kernel,
+// initrds, templated kernel arguments and named config templates that a
+// Hardware boots when it has no active workflow.
+type BootProfile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ApiVersion    string                 `protobuf:"bytes,1,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Metadata      *ObjectMeta            `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Spec          *structpb.Struct       `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	Status        *structpb.Struct       `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootProfile) Reset() {
+	*x = BootProfile{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootProfile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootProfile) ProtoMessage() {}
+
+func (x *BootProfile) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootProfile.ProtoReflect.Descriptor instead.
+func (*BootProfile) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BootProfile) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
+func (x *BootProfile) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BootProfile) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *BootProfile) GetSpec() *structpb.Struct {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *BootProfile) GetStatus() *structpb.Struct {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 type Workflow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ApiVersion    string                 `protobuf:"bytes,1,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
@@ -347,7 +427,7 @@ type Workflow struct {
 
 func (x *Workflow) Reset() {
 	*x = Workflow{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[3]
+	mi := &file_anvil_v1_resources_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +439,7 @@ func (x *Workflow) String() string {
 func (*Workflow) ProtoMessage() {}
 
 func (x *Workflow) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[3]
+	mi := &file_anvil_v1_resources_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +452,7 @@ func (x *Workflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
 func (*Workflow) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{3}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Workflow) GetApiVersion() string {
@@ -420,7 +500,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[4]
+	mi := &file_anvil_v1_resources_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +512,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[4]
+	mi := &file_anvil_v1_resources_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +525,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{4}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetRequest) GetNamespace() string {
@@ -473,7 +553,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[5]
+	mi := &file_anvil_v1_resources_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +565,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[5]
+	mi := &file_anvil_v1_resources_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +578,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{5}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListRequest) GetNamespace() string {
@@ -533,7 +613,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[6]
+	mi := &file_anvil_v1_resources_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +625,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[6]
+	mi := &file_anvil_v1_resources_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +638,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{6}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteRequest) GetNamespace() string {
@@ -590,7 +670,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[7]
+	mi := &file_anvil_v1_resources_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +682,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[7]
+	mi := &file_anvil_v1_resources_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +695,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{7}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{8}
 }
 
 type WatchRequest struct {
@@ -632,7 +712,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[8]
+	mi := &file_anvil_v1_resources_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +724,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[8]
+	mi := &file_anvil_v1_resources_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +737,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{8}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchRequest) GetNamespace() string {
@@ -697,7 +777,7 @@ type CreateHardwareRequest struct {
 
 func (x *CreateHardwareRequest) Reset() {
 	*x = CreateHardwareRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[9]
+	mi := &file_anvil_v1_resources_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +789,7 @@ func (x *CreateHardwareRequest) String() string {
 func (*CreateHardwareRequest) ProtoMessage() {}
 
 func (x *CreateHardwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[9]
+	mi := &file_anvil_v1_resources_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +802,7 @@ func (x *CreateHardwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateHardwareRequest.ProtoReflect.Descriptor instead.
 func (*CreateHardwareRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{9}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateHardwareRequest) GetHardware() *Hardware {
@@ -741,7 +821,7 @@ type UpdateHardwareRequest struct {
 
 func (x *UpdateHardwareRequest) Reset() {
 	*x = UpdateHardwareRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[10]
+	mi := &file_anvil_v1_resources_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +833,7 @@ func (x *UpdateHardwareRequest) String() string {
 func (*UpdateHardwareRequest) ProtoMessage() {}
 
 func (x *UpdateHardwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[10]
+	mi := &file_anvil_v1_resources_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +846,7 @@ func (x *UpdateHardwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateHardwareRequest.ProtoReflect.Descriptor instead.
 func (*UpdateHardwareRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{10}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateHardwareRequest) GetHardware() *Hardware {
@@ -786,7 +866,7 @@ type HardwareList struct {
 
 func (x *HardwareList) Reset() {
 	*x = HardwareList{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[11]
+	mi := &file_anvil_v1_resources_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +878,7 @@ func (x *HardwareList) String() string {
 func (*HardwareList) ProtoMessage() {}
 
 func (x *HardwareList) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[11]
+	mi := &file_anvil_v1_resources_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +891,7 @@ func (x *HardwareList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareList.ProtoReflect.Descriptor instead.
 func (*HardwareList) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{11}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HardwareList) GetItems() []*Hardware {
@@ -838,7 +918,7 @@ type HardwareEvent struct {
 
 func (x *HardwareEvent) Reset() {
 	*x = HardwareEvent{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[12]
+	mi := &file_anvil_v1_resources_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +930,7 @@ func (x *HardwareEvent) String() string {
 func (*HardwareEvent) ProtoMessage() {}
 
 func (x *HardwareEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[12]
+	mi := &file_anvil_v1_resources_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +943,7 @@ func (x *HardwareEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareEvent.ProtoReflect.Descriptor instead.
 func (*HardwareEvent) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{12}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HardwareEvent) GetType() EventType {
@@ -889,7 +969,7 @@ type CreateTemplateRequest struct {
 
 func (x *CreateTemplateRequest) Reset() {
 	*x = CreateTemplateRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[13]
+	mi := &file_anvil_v1_resources_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +981,7 @@ func (x *CreateTemplateRequest) String() string {
 func (*CreateTemplateRequest) ProtoMessage() {}
 
 func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[13]
+	mi := &file_anvil_v1_resources_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +994,7 @@ func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{13}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateTemplateRequest) GetTemplate() *Template {
@@ -933,7 +1013,7 @@ type UpdateTemplateRequest struct {
 
 func (x *UpdateTemplateRequest) Reset() {
 	*x = UpdateTemplateRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[14]
+	mi := &file_anvil_v1_resources_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1025,7 @@ func (x *UpdateTemplateRequest) String() string {
 func (*UpdateTemplateRequest) ProtoMessage() {}
 
 func (x *UpdateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[14]
+	mi := &file_anvil_v1_resources_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1038,7 @@ func (x *UpdateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{14}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateTemplateRequest) GetTemplate() *Template {
@@ -978,7 +1058,7 @@ type TemplateList struct {
 
 func (x *TemplateList) Reset() {
 	*x = TemplateList{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[15]
+	mi := &file_anvil_v1_resources_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1070,7 @@ func (x *TemplateList) String() string {
 func (*TemplateList) ProtoMessage() {}
 
 func (x *TemplateList) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[15]
+	mi := &file_anvil_v1_resources_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1083,7 @@ func (x *TemplateList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateList.ProtoReflect.Descriptor instead.
 func (*TemplateList) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{15}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TemplateList) GetItems() []*Template {
@@ -1030,7 +1110,7 @@ type TemplateEvent struct {
 
 func (x *TemplateEvent) Reset() {
 	*x = TemplateEvent{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[16]
+	mi := &file_anvil_v1_resources_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1122,7 @@ func (x *TemplateEvent) String() string {
 func (*TemplateEvent) ProtoMessage() {}
 
 func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[16]
+	mi := &file_anvil_v1_resources_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1135,7 @@ func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEvent.ProtoReflect.Descriptor instead.
 func (*TemplateEvent) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{16}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TemplateEvent) GetType() EventType {
@@ -1072,6 +1152,198 @@ func (x *TemplateEvent) GetTemplate() *Template {
 	return nil
 }
 
+type CreateBootProfileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BootProfile   *BootProfile           `protobuf:"bytes,1,opt,name=boot_profile,json=bootProfile,proto3" json:"boot_profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateBootProfileRequest) Reset() {
+	*x = CreateBootProfileRequest{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBootProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBootProfileRequest) ProtoMessage() {}
+
+func (x *CreateBootProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBootProfileRequest.ProtoReflect.Descriptor instead.
+func (*CreateBootProfileRequest) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CreateBootProfileRequest) GetBootProfile() *BootProfile {
+	if x != nil {
+		return x.BootProfile
+	}
+	return nil
+}
+
+type UpdateBootProfileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BootProfile   *BootProfile           `protobuf:"bytes,1,opt,name=boot_profile,json=bootProfile,proto3" json:"boot_profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateBootProfileRequest) Reset() {
+	*x = UpdateBootProfileRequest{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateBootProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateBootProfileRequest) ProtoMessage() {}
+
+func (x *UpdateBootProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateBootProfileRequest.ProtoReflect.Descriptor instead.
+func (*UpdateBootProfileRequest) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *UpdateBootProfileRequest) GetBootProfile() *BootProfile {
+	if x != nil {
+		return x.BootProfile
+	}
+	return nil
+}
+
+type BootProfileList struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Items           []*BootProfile         `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	ResourceVersion string                 `protobuf:"bytes,2,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BootProfileList) Reset() {
+	*x = BootProfileList{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootProfileList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootProfileList) ProtoMessage() {}
+
+func (x *BootProfileList) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootProfileList.ProtoReflect.Descriptor instead.
+func (*BootProfileList) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BootProfileList) GetItems() []*BootProfile {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *BootProfileList) GetResourceVersion() string {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return ""
+}
+
+type BootProfileEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          EventType              `protobuf:"varint,1,opt,name=type,proto3,enum=anvil.v1.EventType" json:"type,omitempty"`
+	BootProfile   *BootProfile           `protobuf:"bytes,2,opt,name=boot_profile,json=bootProfile,proto3" json:"boot_profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootProfileEvent) Reset() {
+	*x = BootProfileEvent{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootProfileEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootProfileEvent) ProtoMessage() {}
+
+func (x *BootProfileEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootProfileEvent.ProtoReflect.Descriptor instead.
+func (*BootProfileEvent) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *BootProfileEvent) GetType() EventType {
+	if x != nil {
+		return x.Type
+	}
+	return EventType_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *BootProfileEvent) GetBootProfile() *BootProfile {
+	if x != nil {
+		return x.BootProfile
+	}
+	return nil
+}
+
 type CreateWorkflowRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Workflow      *Workflow              `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
@@ -1081,7 +1353,7 @@ type CreateWorkflowRequest struct {
 
 func (x *CreateWorkflowRequest) Reset() {
 	*x = CreateWorkflowRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[17]
+	mi := &file_anvil_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1365,7 @@ func (x *CreateWorkflowRequest) String() string {
 func (*CreateWorkflowRequest) ProtoMessage() {}
 
 func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[17]
+	mi := &file_anvil_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1378,7 @@ func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{17}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateWorkflowRequest) GetWorkflow() *Workflow {
@@ -1125,7 +1397,7 @@ type UpdateWorkflowRequest struct {
 
 func (x *UpdateWorkflowRequest) Reset() {
 	*x = UpdateWorkflowRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	mi := &file_anvil_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1409,7 @@ func (x *UpdateWorkflowRequest) String() string {
 func (*UpdateWorkflowRequest) ProtoMessage() {}
 
 func (x *UpdateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	mi := &file_anvil_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1422,7 @@ func (x *UpdateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{18}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateWorkflowRequest) GetWorkflow() *Workflow {
@@ -1170,7 +1442,7 @@ type WorkflowList struct {
 
 func (x *WorkflowList) Reset() {
 	*x = WorkflowList{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	mi := &file_anvil_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1454,7 @@ func (x *WorkflowList) String() string {
 func (*WorkflowList) ProtoMessage() {}
 
 func (x *WorkflowList) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	mi := &file_anvil_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1467,7 @@ func (x *WorkflowList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowList.ProtoReflect.Descriptor instead.
 func (*WorkflowList) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{19}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkflowList) GetItems() []*Workflow {
@@ -1222,7 +1494,7 @@ type WorkflowEvent struct {
 
 func (x *WorkflowEvent) Reset() {
 	*x = WorkflowEvent{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[20]
+	mi := &file_anvil_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1506,7 @@ func (x *WorkflowEvent) String() string {
 func (*WorkflowEvent) ProtoMessage() {}
 
 func (x *WorkflowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[20]
+	mi := &file_anvil_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1519,7 @@ func (x *WorkflowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowEvent.ProtoReflect.Descriptor instead.
 func (*WorkflowEvent) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{20}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkflowEvent) GetType() EventType {
@@ -1280,7 +1552,7 @@ type ReprovisionRequest struct {
 
 func (x *ReprovisionRequest) Reset() {
 	*x = ReprovisionRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	mi := &file_anvil_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1564,7 @@ func (x *ReprovisionRequest) String() string {
 func (*ReprovisionRequest) ProtoMessage() {}
 
 func (x *ReprovisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	mi := &file_anvil_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1577,7 @@ func (x *ReprovisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReprovisionRequest) GetNamespace() string {
@@ -1353,7 +1625,7 @@ type ReprovisionResponse struct {
 
 func (x *ReprovisionResponse) Reset() {
 	*x = ReprovisionResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	mi := &file_anvil_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1637,7 @@ func (x *ReprovisionResponse) String() string {
 func (*ReprovisionResponse) ProtoMessage() {}
 
 func (x *ReprovisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	mi := &file_anvil_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1650,7 @@ func (x *ReprovisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionResponse.ProtoReflect.Descriptor instead.
 func (*ReprovisionResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReprovisionResponse) GetWorkflow() *Workflow {
@@ -1418,7 +1690,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[23]
+	mi := &file_anvil_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1702,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[23]
+	mi := &file_anvil_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1715,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ApplyRequest) GetSource() string {
@@ -1480,7 +1752,7 @@ type AppliedObject struct {
 
 func (x *AppliedObject) Reset() {
 	*x = AppliedObject{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[24]
+	mi := &file_anvil_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1764,7 @@ func (x *AppliedObject) String() string {
 func (*AppliedObject) ProtoMessage() {}
 
 func (x *AppliedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[24]
+	mi := &file_anvil_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1777,7 @@ func (x *AppliedObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedObject.ProtoReflect.Descriptor instead.
 func (*AppliedObject) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AppliedObject) GetKind() string {
@@ -1548,7 +1820,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[25]
+	mi := &file_anvil_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1832,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[25]
+	mi := &file_anvil_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1845,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ApplyResponse) GetObjects() []*AppliedObject {
@@ -1626,6 +1898,13 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x120\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x14.anvil.v1.ObjectMetaR\bmetadata\x12+\n" +
 	"\x04spec\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12/\n" +
+	"\x06status\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x06status\"\xd2\x01\n" +
+	"\vBootProfile\x12\x1f\n" +
+	"\vapi_version\x18\x01 \x01(\tR\n" +
+	"apiVersion\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x120\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x14.anvil.v1.ObjectMetaR\bmetadata\x12+\n" +
+	"\x04spec\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12/\n" +
 	"\x06status\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x06status\"\xcf\x01\n" +
 	"\bWorkflow\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
@@ -1671,7 +1950,17 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"h\n" +
 	"\rTemplateEvent\x12'\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x13.anvil.v1.EventTypeR\x04type\x12.\n" +
-	"\btemplate\x18\x02 \x01(\v2\x12.anvil.v1.TemplateR\btemplate\"G\n" +
+	"\btemplate\x18\x02 \x01(\v2\x12.anvil.v1.TemplateR\btemplate\"T\n" +
+	"\x18CreateBootProfileRequest\x128\n" +
+	"\fboot_profile\x18\x01 \x01(\v2\x15.anvil.v1.BootProfileR\vbootProfile\"T\n" +
+	"\x18UpdateBootProfileRequest\x128\n" +
+	"\fboot_profile\x18\x01 \x01(\v2\x15.anvil.v1.BootProfileR\vbootProfile\"i\n" +
+	"\x0fBootProfileList\x12+\n" +
+	"\x05items\x18\x01 \x03(\v2\x15.anvil.v1.BootProfileR\x05items\x12)\n" +
+	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"u\n" +
+	"\x10BootProfileEvent\x12'\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x13.anvil.v1.EventTypeR\x04type\x128\n" +
+	"\fboot_profile\x18\x02 \x01(\v2\x15.anvil.v1.BootProfileR\vbootProfile\"G\n" +
 	"\x15CreateWorkflowRequest\x12.\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x12.anvil.v1.WorkflowR\bworkflow\"G\n" +
 	"\x15UpdateWorkflowRequest\x12.\n" +
@@ -1721,7 +2010,14 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x04List\x12\x15.anvil.v1.ListRequest\x1a\x16.anvil.v1.TemplateList\x12=\n" +
 	"\x06Update\x12\x1f.anvil.v1.UpdateTemplateRequest\x1a\x12.anvil.v1.Template\x12;\n" +
 	"\x06Delete\x12\x17.anvil.v1.DeleteRequest\x1a\x18.anvil.v1.DeleteResponse\x12:\n" +
-	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.TemplateEvent0\x012\xbc\x03\n" +
+	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.TemplateEvent0\x012\x88\x03\n" +
+	"\x12BootProfileService\x12C\n" +
+	"\x06Create\x12\".anvil.v1.CreateBootProfileRequest\x1a\x15.anvil.v1.BootProfile\x122\n" +
+	"\x03Get\x12\x14.anvil.v1.GetRequest\x1a\x15.anvil.v1.BootProfile\x128\n" +
+	"\x04List\x12\x15.anvil.v1.ListRequest\x1a\x19.anvil.v1.BootProfileList\x12C\n" +
+	"\x06Update\x12\".anvil.v1.UpdateBootProfileRequest\x1a\x15.anvil.v1.BootProfile\x12;\n" +
+	"\x06Delete\x12\x17.anvil.v1.DeleteRequest\x1a\x18.anvil.v1.DeleteResponse\x12=\n" +
+	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x1a.anvil.v1.BootProfileEvent0\x012\xbc\x03\n" +
 	"\x0fWorkflowService\x12=\n" +
 	"\x06Create\x12\x1f.anvil.v1.CreateWorkflowRequest\x1a\x12.anvil.v1.Workflow\x12/\n" +
 	"\x03Get\x12\x14.anvil.v1.GetRequest\x1a\x12.anvil.v1.Workflow\x125\n" +
@@ -1746,116 +2042,141 @@ func file_anvil_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_anvil_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_anvil_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_anvil_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_anvil_v1_resources_proto_goTypes = []any{
-	(EventType)(0),                // 0: anvil.v1.EventType
-	(*ObjectMeta)(nil),            // 1: anvil.v1.ObjectMeta
-	(*Hardware)(nil),              // 2: anvil.v1.Hardware
-	(*Template)(nil),              // 3: anvil.v1.Template
-	(*Workflow)(nil),              // 4: anvil.v1.Workflow
-	(*GetRequest)(nil),            // 5: anvil.v1.GetRequest
-	(*ListRequest)(nil),           // 6: anvil.v1.ListRequest
-	(*DeleteRequest)(nil),         // 7: anvil.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 8: anvil.v1.DeleteResponse
-	(*WatchRequest)(nil),          // 9: anvil.v1.WatchRequest
-	(*CreateHardwareRequest)(nil), // 10: anvil.v1.CreateHardwareRequest
-	(*UpdateHardwareRequest)(nil), // 11: anvil.v1.UpdateHardwareRequest
-	(*HardwareList)(nil),          // 12: anvil.v1.HardwareList
-	(*HardwareEvent)(nil),         // 13: anvil.v1.HardwareEvent
-	(*CreateTemplateRequest)(nil), // 14: anvil.v1.CreateTemplateRequest
-	(*UpdateTemplateRequest)(nil), // 15: anvil.v1.UpdateTemplateRequest
-	(*TemplateList)(nil),          // 16: anvil.v1.TemplateList
-	(*TemplateEvent)(nil),         // 17: anvil.v1.TemplateEvent
-	(*CreateWorkflowRequest)(nil), // 18: anvil.v1.CreateWorkflowRequest
-	(*UpdateWorkflowRequest)(nil), // 19: anvil.v1.UpdateWorkflowRequest
-	(*WorkflowList)(nil),          // 20: anvil.v1.WorkflowList
-	(*WorkflowEvent)(nil),         // 21: anvil.v1.WorkflowEvent
-	(*ReprovisionRequest)(nil),    // 22: anvil.v1.ReprovisionRequest
-	(*ReprovisionResponse)(nil),   // 23: anvil.v1.ReprovisionResponse
-	(*ApplyRequest)(nil),          // 24: anvil.v1.ApplyRequest
-	(*AppliedObject)(nil),         // 25: anvil.v1.AppliedObject
-	(*ApplyResponse)(nil),         // 26: anvil.v1.ApplyResponse
-	nil,                           // 27: anvil.v1.ObjectMeta.LabelsEntry
-	nil,                           // 28: anvil.v1.ObjectMeta.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
+	(EventType)(0),                   // 0: anvil.v1.EventType
+	(*ObjectMeta)(nil),               // 1: anvil.v1.ObjectMeta
+	(*Hardware)(nil),                 // 2: anvil.v1.Hardware
+	(*Template)(nil),                 // 3: anvil.v1.Template
+	(*BootProfile)(nil),              // 4: anvil.v1.BootProfile
+	(*Workflow)(nil),                 // 5: anvil.v1.Workflow
+	(*GetRequest)(nil),               // 6: anvil.v1.GetRequest
+	(*ListRequest)(nil),              // 7: anvil.v1.ListRequest
+	(*DeleteRequest)(nil),            // 8: anvil.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 9: anvil.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 10: anvil.v1.WatchRequest
+	(*CreateHardwareRequest)(nil),    // 11: anvil.v1.CreateHardwareRequest
+	(*UpdateHardwareRequest)(nil),    // 12: anvil.v1.UpdateHardwareRequest
+	(*HardwareList)(nil),             // 13: anvil.v1.HardwareList
+	(*HardwareEvent)(nil),            // 14: anvil.v1.HardwareEvent
+	(*CreateTemplateRequest)(nil),    // 15: anvil.v1.CreateTemplateRequest
+	(*UpdateTemplateRequest)(nil),    // 16: anvil.v1.UpdateTemplateRequest
+	(*TemplateList)(nil),             // 17: anvil.v1.TemplateList
+	(*TemplateEvent)(nil),            // 18: anvil.v1.TemplateEvent
+	(*CreateBootProfileRequest)(nil), // 19: anvil.v1.CreateBootProfileRequest
+	(*UpdateBootProfileRequest)(nil), // 20: anvil.v1.UpdateBootProfileRequest
+	(*BootProfileList)(nil),          // 21: anvil.v1.BootProfileList
+	(*BootProfileEvent)(nil),         // 22: anvil.v1.BootProfileEvent
+	(*CreateWorkflowRequest)(nil),    // 23: anvil.v1.CreateWorkflowRequest
+	(*UpdateWorkflowRequest)(nil),    // 24: anvil.v1.UpdateWorkflowRequest
+	(*WorkflowList)(nil),             // 25: anvil.v1.WorkflowList
+	(*WorkflowEvent)(nil),            // 26: anvil.v1.WorkflowEvent
+	(*ReprovisionRequest)(nil),       // 27: anvil.v1.ReprovisionRequest
+	(*ReprovisionResponse)(nil),      // 28: anvil.v1.ReprovisionResponse
+	(*ApplyRequest)(nil),             // 29: anvil.v1.ApplyRequest
+	(*AppliedObject)(nil),            // 30: anvil.v1.AppliedObject
+	(*ApplyResponse)(nil),            // 31: anvil.v1.ApplyResponse
+	nil,                              // 32: anvil.v1.ObjectMeta.LabelsEntry
+	nil,                              // 33: anvil.v1.ObjectMeta.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 35: google.protobuf.Struct
 }
 var file_anvil_v1_resources_proto_depIdxs = []int32{
-	29, // 0: anvil.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	27, // 1: anvil.v1.ObjectMeta.labels:type_name -> anvil.v1.ObjectMeta.LabelsEntry
-	28, // 2: anvil.v1.ObjectMeta.annotations:type_name -> anvil.v1.ObjectMeta.AnnotationsEntry
+	34, // 0: anvil.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	32, // 1: anvil.v1.ObjectMeta.labels:type_name -> anvil.v1.ObjectMeta.LabelsEntry
+	33, // 2: anvil.v1.ObjectMeta.annotations:type_name -> anvil.v1.ObjectMeta.AnnotationsEntry
 	1,  // 3: anvil.v1.Hardware.metadata:type_name -> anvil.v1.ObjectMeta
-	30, // 4: anvil.v1.Hardware.spec:type_name -> google.protobuf.Struct
-	30, // 5: anvil.v1.Hardware.status:type_name -> google.protobuf.Struct
+	35, // 4: anvil.v1.Hardware.spec:type_name -> google.protobuf.Struct
+	35, // 5: anvil.v1.Hardware.status:type_name -> google.protobuf.Struct
 	1,  // 6: anvil.v1.Template.metadata:type_name -> anvil.v1.ObjectMeta
-	30, // 7: anvil.v1.Template.spec:type_name -> google.protobuf.Struct
-	30, // 8: anvil.v1.Template.status:type_name -> google.protobuf.Struct
-	1,  // 9: anvil.v1.Workflow.metadata:type_name -> anvil.v1.ObjectMeta
-	30, // 10: anvil.v1.Workflow.spec:type_name -> google.protobuf.Struct
-	30, // 11: anvil.v1.Workflow.status:type_name -> google.protobuf.Struct
-	2,  // 12: anvil.v1.CreateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
-	2,  // 13: anvil.v1.UpdateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
-	2,  // 14: anvil.v1.HardwareList.items:type_name -> anvil.v1.Hardware
-	0,  // 15: anvil.v1.HardwareEvent.type:type_name -> anvil.v1.EventType
-	2,  // 16: anvil.v1.HardwareEvent.hardware:type_name -> anvil.v1.Hardware
-	3,  // 17: anvil.v1.CreateTemplateRequest.template:type_name -> anvil.v1.Template
-	3,  // 18: anvil.v1.UpdateTemplateRequest.template:type_name -> anvil.v1.Template
-	3,  // 19: anvil.v1.TemplateList.items:type_name -> anvil.v1.Template
-	0,  // 20: anvil.v1.TemplateEvent.type:type_name -> anvil.v1.EventType
-	3,  // 21: anvil.v1.TemplateEvent.template:type_name -> anvil.v1.Template
-	4,  // 22: anvil.v1.CreateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
-	4,  // 23: anvil.v1.UpdateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
-	4,  // 24: anvil.v1.WorkflowList.items:type_name -> anvil.v1.Workflow
-	0,  // 25: anvil.v1.WorkflowEvent.type:type_name -> anvil.v1.EventType
-	4,  // 26: anvil.v1.WorkflowEvent.workflow:type_name -> anvil.v1.Workflow
-	4,  // 27: anvil.v1.ReprovisionResponse.workflow:type_name -> anvil.v1.Workflow
-	2,  // 28: anvil.v1.ReprovisionResponse.hardware:type_name -> anvil.v1.Hardware
-	25, // 29: anvil.v1.ApplyResponse.objects:type_name -> anvil.v1.AppliedObject
-	10, // 30: anvil.v1.HardwareService.Create:input_type -> anvil.v1.CreateHardwareRequest
-	5,  // 31: anvil.v1.HardwareService.Get:input_type -> anvil.v1.GetRequest
-	6,  // 32: anvil.v1.HardwareService.List:input_type -> anvil.v1.ListRequest
-	11, // 33: anvil.v1.HardwareService.Update:input_type -> anvil.v1.UpdateHardwareRequest
-	7,  // 34: anvil.v1.HardwareService.Delete:input_type -> anvil.v1.DeleteRequest
-	9,  // 35: anvil.v1.HardwareService.Watch:input_type -> anvil.v1.WatchRequest
-	14, // 36: anvil.v1.TemplateService.Create:input_type -> anvil.v1.CreateTemplateRequest
-	5,  // 37: anvil.v1.TemplateService.Get:input_type -> anvil.v1.GetRequest
-	6,  // 38: anvil.v1.TemplateService.List:input_type -> anvil.v1.ListRequest
-	15, // 39: anvil.v1.TemplateService.Update:input_type -> anvil.v1.UpdateTemplateRequest
-	7,  // 40: anvil.v1.TemplateService.Delete:input_type -> anvil.v1.DeleteRequest
-	9,  // 41: anvil.v1.TemplateService.Watch:input_type -> anvil.v1.WatchRequest
-	18, // 42: anvil.v1.WorkflowService.Create:input_type -> anvil.v1.CreateWorkflowRequest
-	5,  // 43: anvil.v1.WorkflowService.Get:input_type -> anvil.v1.GetRequest
-	6,  // 44: anvil.v1.WorkflowService.List:input_type -> anvil.v1.ListRequest
-	19, // 45: anvil.v1.WorkflowService.Update:input_type -> anvil.v1.UpdateWorkflowRequest
-	7,  // 46: anvil.v1.WorkflowService.Delete:input_type -> anvil.v1.DeleteRequest
-	9,  // 47: anvil.v1.WorkflowService.Watch:input_type -> anvil.v1.WatchRequest
-	22, // 48: anvil.v1.WorkflowService.Reprovision:input_type -> anvil.v1.ReprovisionRequest
-	24, // 49: anvil.v1.ManifestService.Apply:input_type -> anvil.v1.ApplyRequest
-	2,  // 50: anvil.v1.HardwareService.Create:output_type -> anvil.v1.Hardware
-	2,  // 51: anvil.v1.HardwareService.Get:output_type -> anvil.v1.Hardware
-	12, // 52: anvil.v1.HardwareService.List:output_type -> anvil.v1.HardwareList
-	2,  // 53: anvil.v1.HardwareService.Update:output_type -> anvil.v1.Hardware
-	8,  // 54: anvil.v1.HardwareService.Delete:output_type -> anvil.v1.DeleteResponse
-	13, // 55: anvil.v1.HardwareService.Watch:output_type -> anvil.v1.HardwareEvent
-	3,  // 56: anvil.v1.TemplateService.Create:output_type -> anvil.v1.Template
-	3,  // 57: anvil.v1.TemplateService.Get:output_type -> anvil.v1.Template
-	16, // 58: anvil.v1.TemplateService.List:output_type -> anvil.v1.TemplateList
-	3,  // 59: anvil.v1.TemplateService.Update:output_type -> anvil.v1.Template
-	8,  // 60: anvil.v1.TemplateService.Delete:output_type -> anvil.v1.DeleteResponse
-	17, // 61: anvil.v1.TemplateService.Watch:output_type -> anvil.v1.TemplateEvent
-	4,  // 62: anvil.v1.WorkflowService.Create:output_type -> anvil.v1.Workflow
-	4,  // 63: anvil.v1.WorkflowService.Get:output_type -> anvil.v1.Workflow
-	20, // 64: anvil.v1.WorkflowService.List:output_type -> anvil.v1.WorkflowList
-	4,  // 65: anvil.v1.WorkflowService.Update:output_type -> anvil.v1.Workflow
-	8,  // 66: anvil.v1.WorkflowService.Delete:output_type -> anvil.v1.DeleteResponse
-	21, // 67: anvil.v1.WorkflowService.Watch:output_type -> anvil.v1.WorkflowEvent
-	23, // 68: anvil.v1.WorkflowService.Reprovision:output_type -> anvil.v1.ReprovisionResponse
-	26, // 69: anvil.v1.ManifestService.Apply:output_type -> anvil.v1.ApplyResponse
-	50, // [50:70] is the sub-list for method output_type
-	30, // [30:50] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	35, // 7: anvil.v1.Template.spec:type_name -> google.protobuf.Struct
+	35, // 8: anvil.v1.Template.status:type_name -> google.protobuf.Struct
+	1,  // 9: anvil.v1.BootProfile.metadata:type_name -> anvil.v1.ObjectMeta
+	35, // 10: anvil.v1.BootProfile.spec:type_name -> google.protobuf.Struct
+	35, // 11: anvil.v1.BootProfile.status:type_name -> google.protobuf.Struct
+	1,  // 12: anvil.v1.Workflow.metadata:type_name -> anvil.v1.ObjectMeta
+	35, // 13: anvil.v1.Workflow.spec:type_name -> google.protobuf.Struct
+	35, // 14: anvil.v1.Workflow.status:type_name -> google.protobuf.Struct
+	2,  // 15: anvil.v1.CreateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
+	2,  // 16: anvil.v1.UpdateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
+	2,  // 17: anvil.v1.HardwareList.items:type_name -> anvil.v1.Hardware
+	0,  // 18: anvil.v1.HardwareEvent.type:type_name -> anvil.v1.EventType
+	2,  // 19: anvil.v1.HardwareEvent.hardware:type_name -> anvil.v1.Hardware
+	3,  // 20: anvil.v1.CreateTemplateRequest.template:type_name -> anvil.v1.Template
+	3,  // 21: anvil.v1.UpdateTemplateRequest.template:type_name -> anvil.v1.Template
+	3,  // 22: anvil.v1.TemplateList.items:type_name -> anvil.v1.Template
+	0,  // 23: anvil.v1.TemplateEvent.type:type_name -> anvil.v1.EventType
+	3,  // 24: anvil.v1.TemplateEvent.template:type_name -> anvil.v1.Template
+	4,  // 25: anvil.v1.CreateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
+	4,  // 26: anvil.v1.UpdateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
+	4,  // 27: anvil.v1.BootProfileList.items:type_name -> anvil.v1.BootProfile
+	0,  // 28: anvil.v1.BootProfileEvent.type:type_name -> anvil.v1.EventType
+	4,  // 29: anvil.v1.BootProfileEvent.boot_profile:type_name -> anvil.v1.BootProfile
+	5,  // 30: anvil.v1.CreateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
+	5,  // 31: anvil.v1.UpdateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
+	5,  // 32: anvil.v1.WorkflowList.items:type_name -> anvil.v1.Workflow
+	0,  // 33: anvil.v1.WorkflowEvent.type:type_name -> anvil.v1.EventType
+	5,  // 34: anvil.v1.WorkflowEvent.workflow:type_name -> anvil.v1.Workflow
+	5,  // 35: anvil.v1.ReprovisionResponse.workflow:type_name -> anvil.v1.Workflow
+	2,  // 36: anvil.v1.ReprovisionResponse.hardware:type_name -> anvil.v1.Hardware
+	30, // 37: anvil.v1.ApplyResponse.objects:type_name -> anvil.v1.AppliedObject
+	11, // 38: anvil.v1.HardwareService.Create:input_type -> anvil.v1.CreateHardwareRequest
+	6,  // 39: anvil.v1.HardwareService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 40: anvil.v1.HardwareService.List:input_type -> anvil.v1.ListRequest
+	12, // 41: anvil.v1.HardwareService.Update:input_type -> anvil.v1.UpdateHardwareRequest
+	8,  // 42: anvil.v1.HardwareService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 43: anvil.v1.HardwareService.Watch:input_type -> anvil.v1.WatchRequest
+	15, // 44: anvil.v1.TemplateService.Create:input_type -> anvil.v1.CreateTemplateRequest
+	6,  // 45: anvil.v1.TemplateService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 46: anvil.v1.TemplateService.List:input_type -> anvil.v1.ListRequest
+	16, // 47: anvil.v1.TemplateService.Update:input_type -> anvil.v1.UpdateTemplateRequest
+	8,  // 48: anvil.v1.TemplateService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 49: anvil.v1.TemplateService.Watch:input_type -> anvil.v1.WatchRequest
+	19, // 50: anvil.v1.BootProfileService.Create:input_type -> anvil.v1.CreateBootProfileRequest
+	6,  // 51: anvil.v1.BootProfileService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 52: anvil.v1.BootProfileService.List:input_type -> anvil.v1.ListRequest
+	20, // 53: anvil.v1.BootProfileService.Update:input_type -> anvil.v1.UpdateBootProfileRequest
+	8,  // 54: anvil.v1.BootProfileService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 55: anvil.v1.BootProfileService.Watch:input_type -> anvil.v1.WatchRequest
+	23, // 56: anvil.v1.WorkflowService.Create:input_type -> anvil.v1.CreateWorkflowRequest
+	6,  // 57: anvil.v1.WorkflowService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 58: anvil.v1.WorkflowService.List:input_type -> anvil.v1.ListRequest
+	24, // 59: anvil.v1.WorkflowService.Update:input_type -> anvil.v1.UpdateWorkflowRequest
+	8,  // 60: anvil.v1.WorkflowService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 61: anvil.v1.WorkflowService.Watch:input_type -> anvil.v1.WatchRequest
+	27, // 62: anvil.v1.WorkflowService.Reprovision:input_type -> anvil.v1.ReprovisionRequest
+	29, // 63: anvil.v1.ManifestService.Apply:input_type -> anvil.v1.ApplyRequest
+	2,  // 64: anvil.v1.HardwareService.Create:output_type -> anvil.v1.Hardware
+	2,  // 65: anvil.v1.HardwareService.Get:output_type -> anvil.v1.Hardware
+	13, // 66: anvil.v1.HardwareService.List:output_type -> anvil.v1.HardwareList
+	2,  // 67: anvil.v1.HardwareService.Update:output_type -> anvil.v1.Hardware
+	9,  // 68: anvil.v1.HardwareService.Delete:output_type -> anvil.v1.DeleteResponse
+	14, // 69: anvil.v1.HardwareService.Watch:output_type -> anvil.v1.HardwareEvent
+	3,  // 70: anvil.v1.TemplateService.Create:output_type -> anvil.v1.Template
+	3,  // 71: anvil.v1.TemplateService.Get:output_type -> anvil.v1.Template
+	17, // 72: anvil.v1.TemplateService.List:output_type -> anvil.v1.TemplateList
+	3,  // 73: anvil.v1.TemplateService.Update:output_type -> anvil.v1.Template
+	9,  // 74: anvil.v1.TemplateService.Delete:output_type -> anvil.v1.DeleteResponse
+	18, // 75: anvil.v1.TemplateService.Watch:output_type -> anvil.v1.TemplateEvent
+	4,  // 76: anvil.v1.BootProfileService.Create:output_type -> anvil.v1.BootProfile
+	4,  // 77: anvil.v1.BootProfileService.Get:output_type -> anvil.v1.BootProfile
+	21, // 78: anvil.v1.BootProfileService.List:output_type -> anvil.v1.BootProfileList
+	4,  // 79: anvil.v1.BootProfileService.Update:output_type -> anvil.v1.BootProfile
+	9,  // 80: anvil.v1.BootProfileService.Delete:output_type -> anvil.v1.DeleteResponse
+	22, // 81: anvil.v1.BootProfileService.Watch:output_type -> anvil.v1.BootProfileEvent
+	5,  // 82: anvil.v1.WorkflowService.Create:output_type -> anvil.v1.Workflow
+	5,  // 83: anvil.v1.WorkflowService.Get:output_type -> anvil.v1.Workflow
+	25, // 84: anvil.v1.WorkflowService.List:output_type -> anvil.v1.WorkflowList
+	5,  // 85: anvil.v1.WorkflowService.Update:output_type -> anvil.v1.Workflow
+	9,  // 86: anvil.v1.WorkflowService.Delete:output_type -> anvil.v1.DeleteResponse
+	26, // 87: anvil.v1.WorkflowService.Watch:output_type -> anvil.v1.WorkflowEvent
+	28, // 88: anvil.v1.WorkflowService.Reprovision:output_type -> anvil.v1.ReprovisionResponse
+	31, // 89: anvil.v1.ManifestService.Apply:output_type -> anvil.v1.ApplyResponse
+	64, // [64:90] is the sub-list for method output_type
+	38, // [38:64] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_anvil_v1_resources_proto_init() }
@@ -1869,9 +2190,9 @@ func file_anvil_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_anvil_v1_resources_proto_rawDesc), len(file_anvil_v1_resources_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   33,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_anvil_v1_resources_proto_goTypes,
 		DependencyIndexes: file_anvil_v1_resources_proto_depIdxs,

@@ -280,6 +280,8 @@ func specSum(obj model.Object) ([32]byte, error) {
 		spec = &o.Spec
 	case *model.Workflow:
 		spec = &o.Spec
+	case *model.BootProfile:
+		spec = &o.Spec
 	default:
 		return [32]byte{}, fmt.Errorf("%T: %w", obj, store.ErrInvalid)
 	}
@@ -300,6 +302,8 @@ func statusIsZero(obj model.Object) bool {
 		st = &o.Status
 	case *model.Workflow:
 		st = &o.Status
+	case *model.BootProfile:
+		st = &o.Status
 	}
 	b, err := json.Marshal(st)
 	return err == nil && string(b) == "{}"
@@ -315,6 +319,8 @@ func copyStatus(dst, src model.Object) {
 		d.Status = src.(*model.Template).Status
 	case *model.Workflow:
 		d.Status = src.(*model.Workflow).Status
+	case *model.BootProfile:
+		d.Status = src.(*model.BootProfile).Status
 	}
 }
 
@@ -370,7 +376,7 @@ func validNamespace(s string) bool {
 
 func checkKind(kind string) error {
 	switch kind {
-	case model.KindHardware, model.KindTemplate, model.KindWorkflow:
+	case model.KindHardware, model.KindTemplate, model.KindWorkflow, model.KindBootProfile:
 		return nil
 	}
 	return fmt.Errorf("unknown kind %q: %w", kind, store.ErrInvalid)

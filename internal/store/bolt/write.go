@@ -86,7 +86,7 @@ func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
 	}
 	// The store keeps priv (in its cache) once committed; the caller keeps obj.
 	priv := model.DeepCopy(obj)
-	*priv.GetTypeMeta() = model.TypeMeta{APIVersion: model.APIVersion, Kind: kind}
+	*priv.GetTypeMeta() = model.TypeMeta{APIVersion: model.APIVersionOf(kind), Kind: kind}
 	m := priv.GetObjectMeta()
 	if m.Namespace == "" {
 		m.Namespace = model.DefaultNamespace

@@ -56,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WatchContextCancel", testWatchCancel},
 		{"ReturnedObjectsAreCopies", testCopies},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"BootProfiles", testBootProfiles},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -987,4 +988,43 @@ func testConcurrentWriters(t *testing.T, s store.Store) {
 			t.Errorf("list version %d is before write %d", listRV, v)
 		}
 	}
+}
+
+// testBootProfiles checks Anvil's own kind: its apiVersion, a list by
+// namespace (what the boot policy falls back to), its watch, and the
+// Hardware field selector on bootProfileRef.
+func testBootProfiles(t *testing.T, s store.Store) {
+	ch := watch(t, s, model.KindBootProfile, store.WatchOptions{Namespace: "lab"})
+	for _, p := range []*model.BootProfile{
+		{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "flatcar"}, Spec: model.BootProfileSpec{Kernel: "/k", Selector: []string{"role=worker"}}},
+		{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "talos"}, Spec: model.BootProfileSpec{Kernel: "/t"}},
+		{ObjectMeta: model.ObjectMeta{Namespace: "other", Name: "flatcar"}, Spec: model.BootProfileSpec{Kernel: "/k"}},
+	} {
+		mustCreate(t, s, p)
+	}
+	got := mustGet(t, s, model.KindBootProfile, "lab", "flatcar").(*model.BootProfile)
+	if got.APIVersion != model.AnvilAPIVersion || got.Kind != model.KindBootProfile || got.Spec.Selector[0] != "role=worker" {
+		t.Errorf("Get = %+v", got)
+	}
+	objs, _, err := s.List(ctx(t), model.KindBootProfile, store.ListOptions{Namespace: "lab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "List(lab)", objs, "lab/flatcar", "lab/talos")
+	var evs []evSummary
+	for range 2 {
+		ev := next(t, ch)
+		evs = append(evs, evSummary{ev.Type, ev.Object.GetObjectMeta().Key()})
+	}
+	wantEvents(t, "watch lab", evs, evSummary{store.Added, "lab/flatcar"}, evSummary{store.Added, "lab/talos"})
+
+	h := Hardware("lab", "m1", "00:00:00:00:00:01")
+	h.Spec.BootProfileRef = &model.LocalObjectReference{Name: "talos"}
+	mustCreate(t, s, h)
+	mustCreate(t, s, Hardware("lab", "m2", "00:00:00:00:00:02"))
+	objs, _, err = s.List(ctx(t), model.KindHardware, store.ListOptions{Fields: []store.FieldRequirement{{Field: "spec.bootProfileRef.name", Value: "talos"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "Hardware with bootProfileRef talos", objs, "lab/m1")
 }

@@ -4,9 +4,10 @@
 
 // Package anvil.v1 is Anvil's management and agent API.
 //
-// Hardware, Template and Workflow travel in their Kubernetes shape: typed
-// metadata, and spec/status as JSON objects with exactly the field names of
-// tinkerbell.org/v1alpha1 manifests. One schema (the Go model package) governs
+// Hardware, Template, Workflow and BootProfile travel in their Kubernetes
+// shape: typed metadata, and spec/status as JSON objects with exactly the
+// field names of their manifests (tinkerbell.org/v1alpha1; BootProfile
+// anvil.dev/v1alpha1). One schema (the Go model package) governs
 // YAML files, this API and the store, so nothing is lost between them.
 package anvilv1connect
 
@@ -31,6 +32,8 @@ const (
 	HardwareServiceName = "anvil.v1.HardwareService"
 	// TemplateServiceName is the fully-qualified name of the TemplateService service.
 	TemplateServiceName = "anvil.v1.TemplateService"
+	// BootProfileServiceName is the fully-qualified name of the BootProfileService service.
+	BootProfileServiceName = "anvil.v1.BootProfileService"
 	// WorkflowServiceName is the fully-qualified name of the WorkflowService service.
 	WorkflowServiceName = "anvil.v1.WorkflowService"
 	// ManifestServiceName is the fully-qualified name of the ManifestService service.
@@ -69,6 +72,22 @@ const (
 	TemplateServiceDeleteProcedure = "/anvil.v1.TemplateService/Delete"
 	// TemplateServiceWatchProcedure is the fully-qualified name of the TemplateService's Watch RPC.
 	TemplateServiceWatchProcedure = "/anvil.v1.TemplateService/Watch"
+	// BootProfileServiceCreateProcedure is the fully-qualified name of the BootProfileService's Create
+	// RPC.
+	BootProfileServiceCreateProcedure = "/anvil.v1.BootProfileService/Create"
+	// BootProfileServiceGetProcedure is the fully-qualified name of the BootProfileService's Get RPC.
+	BootProfileServiceGetProcedure = "/anvil.v1.BootProfileService/Get"
+	// BootProfileServiceListProcedure is the fully-qualified name of the BootProfileService's List RPC.
+	BootProfileServiceListProcedure = "/anvil.v1.BootProfileService/List"
+	// BootProfileServiceUpdateProcedure is the fully-qualified name of the BootProfileService's Update
+	// RPC.
+	BootProfileServiceUpdateProcedure = "/anvil.v1.BootProfileService/Update"
+	// BootProfileServiceDeleteProcedure is the fully-qualified name of the BootProfileService's Delete
+	// RPC.
+	BootProfileServiceDeleteProcedure = "/anvil.v1.BootProfileService/Delete"
+	// BootProfileServiceWatchProcedure is the fully-qualified name of the BootProfileService's Watch
+	// RPC.
+	BootProfileServiceWatchProcedure = "/anvil.v1.BootProfileService/Watch"
 	// WorkflowServiceCreateProcedure is the fully-qualified name of the WorkflowService's Create RPC.
 	WorkflowServiceCreateProcedure = "/anvil.v1.WorkflowService/Create"
 	// WorkflowServiceGetProcedure is the fully-qualified name of the WorkflowService's Get RPC.
@@ -486,6 +505,206 @@ func (UnimplementedTemplateServiceHandler) Delete(context.Context, *connect.Requ
 
 func (UnimplementedTemplateServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.TemplateEvent]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.TemplateService.Watch is not implemented"))
+}
+
+// BootProfileServiceClient is a client for the anvil.v1.BootProfileService service.
+type BootProfileServiceClient interface {
+	Create(context.Context, *connect.Request[v1.CreateBootProfileRequest]) (*connect.Response[v1.BootProfile], error)
+	Get(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.BootProfile], error)
+	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.BootProfileList], error)
+	Update(context.Context, *connect.Request[v1.UpdateBootProfileRequest]) (*connect.Response[v1.BootProfile], error)
+	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.BootProfileEvent], error)
+}
+
+// NewBootProfileServiceClient constructs a client for the anvil.v1.BootProfileService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewBootProfileServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) BootProfileServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	bootProfileServiceMethods := v1.File_anvil_v1_resources_proto.Services().ByName("BootProfileService").Methods()
+	return &bootProfileServiceClient{
+		create: connect.NewClient[v1.CreateBootProfileRequest, v1.BootProfile](
+			httpClient,
+			baseURL+BootProfileServiceCreateProcedure,
+			connect.WithSchema(bootProfileServiceMethods.ByName("Create")),
+			connect.WithClientOptions(opts...),
+		),
+		get: connect.NewClient[v1.GetRequest, v1.BootProfile](
+			httpClient,
+			baseURL+BootProfileServiceGetProcedure,
+			connect.WithSchema(bootProfileServiceMethods.ByName("Get")),
+			connect.WithClientOptions(opts...),
+		),
+		list: connect.NewClient[v1.ListRequest, v1.BootProfileList](
+			httpClient,
+			baseURL+BootProfileServiceListProcedure,
+			connect.WithSchema(bootProfileServiceMethods.ByName("List")),
+			connect.WithClientOptions(opts...),
+		),
+		update: connect.NewClient[v1.UpdateBootProfileRequest, v1.BootProfile](
+			httpClient,
+			baseURL+BootProfileServiceUpdateProcedure,
+			connect.WithSchema(bootProfileServiceMethods.ByName("Update")),
+			connect.WithClientOptions(opts...),
+		),
+		delete: connect.NewClient[v1.DeleteRequest, v1.DeleteResponse](
+			httpClient,
+			baseURL+BootProfileServiceDeleteProcedure,
+			connect.WithSchema(bootProfileServiceMethods.ByName("Delete")),
+			connect.WithClientOptions(opts...),
+		),
+		watch: connect.NewClient[v1.WatchRequest, v1.BootProfileEvent](
+			httpClient,
+			baseURL+BootProfileServiceWatchProcedure,
+			connect.WithSchema(bootProfileServiceMethods.ByName("Watch")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// bootProfileServiceClient implements BootProfileServiceClient.
+type bootProfileServiceClient struct {
+	create *connect.Client[v1.CreateBootProfileRequest, v1.BootProfile]
+	get    *connect.Client[v1.GetRequest, v1.BootProfile]
+	list   *connect.Client[v1.ListRequest, v1.BootProfileList]
+	update *connect.Client[v1.UpdateBootProfileRequest, v1.BootProfile]
+	delete *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	watch  *connect.Client[v1.WatchRequest, v1.BootProfileEvent]
+}
+
+// Create calls anvil.v1.BootProfileService.Create.
+func (c *bootProfileServiceClient) Create(ctx context.Context, req *connect.Request[v1.CreateBootProfileRequest]) (*connect.Response[v1.BootProfile], error) {
+	return c.create.CallUnary(ctx, req)
+}
+
+// Get calls anvil.v1.BootProfileService.Get.
+func (c *bootProfileServiceClient) Get(ctx context.Context, req *connect.Request[v1.GetRequest]) (*connect.Response[v1.BootProfile], error) {
+	return c.get.CallUnary(ctx, req)
+}
+
+// List calls anvil.v1.BootProfileService.List.
+func (c *bootProfileServiceClient) List(ctx context.Context, req *connect.Request[v1.ListRequest]) (*connect.Response[v1.BootProfileList], error) {
+	return c.list.CallUnary(ctx, req)
+}
+
+// Update calls anvil.v1.BootProfileService.Update.
+func (c *bootProfileServiceClient) Update(ctx context.Context, req *connect.Request[v1.UpdateBootProfileRequest]) (*connect.Response[v1.BootProfile], error) {
+	return c.update.CallUnary(ctx, req)
+}
+
+// Delete calls anvil.v1.BootProfileService.Delete.
+func (c *bootProfileServiceClient) Delete(ctx context.Context, req *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
+	return c.delete.CallUnary(ctx, req)
+}
+
+// Watch calls anvil.v1.BootProfileService.Watch.
+func (c *bootProfileServiceClient) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.BootProfileEvent], error) {
+	return c.watch.CallServerStream(ctx, req)
+}
+
+// BootProfileServiceHandler is an implementation of the anvil.v1.BootProfileService service.
+type BootProfileServiceHandler interface {
+	Create(context.Context, *connect.Request[v1.CreateBootProfileRequest]) (*connect.Response[v1.BootProfile], error)
+	Get(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.BootProfile], error)
+	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.BootProfileList], error)
+	Update(context.Context, *connect.Request[v1.UpdateBootProfileRequest]) (*connect.Response[v1.BootProfile], error)
+	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
+	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.BootProfileEvent]) error
+}
+
+// NewBootProfileServiceHandler builds an HTTP handler from the service implementation. It returns
+// the path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewBootProfileServiceHandler(svc BootProfileServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	bootProfileServiceMethods := v1.File_anvil_v1_resources_proto.Services().ByName("BootProfileService").Methods()
+	bootProfileServiceCreateHandler := connect.NewUnaryHandler(
+		BootProfileServiceCreateProcedure,
+		svc.Create,
+		connect.WithSchema(bootProfileServiceMethods.ByName("Create")),
+		connect.WithHandlerOptions(opts...),
+	)
+	bootProfileServiceGetHandler := connect.NewUnaryHandler(
+		BootProfileServiceGetProcedure,
+		svc.Get,
+		connect.WithSchema(bootProfileServiceMethods.ByName("Get")),
+		connect.WithHandlerOptions(opts...),
+	)
+	bootProfileServiceListHandler := connect.NewUnaryHandler(
+		BootProfileServiceListProcedure,
+		svc.List,
+		connect.WithSchema(bootProfileServiceMethods.ByName("List")),
+		connect.WithHandlerOptions(opts...),
+	)
+	bootProfileServiceUpdateHandler := connect.NewUnaryHandler(
+		BootProfileServiceUpdateProcedure,
+		svc.Update,
+		connect.WithSchema(bootProfileServiceMethods.ByName("Update")),
+		connect.WithHandlerOptions(opts...),
+	)
+	bootProfileServiceDeleteHandler := connect.NewUnaryHandler(
+		BootProfileServiceDeleteProcedure,
+		svc.Delete,
+		connect.WithSchema(bootProfileServiceMethods.ByName("Delete")),
+		connect.WithHandlerOptions(opts...),
+	)
+	bootProfileServiceWatchHandler := connect.NewServerStreamHandler(
+		BootProfileServiceWatchProcedure,
+		svc.Watch,
+		connect.WithSchema(bootProfileServiceMethods.ByName("Watch")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/anvil.v1.BootProfileService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case BootProfileServiceCreateProcedure:
+			bootProfileServiceCreateHandler.ServeHTTP(w, r)
+		case BootProfileServiceGetProcedure:
+			bootProfileServiceGetHandler.ServeHTTP(w, r)
+		case BootProfileServiceListProcedure:
+			bootProfileServiceListHandler.ServeHTTP(w, r)
+		case BootProfileServiceUpdateProcedure:
+			bootProfileServiceUpdateHandler.ServeHTTP(w, r)
+		case BootProfileServiceDeleteProcedure:
+			bootProfileServiceDeleteHandler.ServeHTTP(w, r)
+		case BootProfileServiceWatchProcedure:
+			bootProfileServiceWatchHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedBootProfileServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedBootProfileServiceHandler struct{}
+
+func (UnimplementedBootProfileServiceHandler) Create(context.Context, *connect.Request[v1.CreateBootProfileRequest]) (*connect.Response[v1.BootProfile], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.BootProfileService.Create is not implemented"))
+}
+
+func (UnimplementedBootProfileServiceHandler) Get(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.BootProfile], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.BootProfileService.Get is not implemented"))
+}
+
+func (UnimplementedBootProfileServiceHandler) List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.BootProfileList], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.BootProfileService.List is not implemented"))
+}
+
+func (UnimplementedBootProfileServiceHandler) Update(context.Context, *connect.Request[v1.UpdateBootProfileRequest]) (*connect.Response[v1.BootProfile], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.BootProfileService.Update is not implemented"))
+}
+
+func (UnimplementedBootProfileServiceHandler) Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.BootProfileService.Delete is not implemented"))
+}
+
+func (UnimplementedBootProfileServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.BootProfileEvent]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.BootProfileService.Watch is not implemented"))
 }
 
 // WorkflowServiceClient is a client for the anvil.v1.WorkflowService service.

@@ -1,0 +1,207 @@
+package bootpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/anvilproj/anvil/internal/httpboot"
+	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/model"
+)
+
+// ConfigPathPrefix is where a profile's configs are served:
+// ConfigPathPrefix + "<mac>/<name>", mac in lower-case colon form.
+const ConfigPathPrefix = "/configs/"
+
+// ProfileData is what a boot profile's kernel arguments (Go templates,
+// missingkey=error) can use:
+//
+//	{{ .Hardware.Name }}           the Hardware (a *model.Hardware)
+//	{{ .Labels.role }}             its labels (a missing key is an error)
+//	{{ .MAC }} {{ .IP }} {{ .Hostname }}  of the booting interface
+//	{{ .ServerURL }}               Anvil's public HTTP base, no trailing '/'
+//	{{ .ConfigURL "ignition" }}    <ServerURL>/configs/<MAC>/ignition
+//
+// MAC is lower-case with colons; IP and Hostname are "" when the interface
+// has none (Hostname falls back to spec.metadata.instance.hostname). A
+// label that only some machines have is tested with index, which does not
+// fail on a missing key: {{ if index .Labels "debug" }}debug{{ end }}. An
+// argument that renders empty is left out.
+type ProfileData struct {
+	Hardware  *model.Hardware
+	Labels    map[string]string
+	MAC       string
+	IP        string
+	Hostname  string
+	ServerURL string
+
+	configs map[string]model.BootConfig
+}
+
+// ConfigURL returns the URL the machine fetches the profile's config name
+// from, or an error when the profile has no config of that name.
+func (d *ProfileData) ConfigURL(name string) (string, error) {
+	if _, ok := d.configs[name]; !ok {
+		have := make([]string, 0, len(d.configs))
+		for k := range d.configs {
+			have = append(have, k)
+		}
+		return "", fmt.Errorf("ConfigURL %q: the profile has no config of that name (have: %s)", name, strings.Join(slices.Sorted(slices.Values(have)), ", "))
+	}
+	return d.ServerURL + ConfigPathPrefix + d.MAC + "/" + name, nil
+}
+
+// profileData builds the template data of interface i of hw. mac is the
+// booting interface's MAC when the request carried it.
+func (p *Policy) profileData(hw *model.Hardware, i int, mac net.HardwareAddr, bp *model.BootProfile) *ProfileData {
+	d := hw.Spec.Interfaces[i].DHCP
+	if len(mac) == 0 {
+		mac, _ = net.ParseMAC(d.MAC) // it parsed when the interface was matched, or the IP matched
+	}
+	data := &ProfileData{
+		Hardware:  hw,
+		Labels:    hw.Labels,
+		MAC:       strings.ToLower(mac.String()),
+		ServerURL: p.publicHTTP,
+		configs:   bp.Spec.Configs,
+	}
+	if data.Labels == nil {
+		data.Labels = map[string]string{}
+	}
+	if d.IP != nil {
+		data.IP = d.IP.Address
+	}
+	data.Hostname = d.Hostname
+	if data.Hostname == "" && hw.Spec.Metadata != nil && hw.Spec.Metadata.Instance != nil {
+		data.Hostname = hw.Spec.Metadata.Instance.Hostname
+	}
+	return data
+}
+
+// assetURL makes a profile's kernel or initrd absolute: an http(s) URL is
+// kept, a path ("/assets/…") is put under the public HTTP base.
+func (p *Policy) assetURL(s string) string {
+	if strings.HasPrefix(s, "/") {
+		return p.publicHTTP + s
+	}
+	return s
+}
+
+// profileScript renders the iPXE script that boots sel's profile on
+// interface i of hw. Every error names the Hardware, the profile and the
+// field; nothing is returned alongside one.
+func (p *Policy) profileScript(hw *model.Hardware, i int, sel *Selection, cp *compiledProfile, r httpboot.ScriptRequest) (*httpboot.Script, error) {
+	bp := sel.Profile
+	who := fmt.Sprintf("hardware %s: boot profile %s", hw.Key(), bp.Name)
+	if cp.err != nil {
+		return nil, fmt.Errorf("%s: %w", who, cp.err)
+	}
+	data := p.profileData(hw, i, r.MAC, bp)
+	args := make([]string, 0, len(cp.args))
+	var b strings.Builder
+	for j, t := range cp.args {
+		b.Reset()
+		if err := t.Execute(&b, data); err != nil {
+			return nil, fmt.Errorf("%s: spec.kernelArgs[%d]: %w", who, j, err)
+		}
+		a := b.String()
+		if a == "" {
+			continue // a conditional argument that is off for this machine
+		}
+		if err := ipxe.CheckArg(a); err != nil {
+			return nil, fmt.Errorf("%s: spec.kernelArgs[%d] renders to %w", who, j, err)
+		}
+		args = append(args, a)
+	}
+	kernel := p.assetURL(bp.Spec.Kernel)
+	if err := ipxe.CheckURL(kernel); err != nil {
+		return nil, fmt.Errorf("%s: spec.kernel: %w", who, err)
+	}
+	initrds := make([]string, 0, len(bp.Spec.Initrds))
+	for j, u := range bp.Spec.Initrds {
+		u = p.assetURL(u)
+		if err := ipxe.CheckURL(u); err != nil {
+			return nil, fmt.Errorf("%s: spec.initrds[%d]: %w", who, j, err)
+		}
+		initrds = append(initrds, u)
+	}
+	reason := fmt.Sprintf("hardware %s: %s", hw.Key(), sel.reason())
+	body, err := ipxe.BootEnv(ipxe.BootEnvParams{Reason: reason, KernelURL: kernel, InitrdURLs: initrds, KernelArgs: args})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", who, err)
+	}
+	return &httpboot.Script{Body: body, Reason: reason}, nil
+}
+
+// selectFor applies SelectProfile's rules 2–4 to hw with the profiles of
+// its namespace.
+func (p *Policy) selectFor(ctx context.Context, hw *model.Hardware) (*Selection, *compiledProfile, error) {
+	ps, err := p.profilesOf(ctx, hw.Namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	return selectCompiled(hw, ps)
+}
+
+// ProfileFor returns the Hardware with an interface of that MAC and the
+// boot profile that applies to it, by the precedence of SelectProfile
+// without the workflow rule: spec.bootProfileRef, else the one profile (or
+// the one of highest priority) whose selector matches its labels. It does
+// not look at netboot.allowPXE.
+//
+// Errors: no such Hardware, no profile, or a missing referenced profile
+// wrap ErrNoProfile (the Hardware is returned when there is one); a tie
+// wraps ErrProfileConflict and names the profiles; a store failure is
+// returned as it is. The returned objects are copies, the caller's to keep.
+// This is the API the config renderer (/configs/<mac>/<name>) builds on.
+func (p *Policy) ProfileFor(ctx context.Context, mac net.HardwareAddr) (*model.Hardware, *model.BootProfile, error) {
+	hw, _, err := p.byMAC(ctx, mac)
+	if err != nil {
+		return nil, nil, err
+	}
+	if hw == nil {
+		return nil, nil, fmt.Errorf("%w: no Hardware has MAC %s", ErrNoProfile, strings.ToLower(mac.String()))
+	}
+	sel, _, err := p.selectFor(ctx, hw)
+	if err != nil {
+		return hw, nil, err
+	}
+	if sel == nil {
+		return hw, nil, fmt.Errorf("%w: hardware %s has no spec.bootProfileRef and no BootProfile in namespace %s selects its labels (%s)",
+			ErrNoProfile, hw.Key(), hw.Namespace, labelsString(hw.Labels))
+	}
+	return hw, model.DeepCopy(sel.Profile), nil
+}
+
+// labelsString renders labels for an error: "role=worker,site=lab" or
+// "none".
+func labelsString(l map[string]string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + l[k]
+	}
+	return strings.Join(keys, ",")
+}
+
+// profileRefusal turns a selection error into the script handler's 404
+// (httpboot.ErrNoScript) with the reason, logged once per Hardware version
+// and reason; other errors (a store failure) are returned as they are.
+func (p *Policy) profileRefusal(hw *model.Hardware, err error) error {
+	if !errors.Is(err, ErrNoProfile) && !errors.Is(err, ErrProfileConflict) {
+		return err
+	}
+	p.warnOnce("profile "+hw.Key()+"@"+hw.ResourceVersion+" "+err.Error(),
+		"bootpolicy: refusing a script: "+err.Error(), "hardware", hw.Key())
+	return fmt.Errorf("%w: %v", httpboot.ErrNoScript, err)
+}
