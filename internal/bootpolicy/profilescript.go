@@ -25,6 +25,7 @@ const ConfigPathPrefix = "/configs/"
 //	{{ .MAC }} {{ .IP }} {{ .Hostname }}  of the booting interface
 //	{{ .ServerURL }}               Anvil's public HTTP base, no trailing '/'
 //	{{ .ConfigURL "ignition" }}    <ServerURL>/configs/<MAC>/ignition
+//	{{ .Vars.ssh_key }}            the Hardware's variables (model.VarsAnnotation)
 //
 // MAC is lower-case with colons; IP and Hostname are "" when the interface
 // has none (Hostname falls back to spec.metadata.instance.hostname). A
@@ -38,6 +39,7 @@ type ProfileData struct {
 	IP        string
 	Hostname  string
 	ServerURL string
+	Vars      map[string]any
 
 	configs map[string]model.BootConfig
 }
@@ -79,7 +81,35 @@ func (p *Policy) profileData(hw *model.Hardware, i int, mac net.HardwareAddr, bp
 	if data.Hostname == "" && hw.Spec.Metadata != nil && hw.Spec.Metadata.Instance != nil {
 		data.Hostname = hw.Spec.Metadata.Instance.Hostname
 	}
+	// A malformed annotation leaves Vars empty: a template that uses it
+	// then fails with missingkey, naming the key.
+	if vars, err := hw.Vars(); err == nil {
+		data.Vars = vars
+	} else {
+		data.Vars = map[string]any{}
+		p.hwWarn(hw, "metadata.annotations["+model.VarsAnnotation+"]", err.Error())
+	}
 	return data
+}
+
+// ConfigData is the template data of hw's interface with mac for profile
+// bp: what its kernel arguments saw, for rendering its configs.
+func (p *Policy) ConfigData(hw *model.Hardware, mac net.HardwareAddr, bp *model.BootProfile) *ProfileData {
+	i := 0
+	for j, iface := range hw.Spec.Interfaces {
+		if iface.DHCP == nil {
+			continue
+		}
+		if m, err := net.ParseMAC(iface.DHCP.MAC); err == nil && string(m) == string(mac) {
+			i = j
+			break
+		}
+	}
+	if i >= len(hw.Spec.Interfaces) || hw.Spec.Interfaces[i].DHCP == nil {
+		return &ProfileData{Hardware: hw, Labels: hw.Labels, MAC: strings.ToLower(mac.String()), ServerURL: p.publicHTTP,
+			Vars: map[string]any{}, configs: bp.Spec.Configs}
+	}
+	return p.profileData(hw, i, mac, bp)
 }
 
 // assetURL makes a profile's kernel or initrd absolute: an http(s) URL is

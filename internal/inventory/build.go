@@ -19,8 +19,8 @@ const (
 	// several groups matches a selector for any of them.
 	GroupLabelPrefix = "group.anvil.dev/"
 	// VarsAnnotation holds the host's variables not mapped onto the spec,
-	// as a JSON object.
-	VarsAnnotation = "anvil.dev/inventory-vars"
+	// as a JSON object (model.Hardware.Vars reads it for templates).
+	VarsAnnotation = model.VarsAnnotation
 )
 
 // Variables Build maps onto the spec instead of labels and the annotation.

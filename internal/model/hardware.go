@@ -1,6 +1,8 @@
 package model
 
 import (
+	"encoding/json"
+	"fmt"
 	"net"
 	"strings"
 )
@@ -230,6 +232,25 @@ func (h *Hardware) AgentIDs() []string {
 		out = append(out, macs[0])
 	}
 	return out
+}
+
+// VarsAnnotation holds a Hardware's variables as a JSON object (what `anvil
+// import inventory` keeps of a host's inventory variables), for boot
+// profile templates as .Vars.
+const VarsAnnotation = "anvil.dev/inventory-vars"
+
+// Vars returns the variables of VarsAnnotation: an empty map when there
+// is none, an error naming the annotation when it is not a JSON object.
+func (h *Hardware) Vars() (map[string]any, error) {
+	out := map[string]any{}
+	raw, ok := h.Annotations[VarsAnnotation]
+	if !ok || raw == "" {
+		return out, nil
+	}
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		return nil, fmt.Errorf("hardware %s: annotation %s is not a JSON object: %w", h.Key(), VarsAnnotation, err)
+	}
+	return out, nil
 }
 
 // InstanceID returns metadata.instance.id, or "".

@@ -37,6 +37,7 @@ type bootServices struct {
 	http     *httpboot.Handler
 	metadata *metadata.Handler
 	packets  []packetService
+	public   netip.Addr // the address machines reach this server at
 }
 
 // packetService is one UDP socket and the server reading it.
@@ -58,6 +59,7 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 		}
 	}()
 	public, err := resolvePublicIP(cfg.PublicIP, cfg.Bind)
+	b.public = public
 	if err != nil {
 		return nil, err
 	}

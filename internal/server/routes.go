@@ -38,7 +38,7 @@ const (
 
 // reservedPrefixes are the first path elements of anvil's own routes: a
 // --path-prefix starting with one would hide that route's unprefixed form.
-var reservedPrefixes = []string{"ipxe", "bootenv", "images", "assets", "metadata", "2009-04-04", "latest",
+var reservedPrefixes = []string{"ipxe", "bootenv", "images", "assets", "configs", "metadata", "2009-04-04", "latest",
 	"healthz", "readyz", "metrics", "anvil.", "grpc."}
 
 // normalizePathPrefix returns --path-prefix as "/a/b" (leading slash, no

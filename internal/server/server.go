@@ -37,6 +37,7 @@ import (
 	"github.com/anvilproj/anvil/internal/httplimit"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/metadata"
+	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -61,8 +62,9 @@ const (
 
 // File names inside Config.DataDir.
 const (
-	storeFile = "anvil.db"
-	logsDir   = "logs"
+	storeFile  = "anvil.db"
+	secretsDir = "secrets" // generated secrets for boot profile templates
+	logsDir    = "logs"
 )
 
 // Config configures Run.
@@ -353,6 +355,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer sec.close()
+	secretStore, err := secrets.Open(secrets.Config{Dir: filepath.Join(cfg.DataDir, secretsDir)})
+	if err != nil {
+		return err
+	}
 	boot, err := newBootServices(cfg, trusted, st, recorder, sec.agentKey, log)
 	if err != nil {
 		return err
@@ -386,7 +392,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	// Stage 4: handlers.
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
-		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit,
+		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore,
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the
 			// client a trusted proxy forwarded for.
@@ -435,6 +441,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	bootMux := http.NewServeMux()
 	boot.http.Register(bootMux)
 	boot.metadata.Register(bootMux)
+	registerConfigs(bootMux, boot, secretStore, log)
 	clients := clientip.Resolver{Trusted: trusted}
 	outer := func(h http.Handler) http.Handler { return withPathPrefix(pathPrefix, clients.Handler(h)) }
 	httpHandler := outer(bootRouter(bootMux, limitBoot(limiter, bootMux), httpMux))
