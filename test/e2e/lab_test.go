@@ -44,8 +44,8 @@ var assets struct {
 // fetchModules are the modules fetchinit loads, in dependency order, from
 // the Debian kernel's tree (Debian builds virtio as modules).
 var fetchModules = []string{
-	"net/core/failover.ko", "drivers/net/net_failover.ko", "drivers/virtio/virtio.ko",
-	"drivers/virtio/virtio_ring.ko", "drivers/virtio/virtio_pci_legacy_dev.ko",
+	"net/core/failover.ko", "drivers/net/net_failover.ko", "drivers/virtio/virtio_ring.ko",
+	"drivers/virtio/virtio.ko", "drivers/virtio/virtio_pci_legacy_dev.ko",
 	"drivers/virtio/virtio_pci_modern_dev.ko", "drivers/virtio/virtio_pci.ko", "drivers/net/virtio_net.ko",
 }
 
