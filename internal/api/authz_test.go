@@ -14,9 +14,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/secrets"
 )
 
 // principals stand in for verified tokens: "Authorization: Bearer NAME".
@@ -420,4 +422,39 @@ func TestForgedAgentReports(t *testing.T) {
 	if err != nil || resp.Msg.GetLinesAccepted() != 2 {
 		t.Errorf("m1's own lines: %v, %v; want 2 accepted", resp, err)
 	}
+}
+
+func TestSecretsAdminOnly(t *testing.T) {
+	st, err := secrets.Open(secrets.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := st.Secret("acme", "kubeadm-token", secrets.KindKubeadmToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{configure: func(c *api.Config) {
+		c.Authenticate = testAuthenticate
+		c.Secrets = st
+	}})
+	ctx := context.Background()
+	svc := anvilv1connect.NewSecretServiceClient(e.http, e.url, connect.WithGRPC())
+	// Even the organisation's own operator may not read its secrets.
+	_, err = svc.Get(ctx, as("acme-op", &v1.GetSecretRequest{Namespace: "acme", Name: "kubeadm-token"}))
+	denied(t, "operator reads a secret", err, connect.CodePermissionDenied)
+	if err != nil && strings.Contains(err.Error(), token) {
+		t.Error("the refusal carries the secret")
+	}
+	_, err = svc.List(ctx, as("acme-viewer", &v1.ListSecretsRequest{}))
+	denied(t, "viewer lists secrets", err, connect.CodePermissionDenied)
+	l, err := svc.List(ctx, as("admin", &v1.ListSecretsRequest{}))
+	if err != nil || len(l.Msg.GetSecrets()) != 1 || l.Msg.GetSecrets()[0].GetKind() != secrets.KindKubeadmToken {
+		t.Fatalf("admin's list: %v, %v; want the one kubeadm token", l, err)
+	}
+	g, err := svc.Get(ctx, as("admin", &v1.GetSecretRequest{Namespace: "acme", Name: "kubeadm-token"}))
+	if err != nil || g.Msg.GetValue() != token {
+		t.Errorf("admin's get: %v, %v; want the token", g, err)
+	}
+	_, err = svc.Get(ctx, as("admin", &v1.GetSecretRequest{Namespace: "acme", Name: "nope"}))
+	wantCode(t, "get an unknown secret", err, connect.CodeNotFound)
 }

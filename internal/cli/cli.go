@@ -58,6 +58,7 @@ func Commands() []*cobra.Command {
 		newLogsCmd(),
 		newSimulateAgentCmd(),
 		newAuditCmd(),
+		newSecretsCmd(),
 		newImportCmd(),
 	}
 }
@@ -83,6 +84,7 @@ type clients struct {
 	manifests anvilv1connect.ManifestServiceClient
 	logs      anvilv1connect.LogServiceClient
 	audit     anvilv1connect.AuditServiceClient
+	secrets   anvilv1connect.SecretServiceClient
 	jobs      anvilv1connect.JobServiceClient
 }
 
@@ -155,6 +157,7 @@ func newClients(cmd *cobra.Command) (*clients, error) {
 		manifests: anvilv1connect.NewManifestServiceClient(hc, addr, opts...),
 		logs:      anvilv1connect.NewLogServiceClient(hc, addr, opts...),
 		audit:     anvilv1connect.NewAuditServiceClient(hc, addr, opts...),
+		secrets:   anvilv1connect.NewSecretServiceClient(hc, addr, opts...),
 		jobs:      anvilv1connect.NewJobServiceClient(hc, addr, opts...),
 	}, nil
 }
