@@ -149,7 +149,12 @@ func validateBootProfile(b *BootProfile, add addFunc) {
 		default:
 			add(p+".format", "unknown format %q (want one of %s)", c.Format, strings.Join(ConfigFormats, ", "))
 		}
-		if _, err := template.New(name).Parse(c.Template); err != nil {
+		// Syntax only: the functions (sprig's, secret, toJSON, …) belong
+		// to the renderer (internal/render), which checks them, and the
+		// rest, per machine when the config is fetched.
+		t := parse.New(name)
+		t.Mode = parse.SkipFuncCheck
+		if _, err := t.Parse(c.Template, "", "", map[string]*parse.Tree{}); err != nil {
 			add(p+".template", "template: %v", strings.TrimPrefix(err.Error(), "template: "))
 		}
 	}

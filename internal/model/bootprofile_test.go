@@ -129,3 +129,13 @@ func TestBootProfileCopyAndKind(t *testing.T) {
 		t.Errorf("DeepCopy shares state with the original")
 	}
 }
+
+// Config templates may use the renderer's functions (sprig's, secret, …):
+// apply checks their syntax only.
+func TestBootProfileConfigFunctions(t *testing.T) {
+	in := "apiVersion: anvil.dev/v1alpha1\nkind: BootProfile\nmetadata: {name: p}\nspec:\n  kernel: /k\n  configs:\n" +
+		"    ignition: {format: butane, template: \"t: {{ secret \\\"join\\\" \\\"kubeadm-token\\\" | quote }} {{ .Vars.x | default \\\"y\\\" }}\"}\n"
+	if _, err := ParseManifests("f.yaml", []byte(in)); err != nil {
+		t.Fatalf("a config template using the renderer's functions was refused: %v", err)
+	}
+}
