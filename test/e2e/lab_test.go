@@ -32,9 +32,9 @@ var repoRoot = func() string {
 
 // assets built once per test binary by TestMain.
 var assets struct {
-	anvil   string // the anvil binary
-	kernel  string // Debian's vmlinuz
-	initrd  string // newc cpio with testinit as /init
+	anvil  string // the anvil binary
+	kernel string // Debian's vmlinuz
+	initrd string // newc cpio with testinit as /init
 	// fetchInitrd is a newc cpio with fetchinit as /init and the virtio
 	// network drivers in /modules: the boot-profile test's "OS".
 	fetchInitrd string
