@@ -327,3 +327,21 @@ func commas(n int64) string {
 	}
 	return b.String()
 }
+
+// Recorded wraps another boot-path handler (the configs a boot profile
+// serves, say) so its requests are logged, counted under route and filed
+// in the machine's record like the handler's own: the machine is the MAC
+// in the path value "mac" when there is one, else the client address.
+func (h *Handler) Recorded(route string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := &request{r: r, route: route, start: time.Now(), src: sourceAddr(r)}
+		if m, err := net.ParseMAC(r.PathValue("mac")); err == nil {
+			q.mac = m
+		}
+		cw := &countingWriter{ResponseWriter: w}
+		next.ServeHTTP(cw, r)
+		q.code, q.bytes = cw.status(), cw.n
+		q.detail = fmt.Sprintf("%d, %s bytes", q.code, commas(q.bytes))
+		h.finish(q)
+	})
+}

@@ -63,8 +63,9 @@ func (f configFinder) Config(ctx context.Context, mac net.HardwareAddr, name str
 }
 
 // registerConfigs serves /configs/<mac>/<name> on mux (the limited boot
-// path).
+// path), each request in the machine's record like its other boot files.
 func registerConfigs(mux *http.ServeMux, boot *bootServices, secrets render.SecretSource, log *slog.Logger) {
-	mux.Handle("GET "+bootpolicy.ConfigPathPrefix+"{mac}/{name}",
-		render.Handler(configFinder{policy: boot.policy, self: boot.public}, secrets, log))
+	route := bootpolicy.ConfigPathPrefix + "{mac}/{name}"
+	mux.Handle("GET "+route, boot.http.Recorded(route,
+		render.Handler(configFinder{policy: boot.policy, self: boot.public}, secrets, log)))
 }

@@ -181,6 +181,7 @@ func TestBootProfiles(t *testing.T) {
 			// The server's record says which profile and why.
 			record := a.cli(t, "logs", "hardware/"+m.name)
 			assertRecord(t, record, "http", "auto.ipxe", m.profile)
+			assertRecord(t, record, "http", "/configs/", "200")
 			if !strings.Contains(res.serial, "fetchinit.ip="+m.ip+"/24") && !strings.Contains(record, m.ip) {
 				t.Errorf("the profile's templated address %s is not on the command line", m.ip)
 			}
