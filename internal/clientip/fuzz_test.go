@@ -70,8 +70,18 @@ func FuzzResolve(f *testing.F) {
 		if i < 0 {
 			t.Fatalf("Resolve(%q) = %v, not an element of the header", xff, got)
 		}
-		if r.trusted(got) && i != 0 {
-			t.Fatalf("Resolve(%q) = trusted %v, but it is not the left-most element", xff, got)
+		if r.trusted(got) {
+			// Only when every hop is trusted may the answer be a trusted
+			// address: then it is the left-most (which may also appear
+			// further right: "10.0.0.6,10.0.0.6").
+			for _, el := range els {
+				if a, perr := parseHop(strings.TrimSpace(el)); perr != nil || !r.trusted(a) {
+					t.Fatalf("Resolve(%q) = trusted %v, but %q is not a trusted hop", xff, got, el)
+				}
+			}
+			if a, _ := parseHop(strings.TrimSpace(els[0])); a != got {
+				t.Fatalf("Resolve(%q) = trusted %v, but it is not the left-most element", xff, got)
+			}
 		}
 	})
 }
