@@ -163,7 +163,7 @@ func TestScriptBootProfile(t *testing.T) {
 			wantLine: []string{"kernel", "http://10.0.0.1:7080/assets/flatcar-worker/vmlinuz", "initrd=initrd.cpio.gz", "initrd=sysext.cpio",
 				"flatcar.first_boot=1", "ignition.config.url=http://10.0.0.1:7080/configs/52:54:00:00:00:01/ignition",
 				"hostname=node1", "ip=10.0.0.11", "site=worker", "server=http://10.0.0.1:7080"},
-			wantBody: []string{"initrd http://10.0.0.1:7080/assets/flatcar/initrd.cpio.gz || goto", "initrd https://cdn.example.com/sysext.cpio || goto"},
+			wantBody: []string{"initrd http://10.0.0.1:7080/assets/flatcar/initrd.cpio.gz || goto", "initrd https://cdn.example.com/sysext.cpio || goto", "loading boot profile "},
 			reason:   "hardware default/m1: boot profile flatcar-worker (selected by role=worker)"},
 		{name: "named by ref", objs: []model.Object{refTo(labelled("default", "m1"), "flatcar-worker"), flatcar()},
 			err: `spec.kernelArgs[4]`, wantWarns: 1}, // no role label: .Labels.role is a missing key

@@ -160,7 +160,8 @@ func (p *Policy) profileScript(hw *model.Hardware, i int, sel *Selection, cp *co
 		initrds = append(initrds, u)
 	}
 	reason := fmt.Sprintf("hardware %s: %s", hw.Key(), sel.reason())
-	body, err := ipxe.BootEnv(ipxe.BootEnvParams{Reason: reason, KernelURL: kernel, InitrdURLs: initrds, KernelArgs: args})
+	body, err := ipxe.BootEnv(ipxe.BootEnvParams{Reason: reason, KernelURL: kernel, InitrdURLs: initrds, KernelArgs: args,
+		What: "boot profile " + bp.Name})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", who, err)
 	}

@@ -186,6 +186,9 @@ type BootEnvParams struct {
 	// KernelArgs follow initrd=NAME on the kernel command line, in order.
 	// Empty strings are skipped; each must pass CheckArg.
 	KernelArgs []string
+	// What names what is booted in the failure message ("loading WHAT
+	// failed"). If empty, "the boot environment".
+	What string
 }
 
 // BootEnv renders the script that loads a kernel and its initrds and boots
@@ -233,7 +236,11 @@ func BootEnv(p BootEnvParams) (string, error) {
 		s.line("initrd " + u + " || goto " + labelFailed)
 	}
 	s.line("boot || goto " + labelFailed)
-	s.retry("loading the boot environment")
+	what := p.What
+	if what == "" {
+		what = "the boot environment"
+	}
+	s.retry("loading " + what)
 	return s.String(), nil
 }
 
