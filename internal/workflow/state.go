@@ -474,19 +474,8 @@ func CheckDeadlines(status *model.WorkflowStatus, now time.Time) (changed bool, 
 	if gd, ok := globalDeadline(status); ok && !now.Before(gd) {
 		msg := fmt.Sprintf("global timeout of %ds exceeded", st.GlobalTimeout)
 		if ti, ai, ok := firstUnfinished(status); ok {
-			t := &st.Tasks[ti]
-			a := &t.Actions[ai]
-			if model.NormalizeState(a.State) == model.StateRunning {
-				stop := now
-				a.ExecutionStop = &stop
-				if a.ExecutionStart != nil {
-					a.ExecutionDuration = FormatDuration(now.Sub(*a.ExecutionStart))
-				}
-				a.State = model.StateTimeout
-				a.Message = msg
-				st.setCurrent(ti, ai)
-				AddHistory(status, model.HistoryEvent{Time: now, Type: HistoryAction, Task: t.Name, Action: a.Name,
-					AgentID: t.AgentID, State: model.StateTimeout, Message: msg, Attempt: a.Attempt})
+			if model.NormalizeState(st.Tasks[ti].Actions[ai].State) == model.StateRunning {
+				st.stopAction(ti, ai, model.StateTimeout, msg, now)
 			}
 		}
 		if st.CancelRequested != nil {
@@ -650,7 +639,7 @@ func Cancel(status *model.WorkflowStatus, now time.Time, force bool, reason stri
 		if reason != "" || st.CancelRequested == nil {
 			st.CancelReason = reason
 		}
-		st.interrupt(ti, ai, "cancelled (forced) while running: its outcome on the machine is unknown", now)
+		st.stopAction(ti, ai, model.StateCancelled, "cancelled (forced) while running: its outcome on the machine is unknown", now)
 		st.endCancelled(fmt.Sprintf("forced while action %q of task %q was running", a.Name, t.Name), now)
 		return true, nil
 	}
@@ -696,13 +685,15 @@ func CancelInterrupted(status *model.WorkflowStatus, agentID string, now time.Ti
 	}
 	t := &st.Tasks[ti]
 	a := &t.Actions[ai]
-	st.interrupt(ti, ai, "cancelled: the agent asked for work while this action was recorded running (it restarted); its outcome is unknown", now)
+	st.stopAction(ti, ai, model.StateCancelled, "cancelled: the agent asked for work while this action was recorded running (it restarted); its outcome is unknown", now)
 	st.endCancelled(fmt.Sprintf("when action %q of task %q was interrupted", a.Name, t.Name), now)
 	return true
 }
 
-// interrupt ends a running action CANCELLED.
-func (st wfState) interrupt(ti, ai int, msg string, now time.Time) {
+// stopAction ends action ai of task ti in state (TIMEOUT, CANCELLED)
+// without a report from the agent: its stop time and duration, the
+// message, the current-action pointer and a history entry.
+func (st wfState) stopAction(ti, ai int, state, msg string, now time.Time) {
 	t := &st.Tasks[ti]
 	a := &t.Actions[ai]
 	stop := now
@@ -710,9 +701,9 @@ func (st wfState) interrupt(ti, ai int, msg string, now time.Time) {
 	if a.ExecutionStart != nil {
 		a.ExecutionDuration = FormatDuration(now.Sub(*a.ExecutionStart))
 	}
-	a.State = model.StateCancelled
+	a.State = state
 	a.Message = msg
 	st.setCurrent(ti, ai)
 	AddHistory(st.WorkflowStatus, model.HistoryEvent{Time: now, Type: HistoryAction, Task: t.Name, Action: a.Name,
-		AgentID: t.AgentID, State: model.StateCancelled, Message: msg, Attempt: a.Attempt})
+		AgentID: t.AgentID, State: state, Message: msg, Attempt: a.Attempt})
 }
