@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/anvilproj/anvil/internal/atomicfile"
 )
 
 // agentKeySize is the HMAC key's length in bytes.
@@ -57,24 +59,13 @@ func LoadOrCreateAgentKey(path string) (*AgentKey, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("agent key: %w", err)
 	}
-	// O_EXCL: two servers starting on one data directory must not each
-	// write a different key; the loser reads the winner's.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return LoadOrCreateAgentKey(path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("agent key: %w", err)
-	}
-	if _, err := f.Write(secret); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("agent key: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("agent key: %w", err)
-	}
-	if err := f.Close(); err != nil {
+	// Created whole or not at all: two servers starting on one data
+	// directory must not each keep a different key; the loser reads the
+	// winner's.
+	if err := atomicfile.Create(path, secret, 0o600); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return LoadOrCreateAgentKey(path)
+		}
 		return nil, fmt.Errorf("agent key: %w", err)
 	}
 	return NewAgentKey(secret)

@@ -21,6 +21,8 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/lestrrat-go/jwx/v2/jwt"
+
+	"github.com/anvilproj/anvil/internal/atomicfile"
 )
 
 // The local issuer's token claims: a Verifier for it takes Issuer
@@ -180,12 +182,7 @@ func loadOrCreateKey(path string) (*ecdsa.PrivateKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode key: %w", err)
 	}
-	tmp, err := writeTemp(filepath.Dir(path), pem.EncodeToMemory(&pem.Block{Type: pemPrivateKey, Bytes: der}), localKeyMode)
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, path); err != nil {
+	if err := atomicfile.Create(path, pem.EncodeToMemory(&pem.Block{Type: pemPrivateKey, Bytes: der}), localKeyMode); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return loadKey(path) // another process made it first
 		}
@@ -230,44 +227,11 @@ func loadKey(path string) (*ecdsa.PrivateKey, error) {
 	return key, nil
 }
 
-// writeTemp writes data to a new file in dir with mode and returns its
-// path, synced.
-func writeTemp(dir string, data []byte, mode os.FileMode) (string, error) {
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return "", err
-	}
-	name := f.Name()
-	err = f.Chmod(mode)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(name)
-		return "", err
-	}
-	return name, nil
-}
-
 // writeIfChanged replaces path with data (atomically, by rename) unless it
 // already holds exactly that.
 func writeIfChanged(path string, data []byte, mode os.FileMode) error {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
-	tmp, err := writeTemp(filepath.Dir(path), data, mode)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(path, data, mode)
 }

@@ -2,17 +2,16 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/anvilproj/anvil/internal/atomicfile"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
 )
@@ -94,7 +93,7 @@ func setupSecurity(ctx context.Context, cfg Config, log *slog.Logger) (_ *securi
 			return nil, err
 		}
 		path := filepath.Join(dir, adminTokenFile)
-		if err := writeSecret(path, tok+"\n"); err != nil {
+		if err := atomicfile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
 			return nil, err
 		}
 		log.Info("authentication: local issuer (no identity provider configured); the admin token is in "+path+
@@ -119,17 +118,4 @@ func setupSecurity(ctx context.Context, cfg Config, log *slog.Logger) (_ *securi
 		return nil, err
 	}
 	return s, nil
-}
-
-// writeSecret writes a file of mode 0600 by a rename, so a reader sees the
-// old content or the new, never a part.
-func writeSecret(path, content string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return errors.Join(err, os.Remove(tmp))
-	}
-	return nil
 }

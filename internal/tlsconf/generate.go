@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/atomicfile"
 )
 
 // Lifetimes of what NewGeneratedSource issues.
@@ -220,10 +222,10 @@ func (g *GeneratedSource) createCA() error {
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: pemCertificate, Bytes: der})
 	// The key first: a CA certificate on disk always has its key.
-	if err := writeFileAtomic(g.path(CAKeyFile), keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(g.path(CAKeyFile), keyPEM, 0o600); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(g.path(CAFile), certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(g.path(CAFile), certPEM, 0o644); err != nil {
 		return err
 	}
 	g.ca, g.caKey, g.caPEM = ca, key, certPEM
@@ -300,10 +302,10 @@ func (g *GeneratedSource) issue(reason string) (*tls.Certificate, error) {
 	}
 	// Key then certificate: a crash in between leaves a pair that does not
 	// match, which the next start reissues.
-	if err := writeFileAtomic(g.path(ServerKeyFile), keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(g.path(ServerKeyFile), keyPEM, 0o600); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(g.path(ServerFile), certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(g.path(ServerFile), certPEM, 0o644); err != nil {
 		return nil, err
 	}
 	if tmpl.NotAfter.Equal(g.ca.NotAfter) {
@@ -372,32 +374,4 @@ func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
 		return nil, fmt.Errorf("encode key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: pemPrivateKey, Bytes: der}), nil
-}
-
-// writeFileAtomic replaces name with data, readers seeing the old file or
-// the new one, never a part.
-func writeFileAtomic(name string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	tmp := f.Name()
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, name)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return nil
 }

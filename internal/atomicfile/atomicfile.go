@@ -1,0 +1,91 @@
+// Package atomicfile replaces small files whole: keys, certificates,
+// tokens and state files that a crash must leave either as they were or as
+// they were meant to become, never half written.
+//
+// It owns only that write. It is standard library only, so leaf packages
+// (internal/auth, internal/tlsconf) may use it; it must not learn about
+// what the files hold.
+package atomicfile
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Write replaces path with data: written to a temporary file in the same
+// directory with mode perm, synced, renamed over path, and the directory
+// synced, so a reader sees the old content or the new one, and after a
+// crash the file holds one of them.
+func Write(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	err = f.Chmod(perm) // before any byte: a secret is never readable by others
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return syncDir(dir, path)
+}
+
+// Create makes path with data only if it does not exist yet: the content
+// is written and synced under a temporary name first, then linked into
+// place, so path never exists half written. When path already exists it
+// returns an error wrapping fs.ErrExist and leaves it alone: of two
+// processes creating the same key, one wins and the other reads the
+// winner's.
+func Create(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after the link, path keeps the content
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	return syncDir(dir, path)
+}
+
+// syncDir makes a rename or link in dir durable.
+func syncDir(dir, path string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("write %s: sync directory: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("write %s: sync directory: %w", path, err)
+	}
+	return nil
+}
