@@ -37,6 +37,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/clientheader"
 )
 
 // targetRatio: with authentication, at least this fraction of the calls
@@ -140,8 +141,12 @@ func round(bin string, authOn bool, clients int, duration, warmup time.Duration)
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}
 	defer tr.CloseIdleConnections()
+	auth := ""
+	if token != "" {
+		auth = "Bearer " + token
+	}
 	hc := anvilv1connect.NewHardwareServiceClient(&http.Client{Transport: tr}, base,
-		connect.WithInterceptors(bearer(token)))
+		clientheader.Set("Authorization", auth))
 	spec, err := structpb.NewStruct(map[string]any{"interfaces": []any{map[string]any{"dhcp": map[string]any{"mac": "52:54:00:00:00:01"}}}})
 	if err != nil {
 		return 0, err
@@ -211,24 +216,4 @@ func freePort() int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// bearer sends the token on every call ("" sends none).
-type bearer string
-
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if b != "" {
-			req.Header().Set("Authorization", "Bearer "+string(b))
-		}
-		return next(ctx, req)
-	}
-}
-
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }

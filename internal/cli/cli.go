@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/clientheader"
 )
 
 // EnvServer names the environment variable that sets the server address when
@@ -146,7 +147,14 @@ func newClients(cmd *cobra.Command) (*clients, error) {
 		ForceAttemptHTTP2:     true, // what the HTTPS port prefers
 		ResponseHeaderTimeout: 0,    // watches stream for as long as they run
 	}}
-	opts := []connect.ClientOption{connect.WithInterceptors(newBearer(cmd))}
+	token, err := bearerToken(cmd)
+	if err != nil {
+		return nil, err
+	}
+	var opts []connect.ClientOption
+	if token != "" {
+		opts = append(opts, clientheader.Set("Authorization", "Bearer "+token))
+	}
 	return &clients{
 		server:    addr,
 		http:      hc,

@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 )
 
@@ -56,43 +54,4 @@ func bearerToken(cmd *cobra.Command) (string, error) {
 		return "", fmt.Errorf("token file: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
-}
-
-// bearer sends "Authorization: Bearer TOKEN" on every call. A token that
-// could not be read fails each call with the reason, so every command
-// reports it the way it reports any other error.
-type bearer struct {
-	token string
-	err   error
-}
-
-func newBearer(cmd *cobra.Command) bearer {
-	t, err := bearerToken(cmd)
-	return bearer{token: t, err: err}
-}
-
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if b.err != nil {
-			return nil, connect.NewError(connect.CodeUnauthenticated, b.err)
-		}
-		if b.token != "" {
-			req.Header().Set("Authorization", "Bearer "+b.token)
-		}
-		return next(ctx, req)
-	}
-}
-
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		if b.token != "" {
-			conn.RequestHeader().Set("Authorization", "Bearer "+b.token)
-		}
-		return conn
-	}
-}
-
-func (bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
