@@ -10,6 +10,7 @@ import (
 	"text/template/parse"
 
 	"github.com/anvilproj/anvil/internal/labels"
+	"github.com/anvilproj/anvil/internal/tmplwalk"
 )
 
 // BootProfile (anvil.dev/v1alpha1) boots a machine straight into an
@@ -201,54 +202,20 @@ func validConfigName(s string) bool {
 // that a kernel argument naming a config the profile lacks is refused at
 // apply time instead of at boot.
 func configURLNames(t *parse.Tree) []string {
+	if t == nil {
+		return nil
+	}
 	var out []string
-	var walk func(n parse.Node)
-	walk = func(n parse.Node) {
-		switch n := n.(type) {
-		case *parse.ListNode:
-			if n == nil {
-				return
-			}
-			for _, c := range n.Nodes {
-				walk(c)
-			}
-		case *parse.ActionNode:
-			walk(n.Pipe)
-		case *parse.IfNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *parse.RangeNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *parse.WithNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *parse.PipeNode:
-			if n == nil {
-				return
-			}
-			for _, c := range n.Cmds {
-				walk(c)
-			}
-		case *parse.CommandNode:
-			if len(n.Args) >= 2 {
-				if f, ok := n.Args[0].(*parse.FieldNode); ok && len(f.Ident) == 1 && f.Ident[0] == "ConfigURL" {
-					if s, ok := n.Args[1].(*parse.StringNode); ok {
-						out = append(out, s.Text)
-					}
+	tmplwalk.Walk(t.Root, func(n parse.Node) bool {
+		if c, ok := n.(*parse.CommandNode); ok && len(c.Args) >= 2 {
+			if f, ok := c.Args[0].(*parse.FieldNode); ok && len(f.Ident) == 1 && f.Ident[0] == "ConfigURL" {
+				if s, ok := c.Args[1].(*parse.StringNode); ok {
+					out = append(out, s.Text)
 				}
 			}
-			for _, a := range n.Args {
-				walk(a)
-			}
 		}
-	}
-	if t != nil {
-		walk(t.Root)
-	}
+		return true
+	})
 	return out
 }
 

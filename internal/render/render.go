@@ -22,6 +22,7 @@ import (
 	"text/template/parse"
 
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/tmplwalk"
 )
 
 // Formats a Config may have.
@@ -310,43 +311,25 @@ func (w *limitWriter) Write(p []byte) (int, error) {
 // limit while spinning.
 func checkRanges(t *template.Template) error {
 	var err error
-	cur := t
-	var walk func(n parse.Node)
-	walk = func(n parse.Node) {
-		if err != nil || n == nil {
-			return
-		}
-		switch n := n.(type) {
-		case *parse.ListNode:
-			if n == nil {
-				return
-			}
-			for _, c := range n.Nodes {
-				walk(c)
-			}
-		case *parse.RangeNode:
-			if p := n.Pipe; p != nil && len(p.Cmds) == 1 && len(p.Cmds[0].Args) == 1 {
-				if num, ok := p.Cmds[0].Args[0].(*parse.NumberNode); ok && (!num.IsInt || num.Int64 > MaxRangeLiteral) {
-					loc, _ := cur.ErrorContext(n)
-					err = fmt.Errorf("%s: range over %s: more than %d iterations", loc, num.Text, MaxRangeLiteral)
-					return
-				}
-			}
-			walk(n.List)
-			walk(n.ElseList)
-		case *parse.IfNode:
-			walk(n.List)
-			walk(n.ElseList)
-		case *parse.WithNode:
-			walk(n.List)
-			walk(n.ElseList)
-		}
-	}
 	for _, tt := range t.Templates() {
-		if tt.Tree != nil {
-			cur = tt
-			walk(tt.Tree.Root)
+		if tt.Tree == nil {
+			continue
 		}
+		tmplwalk.Walk(tt.Tree.Root, func(n parse.Node) bool {
+			if err != nil {
+				return false
+			}
+			r, ok := n.(*parse.RangeNode)
+			if !ok || r.Pipe == nil || len(r.Pipe.Cmds) != 1 || len(r.Pipe.Cmds[0].Args) != 1 {
+				return true
+			}
+			if num, ok := r.Pipe.Cmds[0].Args[0].(*parse.NumberNode); ok && (!num.IsInt || num.Int64 > MaxRangeLiteral) {
+				loc, _ := tt.ErrorContext(r)
+				err = fmt.Errorf("%s: range over %s: more than %d iterations", loc, num.Text, MaxRangeLiteral)
+				return false
+			}
+			return true
+		})
 	}
 	return err
 }
