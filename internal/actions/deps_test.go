@@ -1,12 +1,12 @@
 package actions
 
 import (
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strconv"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // TestImports keeps the package a leaf that does not talk to the server:
@@ -20,39 +20,13 @@ func TestImports(t *testing.T) {
 		"github.com/klauspost/pgzip":         "gzip images, decoded ahead in parallel",
 		"github.com/ulikunitz/xz":            "xz images",
 	}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
+	for path, files := range testtool.NonStdImports(t) {
+		if strings.HasPrefix(path, "github.com/anvilproj/anvil/") {
+			t.Errorf("%v import %s: internal/actions must not import the module's packages (it must not talk to the server; the agent reports for it)", files, path)
 			continue
 		}
-		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range f.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			if !strings.Contains(strings.Split(path, "/")[0], ".") {
-				continue // standard library
-			}
-			if strings.HasPrefix(path, "github.com/anvilproj/anvil/") {
-				t.Errorf("%s imports %s: internal/actions must not import the module's packages (it must not talk to the server; the agent reports for it)", name, path)
-				continue
-			}
-			if _, ok := allowed[path]; !ok {
-				t.Errorf("%s imports %s: internal/actions may import only %v", name, path, keys(allowed))
-			}
+		if _, ok := allowed[path]; !ok {
+			t.Errorf("%v import %s: internal/actions may import only %v", files, path, slices.Sorted(maps.Keys(allowed)))
 		}
 	}
-}
-
-func keys(m map[string]string) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	return ks
 }

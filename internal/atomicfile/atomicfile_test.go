@@ -2,12 +2,12 @@ package atomicfile
 
 import (
 	"errors"
-	"go/build"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 func TestWrite(t *testing.T) {
@@ -62,13 +62,7 @@ func TestCreate(t *testing.T) {
 // TestImports keeps the package on the standard library, so the leaf
 // packages that use it (auth, tlsconf) stay leaves.
 func TestImports(t *testing.T) {
-	pkg, err := build.ImportDir(".", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, imp := range pkg.Imports {
-		if strings.Contains(strings.Split(imp, "/")[0], ".") {
-			t.Errorf("atomicfile imports %s; it must use the standard library only", imp)
-		}
+	for path, files := range testtool.NonStdImports(t) {
+		t.Errorf("%v import %s: atomicfile uses the standard library only", files, path)
 	}
 }

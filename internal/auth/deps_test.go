@@ -1,9 +1,10 @@
 package auth_test
 
 import (
-	"go/build"
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // TestImports keeps auth a leaf: it decides who a caller is and what it
@@ -11,13 +12,9 @@ import (
 // call it, not the other way round). internal/atomicfile, standard library
 // only, writes its key files.
 func TestImports(t *testing.T) {
-	pkg, err := build.ImportDir(".", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, imp := range pkg.Imports {
-		if strings.HasPrefix(imp, "github.com/anvilproj/anvil/") && imp != "github.com/anvilproj/anvil/internal/atomicfile" {
-			t.Errorf("auth imports %s; it must import no other anvil package", imp)
+	for path, files := range testtool.NonStdImports(t) {
+		if strings.HasPrefix(path, "github.com/anvilproj/anvil/") && path != "github.com/anvilproj/anvil/internal/atomicfile" {
+			t.Errorf("%v import %s; auth must import no other anvil package", files, path)
 		}
 	}
 }

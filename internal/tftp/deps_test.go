@@ -1,12 +1,11 @@
 package tftp
 
 import (
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"maps"
+	"slices"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // TestImports keeps the package a leaf: a protocol package that builds
@@ -21,35 +20,9 @@ func TestImports(t *testing.T) {
 		"github.com/prometheus/client_golang/prometheus":          "metrics",
 		"github.com/prometheus/client_golang/prometheus/promauto": "metrics",
 	}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range f.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			if !strings.Contains(strings.Split(path, "/")[0], ".") {
-				continue // standard library
-			}
-			if _, ok := allowed[path]; !ok {
-				t.Errorf("%s imports %s: internal/tftp may import only %v", name, path, keys(allowed))
-			}
+	for path, files := range testtool.NonStdImports(t) {
+		if _, ok := allowed[path]; !ok {
+			t.Errorf("%v import %s: internal/tftp may import only %v", files, path, slices.Sorted(maps.Keys(allowed)))
 		}
 	}
-}
-
-func keys(m map[string]string) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	return ks
 }
