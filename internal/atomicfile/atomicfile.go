@@ -18,10 +18,42 @@ import (
 // synced, so a reader sees the old content or the new one, and after a
 // crash the file holds one of them.
 func Write(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	tmp, err := writeTemp(path, data, perm)
+	if err == nil {
+		if err = os.Rename(tmp, path); err != nil {
+			os.Remove(tmp)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return syncDir(path)
+}
+
+// Create makes path with data only if it does not exist yet: the content
+// is written and synced under a temporary name first, then linked into
+// place, so path never exists half written. When path already exists it
+// returns an error wrapping fs.ErrExist and leaves it alone: of two
+// processes creating the same key, one wins and the other reads the
+// winner's.
+func Create(path string, data []byte, perm os.FileMode) error {
+	tmp, err := writeTemp(path, data, perm)
+	if err == nil {
+		err = os.Link(tmp, path)
+		os.Remove(tmp) // after the link, path keeps the content
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	return syncDir(path)
+}
+
+// writeTemp writes data, synced, to a new file of mode perm next to path
+// and returns its name; on error nothing is left behind.
+func writeTemp(path string, data []byte, perm os.FileMode) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return "", err
 	}
 	tmp := f.Name()
 	err = f.Chmod(perm) // before any byte: a secret is never readable by others
@@ -34,52 +66,16 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
+		return "", err
 	}
-	return syncDir(dir, path)
+	return tmp, nil
 }
 
-// Create makes path with data only if it does not exist yet: the content
-// is written and synced under a temporary name first, then linked into
-// place, so path never exists half written. When path already exists it
-// returns an error wrapping fs.ErrExist and leaves it alone: of two
-// processes creating the same key, one wins and the other reads the
-// winner's.
-func Create(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after the link, path keeps the content
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Link(tmp, path)
-	}
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	return syncDir(dir, path)
-}
-
-// syncDir makes a rename or link in dir durable.
-func syncDir(dir, path string) error {
-	d, err := os.Open(dir)
+// syncDir makes a rename or link next to path durable.
+func syncDir(path string) error {
+	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return fmt.Errorf("write %s: sync directory: %w", path, err)
 	}

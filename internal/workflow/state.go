@@ -398,11 +398,7 @@ func (st wfState) start(ti, ai int, r ActionReport, now time.Time) {
 func (st wfState) finish(ti, ai int, state, msg string, now time.Time) {
 	t := &st.Tasks[ti]
 	a := &t.Actions[ai]
-	stop := now
-	a.ExecutionStop = &stop
-	if a.ExecutionStart != nil {
-		a.ExecutionDuration = FormatDuration(now.Sub(*a.ExecutionStart))
-	}
+	stopClock(a, now)
 	a.Message = msg
 	if state == model.StateSuccess {
 		a.State = model.StateSuccess
@@ -690,17 +686,22 @@ func CancelInterrupted(status *model.WorkflowStatus, agentID string, now time.Ti
 	return true
 }
 
+// stopClock records that a's run ended at now: its stop time and duration.
+func stopClock(a *model.Action, now time.Time) {
+	stop := now
+	a.ExecutionStop = &stop
+	if a.ExecutionStart != nil {
+		a.ExecutionDuration = FormatDuration(now.Sub(*a.ExecutionStart))
+	}
+}
+
 // stopAction ends action ai of task ti in state (TIMEOUT, CANCELLED)
 // without a report from the agent: its stop time and duration, the
 // message, the current-action pointer and a history entry.
 func (st wfState) stopAction(ti, ai int, state, msg string, now time.Time) {
 	t := &st.Tasks[ti]
 	a := &t.Actions[ai]
-	stop := now
-	a.ExecutionStop = &stop
-	if a.ExecutionStart != nil {
-		a.ExecutionDuration = FormatDuration(now.Sub(*a.ExecutionStart))
-	}
+	stopClock(a, now)
 	a.State = state
 	a.Message = msg
 	st.setCurrent(ti, ai)
