@@ -41,6 +41,12 @@ APT_PACKAGES+=(atftp tftp-hpa tftpd-hpa dnsmasq-base)
 # bootable disk the install test writes; busybox-static for the boot
 # environment's debug shell and the installed image's tools.
 APT_PACKAGES+=(zstd syslinux syslinux-common mtools dosfstools fdisk busybox-static)
+# The UEFI variant of that disk (make-os-image.sh --uefi, test/e2e
+# TestInstallUEFI): Debian's systemd-boot as the EFI system partition's loader.
+APT_PACKAGES+=(systemd-boot-efi)
+# A third-party DHCP relay between two namespaces (test/e2e
+# TestNetbootThroughDhcrelay): ISC's dhcrelay.
+APT_PACKAGES+=(isc-dhcp-relay)
 # Actions: bzip2 makes internal/actions' bzip2 test images (Go has no
 # bzip2 writer); curl is half of the image2disk benchmark's peer pipeline
 # (curl | zstd -dc | dd).
