@@ -290,22 +290,31 @@ func Custom(contents, reason string) string {
 	return b.String()
 }
 
+// exitToNextBootDevice leaves iPXE with a failure status, so that the
+// firmware goes on to its next boot device. A UEFI boot manager whose boot
+// option returns EFI_SUCCESS stops going through BootOrder and shows its
+// menu instead (UEFI 2.x §3.1.1; OVMF opens its setup screen), and iPXE
+// hands the firmware the status of `exit N` (0 without N). Seen in the lab:
+// test/e2e TestInstallUEFI.
+const exitToNextBootDevice = "exit 1"
+
 // LocalBoot renders a script that boots the machine from its local disk.
 // Which way works depends on the firmware, which only iPXE knows at run
 // time (${platform} is "efi" or "pcbios"), so the script branches on it.
 func LocalBoot(reason string) string {
 	s := newScript(reason)
 	s.echo(reason)
-	s.line("# UEFI: leaving iPXE returns to the firmware's boot manager, which goes on")
-	s.line("# to the next boot entry, the local disk.")
+	s.line("# UEFI: leaving iPXE with a failure returns to the firmware's boot manager,")
+	s.line("# which goes on to the next boot entry, the local disk (with success it would")
+	s.line("# stop at its menu).")
 	s.line("# BIOS: leaving iPXE does not reliably reach the next boot device (many PXE")
 	s.line("# ROMs retry the network or halt), so boot the first disk (BIOS drive 0x80)")
 	s.line("# from here; --no-describe keeps iPXE from describing it to the OS as a SAN")
 	s.line("# disk (iBFT).")
-	s.line("iseq ${platform} efi && exit ||")
+	s.line("iseq ${platform} efi && " + exitToNextBootDevice + " ||")
 	s.line("sanboot --no-describe --drive 0x80 ||")
 	s.echo("booting from the local disk failed, leaving iPXE")
-	s.line("exit")
+	s.line(exitToNextBootDevice)
 	return s.String()
 }
 
@@ -325,6 +334,6 @@ func Unknown(mac net.HardwareAddr, reason string) string {
 	s.line("echo spec.interfaces[].dhcp.mac: " + m + " and netboot.allowPXE: true, then reboot it.")
 	s.echo(fmt.Sprintf("booting from the next boot device in %d seconds", UnknownWaitSeconds))
 	s.line(fmt.Sprintf("sleep %d", UnknownWaitSeconds))
-	s.line("exit")
+	s.line(exitToNextBootDevice)
 	return s.String()
 }

@@ -364,6 +364,33 @@ func FuzzBootEnv(f *testing.F) {
 	})
 }
 
+// TestLeavingIPXEFails: the scripts that hand the machine back to its
+// firmware for the next boot device leave iPXE with a failure status on
+// every path, since a UEFI boot manager stops at its menu when a boot
+// option returns success (what OVMF did in TestInstallUEFI).
+func TestLeavingIPXEFails(t *testing.T) {
+	for name, script := range map[string]string{
+		"LocalBoot": LocalBoot("no pending workflow"),
+		"Unknown":   Unknown(testMAC, "no Hardware has MAC"),
+	} {
+		exits := 0
+		for _, l := range parseLikeIPXE(script) {
+			for _, c := range l.cmds {
+				if len(c) == 0 || c[0] != "exit" {
+					continue
+				}
+				exits++
+				if len(c) != 2 || c[1] == "0" {
+					t.Errorf("%s: %q leaves iPXE with success; want a non-zero status", name, strings.Join(c, " "))
+				}
+			}
+		}
+		if exits == 0 {
+			t.Errorf("%s: no exit command:\n%s", name, script)
+		}
+	}
+}
+
 // TestDocsShowRealScripts keeps docs/boot.md honest: the example scripts
 // it shows are these golden files, byte for byte.
 func TestDocsShowRealScripts(t *testing.T) {

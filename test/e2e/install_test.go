@@ -59,10 +59,13 @@ func prepareInstall(t *testing.T) {
 			return
 		}
 		t.Logf("boot environment built in %.1fs: %s", time.Since(start).Seconds(), strings.TrimSpace(string(out)))
-		out, err = exec.Command(filepath.Join(repoRoot, "scripts", "make-os-image.sh"), installLab.images,
-			assets.kernel, assets.initrd).CombinedOutput()
-		if err != nil {
-			installLab.err = fmt.Errorf("make-os-image.sh: %v\n%s", err, out)
+		for _, img := range []osImage{biosOS, uefiOS} {
+			args := append(append([]string{}, img.makeFlags...), installLab.images, assets.kernel, assets.initrd)
+			out, err = exec.Command(filepath.Join(repoRoot, "scripts", "make-os-image.sh"), args...).CombinedOutput()
+			if err != nil {
+				installLab.err = fmt.Errorf("make-os-image.sh %s: %v\n%s", strings.Join(img.makeFlags, " "), err, out)
+				return
+			}
 		}
 	})
 	if installLab.err != nil {
@@ -70,10 +73,66 @@ func prepareInstall(t *testing.T) {
 	}
 }
 
+// osImage is one firmware's variant of the test OS (make-os-image.sh).
+type osImage struct {
+	makeFlags []string // make-os-image.sh's flags for it
+	file      string   // what it writes to installLab.images for image2disk
+	uefi      bool     // boots on OVMF (else SeaBIOS)
+	qemuArgs  []string // the firmware settings its machines boot with
+	// bootConfig is the boot loader's config on the disk's first (FAT)
+	// partition, and bootConfigText what the workflow's writefile action
+	// puts there: the Template's lines, naming the machine.
+	bootConfig     string
+	bootConfigText []string
+}
+
+var (
+	// biosOS: SYSLINUX on an MBR disk.
+	biosOS = osImage{file: "os.raw.zst", bootConfig: "/syslinux.cfg", bootConfigText: []string{
+		"SERIAL 0 115200", "DEFAULT installed", "PROMPT 0", "TIMEOUT 0", "LABEL installed", "  KERNEL /vmlinuz",
+		"  APPEND initrd=/initrd console=ttyS0 anvil.installed=1 anvil.hostname={{ .hardware.metadata.instance.hostname }}",
+	}}
+	// uefiOS: systemd-boot on a GPT disk's EFI system partition.
+	// Its machines have IPv6 network boot switched off in the firmware:
+	// after the install, netboot is refused, and OVMF tries each of the
+	// NIC's boot options (PXEv4, PXEv6, HTTPv4, HTTPv6) in turn before
+	// the disk; each IPv6 one waits about two minutes for a DHCPv6 server
+	// the lab does not have.
+	uefiOS = osImage{makeFlags: []string{"--uefi"}, file: "os-uefi.raw.zst", uefi: true,
+		qemuArgs:   []string{"-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no"},
+		bootConfig: "/loader/entries/anvil.conf", bootConfigText: []string{
+			"title Anvil test OS", "linux /vmlinuz", "initrd /initrd",
+			"options console=ttyS0 anvil.installed=1 anvil.hostname={{ .hardware.metadata.instance.hostname }}",
+		}}
+)
+
 // installYAML is a Hardware with a blank disk and a workflow that installs
-// the test OS from imageURL onto it. The metadata URL is the server's
+// the BIOS test OS from imageURL onto it. The metadata URL is the server's
 // Hegel-compatible port.
 func installYAML(name, mac, ip, server, imageURL string) string {
+	return installSpec{os: biosOS, name: name, mac: mac, ip: ip, server: server, imageURL: imageURL}.yaml()
+}
+
+// installSpec is what an install manifest varies in.
+type installSpec struct {
+	os                              osImage
+	name, mac, ip, server, imageURL string
+	vlanID                          int // the interface's dhcp.vlan_id, if not 0
+	// keepNetboot leaves netboot on after the install (no
+	// toggleAllowNetboot): the next boot gets iPXE's local-disk script.
+	keepNetboot bool
+}
+
+// yaml is the Hardware, Template and Workflow of the install.
+func (in installSpec) yaml() string {
+	vlan := ""
+	if in.vlanID != 0 {
+		vlan = fmt.Sprintf("\n        vlan_id: \"%d\"", in.vlanID)
+	}
+	toggle := "\n  bootOptions:\n    toggleAllowNetboot: true"
+	if in.keepNetboot {
+		toggle = ""
+	}
 	return fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
 metadata:
@@ -92,7 +151,7 @@ spec:
         arch: x86_64
         lease_time: 600
         ip: {address: %[3]s, netmask: 255.255.255.0, gateway: %[4]s}
-        name_servers: [%[4]s]
+        name_servers: [%[4]s]%[8]s
       netboot:
         allowPXE: true
         allowWorkflow: true
@@ -124,16 +183,10 @@ spec:
             environment:
               DEST_DISK: {{ formatPartition (index .Hardware.Disks 0) 1 }}
               FS_TYPE: vfat
-              DEST_PATH: /syslinux.cfg
+              DEST_PATH: %[6]s
               MODE: "0755"
               CONTENTS: |
-                SERIAL 0 115200
-                DEFAULT installed
-                PROMPT 0
-                TIMEOUT 0
-                LABEL installed
-                  KERNEL /vmlinuz
-                  APPEND initrd=/initrd console=ttyS0 anvil.installed=1 anvil.hostname={{ .hardware.metadata.instance.hostname }}
+%[7]s
           - name: metadata
             image: quay.io/tinkerbell/actions/cexec:v1.0.0
             timeout: 60
@@ -155,10 +208,9 @@ spec:
   templateRef: %[1]s-install
   hardwareRef: %[1]s
   hardwareMap:
-    device_1: %[2]s
-  bootOptions:
-    toggleAllowNetboot: true
-`, name, mac, ip, server, imageURL)
+    device_1: %[2]s%[9]s
+`, in.name, in.mac, in.ip, in.server, in.imageURL, in.os.bootConfig,
+		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle)
 }
 
 // installRun is one install: the VM's result and when the workflow ended.
@@ -166,11 +218,19 @@ type installRun struct {
 	res     vmResult
 	success time.Duration // from QEMU start to the workflow's SUCCESS as polled (0: not seen)
 	disk    string
+	os      osImage
 }
 
-// runInstall boots a blank VM until its installed OS powers it off, while
-// polling the workflow; during is called once the workflow is RUNNING.
+// runInstall boots a blank BIOS VM until its installed OS powers it off,
+// while polling the workflow; during is called once the workflow is
+// RUNNING.
 func runInstall(t *testing.T, ns *netns, a *anvil, name, mac string, during func()) installRun {
+	t.Helper()
+	return runInstallOS(t, ns, a, biosOS, name, mac, during)
+}
+
+// runInstallOS is runInstall on the firmware img is for.
+func runInstallOS(t *testing.T, ns *netns, a *anvil, img osImage, name, mac string, during func()) installRun {
 	t.Helper()
 	disk := filepath.Join(t.TempDir(), "disk.raw")
 	if err := os.WriteFile(disk, nil, 0o644); err != nil {
@@ -207,12 +267,12 @@ func runInstall(t *testing.T, ns *netns, a *anvil, name, mac string, during func
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	m := vm{name: name, mac: mac, tap: "tap0", disk: disk, markers: []string{markerAgent, markerInstalled}, stop: failed}
+	m := vm{name: name, mac: mac, tap: "tap0", disk: disk, uefi: img.uefi, qemuArgs: img.qemuArgs, markers: []string{markerAgent, markerInstalled}, stop: failed}
 	qemuStart <- time.Now()
 	res := ns.boot(m, installTimeout)
 	cancel()
 	<-polled
-	return installRun{res: res, success: time.Duration(success.Load()), disk: disk}
+	return installRun{res: res, success: time.Duration(success.Load()), disk: disk, os: img}
 }
 
 // installTimeout bounds a whole install under TCG: boot, write, reboot,
@@ -267,11 +327,24 @@ func getWorkflow(t *testing.T, a *anvil, name string) storedWorkflow {
 	return wf
 }
 
-// assertInstalled checks everything an install must leave behind: the
+// assertInstalled checks everything an install must leave behind
+// (assertInstalledOS), and that the workflow's toggleAllowNetboot turned
+// netboot off, so the second boot was sent to the disk.
+func assertInstalled(t *testing.T, a *anvil, run installRun, name, mac, ip string) storedWorkflow {
+	t.Helper()
+	wf := assertInstalledOS(t, a, run, name, mac, ip)
+	hw := a.cli(t, "get", "hardware", name, "-o", "json")
+	if !strings.Contains(hw, `"allowPXE": false`) && !strings.Contains(hw, `"allowPXE":false`) {
+		t.Errorf("after the install, allowPXE is not false:\n%s", hw)
+	}
+	return wf
+}
+
+// assertInstalledOS checks what every install leaves behind: the
 // installed OS booted with the hostname the workflow wrote, the stored
 // workflow is SUCCESS with every action's times, the disk holds what the
-// actions wrote, and the second boot was sent to the disk.
-func assertInstalled(t *testing.T, a *anvil, run installRun, name, mac, ip string) storedWorkflow {
+// actions wrote, and the workflow's log has the actions' output.
+func assertInstalledOS(t *testing.T, a *anvil, run installRun, name, mac, ip string) storedWorkflow {
 	t.Helper()
 	if !strings.Contains(run.res.serial, markerInstalled+" hostname="+name) {
 		t.Fatalf("the installed OS did not boot with hostname %s (err %v); serial tail:\n%s", name, run.res.err, tail(run.res.serial, 60))
@@ -298,9 +371,9 @@ func assertInstalled(t *testing.T, a *anvil, run installRun, name, mac, ip strin
 
 	// The disk, read from the host with mtools: the boot config names the
 	// machine, and the metadata the machine fetched about itself is there.
-	cfg := mtype(t, run.disk, "/syslinux.cfg")
+	cfg := mtype(t, run.disk, run.os.bootConfig)
 	if !strings.Contains(cfg, "anvil.hostname="+name) {
-		t.Errorf("disk's syslinux.cfg lacks the hostname:\n%s", cfg)
+		t.Errorf("disk's %s lacks the hostname:\n%s", run.os.bootConfig, cfg)
 	}
 	// /metadata is Hegel's: the Hardware's spec.metadata, found by the
 	// caller's address (ip); the instance ID of these machines is their MAC.
@@ -309,15 +382,10 @@ func assertInstalled(t *testing.T, a *anvil, run installRun, name, mac, ip strin
 		t.Errorf("disk's metadata.json is not this machine's (%s, %s, asked from %s):\n%s", name, mac, ip, md)
 	}
 
-	// The record: the agent's output reached the server, and the boot
-	// after the install was not sent to the boot environment.
+	// The record: the agent's output reached the server.
 	logs := a.cli(t, "logs", "workflow/"+name+"-install")
 	if !strings.Contains(logs, "metadata") || !strings.Contains(logs, name) {
 		t.Errorf("workflow log lacks the cexec action's output (the metadata it fetched):\n%s", logs)
-	}
-	hw := a.cli(t, "get", "hardware", name, "-o", "json")
-	if !strings.Contains(hw, `"allowPXE": false`) && !strings.Contains(hw, `"allowPXE":false`) {
-		t.Errorf("after the install, allowPXE is not false:\n%s", hw)
 	}
 	return wf
 }

@@ -474,6 +474,9 @@ type vm struct {
 	// stop, when closed, ends the VM early (a test that already knows the
 	// outcome, e.g. a failed workflow, need not wait for the timeout).
 	stop <-chan struct{}
+	// qemuArgs are appended to QEMU's arguments (e.g. OVMF's -fw_cfg
+	// switches).
+	qemuArgs []string
 }
 
 // vmResult is how a VM run ended.
@@ -497,9 +500,15 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none",
 		"-serial", "file:" + serial, "-monitor", "none",
 		"-netdev", "tap,id=n0,ifname=" + m.tap + ",script=no,downscript=no"}
-	if m.disk == "" {
+	switch {
+	case m.disk == "":
 		args = append(args, "-no-reboot")
-	} else {
+	case m.uefi:
+		// OVMF boots in fw_cfg's bootorder: the NIC (bootindex=1), then
+		// this disk.
+		args = append(args, "-drive", "file="+m.disk+",format=raw,if=none,id=disk0",
+			"-device", "virtio-blk-pci,drive=disk0,bootindex=2")
+	default:
 		args = append(args, "-drive", "file="+m.disk+",format=raw,if=virtio")
 	}
 	if m.uefi {
@@ -524,6 +533,7 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 		args = append(args, "-machine", "pc,graphics=off", "-boot", boot,
 			"-device", "virtio-net-pci,netdev=n0,mac="+m.mac)
 	}
+	args = append(args, m.qemuArgs...)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	stopped := false
