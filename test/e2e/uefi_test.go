@@ -51,3 +51,45 @@ func TestInstallUEFI(t *testing.T) {
 	assertRecord(t, record, "http", uefiOS.file, "200")
 	assertRecord(t, record, "http", "auto.ipxe", markerLocalDisk)
 }
+
+// ovmfHTTPBootOnly leaves OVMF's HTTP boot client as the NIC's only boot
+// option: its PXE clients (IPv4 and IPv6) and its IPv6 stack are switched
+// off through fw_cfg (edk2's OvmfPkg/RUNTIME_CONFIG.md), so the firmware
+// cannot fall back to PXE.
+var ovmfHTTPBootOnly = []string{
+	"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=no",
+	"-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no",
+}
+
+// TestHTTPBootUEFI: OVMF's own UEFI HTTP boot client asks for DHCP as
+// HTTPClient (arch 16), Anvil answers with option 60 HTTPClient and the
+// http:// URL of ipxe.efi, the firmware downloads it over HTTP (no TFTP at
+// all), and that iPXE fetches its script and boots the boot environment.
+func TestHTTPBootUEFI(t *testing.T) {
+	requireLab(t)
+	ns := newNetns(t, "httpboot")
+	ns.bridge("br0", serverIP+"/24", "fd77::1/64")
+	ns.tap("br0", "tap0")
+	a := startAnvil(t, ns, serverIP)
+	mac := "52:54:00:77:00:21"
+	a.apply(t, provisioningYAML("httpboot-node", mac, "10.77.0.21", gateway))
+
+	res := ns.boot(vm{name: "httpboot-node", mac: mac, tap: "tap0", uefi: true, qemuArgs: ovmfHTTPBootOnly}, vmTimeout)
+	assertBooted(t, res, mac, serverIP+":42113")
+	if !strings.Contains(res.serial, "HTTPv4") {
+		t.Errorf("OVMF did not boot its HTTP boot option; serial:\n%s", tail(res.serial, 40))
+	}
+
+	record := a.cli(t, "logs", "hardware/httpboot-node")
+	binaryURL := "http://" + serverIP + ":7080/ipxe/binary/ipxe.efi"
+	assertRecord(t, record, "dhcp", "HTTPClient", "10.77.0.21", binaryURL)
+	assertRecord(t, record, "http", "/ipxe/binary/ipxe.efi", "200")
+	assertRecord(t, record, "http", "auto.ipxe", "PENDING")
+	assertRecord(t, record, "http", "initramfs-x86_64", "200")
+	if strings.Contains(record, "RRQ") {
+		t.Errorf("an HTTP boot used TFTP; record:\n%s", record)
+	}
+	if n := a.metric(t, "anvil_http_boot_requests_total", `route="/ipxe/binary/{name}"`, `code="200"`); n < 1 {
+		t.Errorf("anvil_http_boot_requests_total{route=/ipxe/binary/{name},code=200} = %v; want >= 1", n)
+	}
+}
