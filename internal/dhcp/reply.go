@@ -103,11 +103,19 @@ func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 			return no(OutcomeIgnored, "DISCOVER on the PXE boot server port")
 		}
 	case dhcpv4.MessageTypeRequest:
-		if sid := req.Options[optServerID]; len(sid) > 0 && !bytes.Equal(sid, s.serverID) {
-			return no(OutcomeIgnored, "for another server ("+ipString(sid)+")")
-		}
 		if ip := addr4(req.Options[optRequestedIP]); ip.IsValid() {
 			d.IP = ip
+		}
+		if sid := req.Options[optServerID]; len(sid) > 0 && !bytes.Equal(sid, s.serverID) {
+			// Next to another DHCP server (proxy mode) this is the machine
+			// taking its address from that server: d.IP carries it into
+			// the machine's events, so what the machine does from that
+			// address (its TFTP download) is filed in its record.
+			reason := "for another server (" + ipString(sid) + ")"
+			if d.IP.IsValid() {
+				reason += ", address " + d.IP.String()
+			}
+			return no(OutcomeIgnored, reason)
 		}
 	case dhcpv4.MessageTypeInform:
 	case dhcpv4.MessageTypeRelease:

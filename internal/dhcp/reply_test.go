@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -622,6 +623,30 @@ func TestReply(t *testing.T) {
 			req := tc.in.build(t)
 			resp, to, d := s.Reply(context.Background(), req, tc.in.from(), port)
 			check(t, resp, to, d, tc.want)
+		})
+	}
+}
+
+// TestRequestForAnotherServer: a network boot client next to another DHCP
+// server REQUESTs that server's address; proxy-mode Anvil does not answer,
+// but its decision names the address, so the machine's later requests
+// from it (TFTP) are filed under the machine (internal/bootlog learns
+// addresses from DHCP events).
+func TestRequestForAnotherServer(t *testing.T) {
+	for _, mode := range []dhcp.Mode{dhcp.ModeProxy, dhcp.ModeReservation} {
+		t.Run(string(mode), func(t *testing.T) {
+			s := newServer(t, mode, testBackend())
+			in := packet{typ: dhcpv4.MessageTypeRequest, mac: macM1, fw: fwUEFI, requested: "10.0.0.112", serverID: "10.0.0.2"}
+			resp, _, d := s.Reply(context.Background(), in.build(t), in.from(), dhcp.ServerPort)
+			if resp != nil || d.Outcome != dhcp.OutcomeIgnored {
+				t.Fatalf("Reply = %v, %q; want no reply, %q", resp != nil, d.Outcome, dhcp.OutcomeIgnored)
+			}
+			if want := netip.MustParseAddr("10.0.0.112"); d.IP != want {
+				t.Errorf("Decision.IP = %v; want %v (the address the machine takes from 10.0.0.2)", d.IP, want)
+			}
+			if msg := d.Message(); !strings.Contains(msg, "another server (10.0.0.2), address 10.0.0.112") {
+				t.Errorf("Message() = %q; want it to name the other server and the address", msg)
+			}
 		})
 	}
 }
