@@ -85,26 +85,11 @@ func TestUnknownMACReservation(t *testing.T) {
 }
 
 // TestNetbootThroughRelay: the machine's segment has no anvil, only
-// `anvil relay`; the server sits on another subnet behind a router.
-//
-//	[VM]--tap0--br0 (10.78.0.1, relay) --- veth (10.79.0.1 | 10.79.0.2) --- anvil (10.79.0.2)
-//	           namespace "seg"                                   namespace "srv"
+// `anvil relay`; the server sits on another subnet behind a router
+// (routedLab).
 func TestNetbootThroughRelay(t *testing.T) {
 	requireLab(t)
-	seg := newNetns(t, "seg")
-	srv := newNetns(t, "srv")
-	seg.bridge("br0", "10.78.0.1/24", "fd78::1/64")
-	seg.tap("br0", "tap0")
-	run(t, "ip", "link", "add", "vseg", "netns", seg.name, "type", "veth", "peer", "vsrv", "netns", srv.name)
-	seg.ip("addr", "add", "10.79.0.1/24", "dev", "vseg")
-	seg.ip("link", "set", "vseg", "up")
-	srv.ip("addr", "add", "10.79.0.2/24", "dev", "vsrv")
-	srv.ip("link", "set", "vsrv", "up")
-	srv.ip("route", "add", "10.78.0.0/24", "via", "10.79.0.1")
-	if out, err := seg.exec(t.Context(), "sysctl", "-w", "net.ipv4.ip_forward=1"); err != nil {
-		t.Fatalf("ip_forward: %v %s", err, out)
-	}
-
+	seg, srv := routedLab(t)
 	a := startAnvil(t, srv, "10.79.0.2")
 	seg.background("relay", assets.anvil, "relay", "--interface", "br0", "--server", "10.79.0.2")
 	mac := "52:54:00:78:00:30"

@@ -22,6 +22,30 @@ func peerHost(t *testing.T, seg *netns, br, name, dev, ip string) *netns {
 	return host
 }
 
+// routedLab is the two-subnet lab: the machines' segment (namespace seg:
+// br0 with tap0) and the server's subnet (namespace srv), with seg
+// routing between them.
+//
+//	[VM]--tap0--br0 (10.78.0.1) --- veth (10.79.0.1 | 10.79.0.2) --- anvil (10.79.0.2)
+//	           namespace "seg"                                   namespace "srv"
+func routedLab(t *testing.T) (seg, srv *netns) {
+	t.Helper()
+	seg = newNetns(t, "seg")
+	srv = newNetns(t, "srv")
+	seg.bridge("br0", "10.78.0.1/24", "fd78::1/64")
+	seg.tap("br0", "tap0")
+	run(t, "ip", "link", "add", "vseg", "netns", seg.name, "type", "veth", "peer", "vsrv", "netns", srv.name)
+	seg.ip("addr", "add", "10.79.0.1/24", "dev", "vseg")
+	seg.ip("link", "set", "vseg", "up")
+	srv.ip("addr", "add", "10.79.0.2/24", "dev", "vsrv")
+	srv.ip("link", "set", "vsrv", "up")
+	srv.ip("route", "add", "10.78.0.0/24", "via", "10.79.0.1")
+	if out, err := seg.exec(t.Context(), "sysctl", "-w", "net.ipv4.ip_forward=1"); err != nil {
+		t.Fatalf("ip_forward: %v %s", err, out)
+	}
+	return seg, srv
+}
+
 // startDnsmasqDHCP runs dnsmasq in ns as the segment's address server on
 // dev: addresses from the pool (dnsmasq's --dhcp-range), the router
 // option, nothing about network boot, and every exchange in its log.
@@ -99,4 +123,35 @@ func TestNetbootProxyDHCP(t *testing.T) {
 	if n := a.metric(t, "anvil_dhcp_replies_total", `type="offer"`); n < 1 {
 		t.Errorf("anvil_dhcp_replies_total{type=offer} = %v; want >= 1", n)
 	}
+}
+
+// TestNetbootThroughDhcrelay: as TestNetbootThroughRelay, with ISC's
+// dhcrelay instead of `anvil relay` in front of Anvil, adding its relay
+// agent information (option 82), and OVMF's PXE client as the machine: its
+// DHCP goes through the relay, its TFTP download of ipxe.efi and
+// everything after through the router.
+func TestNetbootThroughDhcrelay(t *testing.T) {
+	requireLab(t)
+	seg, srv := routedLab(t)
+	a := startAnvil(t, srv, "10.79.0.2")
+	// -a: add option 82 and drop replies that do not bring it back.
+	relay := seg.background("dhcrelay", "dhcrelay", "-4", "-d", "-a", "--no-pid", "-id", "br0", "-iu", "vseg", "10.79.0.2")
+	name, mac, ip := "dhcrelayed-node", "52:54:00:78:00:31", "10.78.0.31"
+	a.apply(t, provisioningYAML(name, mac, ip, "10.78.0.1"))
+
+	res := seg.boot(vm{name: name, mac: mac, tap: "tap0", uefi: true}, vmTimeout)
+	assertBooted(t, res, mac, "10.79.0.2:42113")
+
+	// dhcrelay carried both ways, for the firmware and for iPXE.
+	log := relay.output()
+	for _, want := range []string{"Forwarded BOOTREQUEST for " + mac + " to 10.79.0.2", "Forwarded BOOTREPLY for " + mac + " to " + ip} {
+		if strings.Count(log, want) < 2 {
+			t.Errorf("dhcrelay's log has %q %d times; want >= 2 (firmware, iPXE):\n%s", want, strings.Count(log, want), tail(log, 40))
+		}
+	}
+	record := a.cli(t, "logs", "hardware/"+name)
+	assertRecord(t, record, "dhcp", "PXEClient", ip, "relay", "ipxe.efi")
+	assertRecord(t, record, "dhcp", "iPXE", ip, "relay", "auto.ipxe")
+	assertRecord(t, record, "tftp", "RRQ ipxe.efi from "+ip, "sent")
+	assertRecord(t, record, "http", "initramfs-x86_64", "200")
 }
