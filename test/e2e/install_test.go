@@ -226,12 +226,14 @@ type installRun struct {
 // RUNNING.
 func runInstall(t *testing.T, ns *netns, a *anvil, name, mac string, during func()) installRun {
 	t.Helper()
-	return runInstallOS(t, ns, a, biosOS, name, mac, during)
+	return runInstallOS(t, ns, a, biosOS, vm{name: name, mac: mac, tap: "tap0"}, during)
 }
 
-// runInstallOS is runInstall on the firmware img is for.
-func runInstallOS(t *testing.T, ns *netns, a *anvil, img osImage, name, mac string, during func()) installRun {
+// runInstallOS is runInstall of img on the machine m (name, mac, and how
+// it is cabled), with the firmware img is for.
+func runInstallOS(t *testing.T, ns *netns, a *anvil, img osImage, m vm, during func()) installRun {
 	t.Helper()
+	name := m.name
 	disk := filepath.Join(t.TempDir(), "disk.raw")
 	if err := os.WriteFile(disk, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -267,7 +269,8 @@ func runInstallOS(t *testing.T, ns *netns, a *anvil, img osImage, name, mac stri
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	m := vm{name: name, mac: mac, tap: "tap0", disk: disk, uefi: img.uefi, qemuArgs: img.qemuArgs, markers: []string{markerAgent, markerInstalled}, stop: failed}
+	m.disk, m.uefi, m.qemuArgs, m.stop = disk, img.uefi, img.qemuArgs, failed
+	m.markers = []string{markerAgent, markerInstalled}
 	qemuStart <- time.Now()
 	res := ns.boot(m, installTimeout)
 	cancel()

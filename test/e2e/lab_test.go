@@ -477,6 +477,9 @@ type vm struct {
 	// qemuArgs are appended to QEMU's arguments (e.g. OVMF's -fw_cfg
 	// switches).
 	qemuArgs []string
+	// netdev, if set, is QEMU's -netdev for the NIC (id n0) instead of
+	// the tap (e.g. a datagram socket to a switch the test runs).
+	netdev string
 }
 
 // vmResult is how a VM run ended.
@@ -497,9 +500,12 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	defer func() { <-qemuSlots }()
 	dir := n.t.TempDir()
 	serial := filepath.Join(dir, "serial.log")
+	netdev := "tap,id=n0,ifname=" + m.tap + ",script=no,downscript=no"
+	if m.netdev != "" {
+		netdev = m.netdev
+	}
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none",
-		"-serial", "file:" + serial, "-monitor", "none",
-		"-netdev", "tap,id=n0,ifname=" + m.tap + ",script=no,downscript=no"}
+		"-serial", "file:" + serial, "-monitor", "none", "-netdev", netdev}
 	switch {
 	case m.disk == "":
 		args = append(args, "-no-reboot")

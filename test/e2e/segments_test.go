@@ -155,3 +155,84 @@ func TestNetbootThroughDhcrelay(t *testing.T) {
 	assertRecord(t, record, "tftp", "RRQ ipxe.efi from "+ip, "sent")
 	assertRecord(t, record, "http", "initramfs-x86_64", "200")
 }
+
+// TestInstallOverVLAN: the provisioning network is VLAN 42. The firmware
+// (SeaBIOS with iPXE) boots on the untagged native segment, where dnsmasq
+// gives it an address and Anvil, in proxy mode, the boot; the Hardware's
+// dhcp.vlan_id puts vlan_id=42 on the boot environment's command line, so
+// the agent configures only eth0.42, gets its address there (dnsmasq's
+// reservation on VLAN 42: the Hardware's address), and runs the whole
+// install over the tagged VLAN, routed to Anvil by the server's leg on the
+// VLAN. The installed OS then boots from the disk. The machine is cabled
+// to a trunk port (trunkSwitch): untagged to br0, VLAN 42 to br42.
+//
+//	[VM]==trunk==┬ native ─ br0 (10.77.0.1, anvil --dhcp-mode proxy) ─ dnsmasq vdhcp (10.77.0.2, pool)
+//	             └ VLAN 42 ─ br42 (10.42.0.1, the VLAN's router) ─ dnsmasq vdhcp42 (10.42.0.2, 10.42.0.50 for the VM)
+func TestInstallOverVLAN(t *testing.T) {
+	requireLab(t)
+	prepareInstall(t)
+	ns := newNetns(t, "vlan")
+	ns.bridge("br0", serverIP+"/24", "fd77::1/64")
+	ns.ip("link", "add", "br42", "type", "bridge")
+	ns.ip("addr", "add", "10.42.0.1/24", "dev", "br42")
+	ns.ip("link", "set", "br42", "up")
+	sw := startTrunkSwitch(t, ns, "br0", "br42", 42)
+
+	name, mac, ip := "node-vlan", "52:54:00:77:04:20", "10.42.0.50"
+	peer := peerHost(t, ns, "br0", "vlan-dhcp", "vdhcp", "10.77.0.2/24")
+	run(t, "ip", "link", "add", "vdhcp42-br", "netns", ns.name, "type", "veth", "peer", "vdhcp42", "netns", peer.name)
+	ns.ip("link", "set", "vdhcp42-br", "master", "br42", "up")
+	peer.ip("addr", "add", "10.42.0.2/24", "dev", "vdhcp42")
+	peer.ip("link", "set", "vdhcp42", "up")
+	dnsmasq := startDnsmasqDHCP(peer, "vdhcp", "10.77.0.100,10.77.0.150,255.255.255.0,10m", serverIP,
+		"--interface=vdhcp42", "--dhcp-range=set:v42,10.42.0.0,static,255.255.255.0,10m",
+		"--dhcp-option=tag:v42,option:router,10.42.0.1", "--dhcp-host="+mac+","+ip)
+
+	a := startAnvil(t, ns, serverIP, "--dhcp-mode", "proxy", "--bootenv-dir", installLab.bootEnv, "--images-dir", installLab.images)
+	a.apply(t, installSpec{os: biosOS, name: name, mac: mac, ip: ip, server: serverIP, vlanID: 42,
+		imageURL: "http://" + serverIP + ":7080/images/" + biosOS.file}.yaml())
+
+	run := runInstallOS(t, ns, a, biosOS, vm{name: name, mac: mac, netdev: sw.netdev()}, nil)
+	t.Logf("install over VLAN 42: QEMU start → agent %.1fs, → workflow SUCCESS %.1fs, → installed OS %.1fs; frames from the machine: %d tagged 42, %d untagged",
+		run.res.seen[markerAgent].Seconds(), run.success.Seconds(), run.res.seen[markerInstalled].Seconds(), sw.tagged.Load(), sw.untagged.Load())
+	assertInstalled(t, a, run, name, mac, ip)
+
+	// The boot environment was told the VLAN and the agent used it alone.
+	for _, want := range []string{"vlan_id=42", "eth0.42: " + ip + "/24 from DHCP server 10.42.0.2"} {
+		if !strings.Contains(run.res.serial, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+	if sw.tagged.Load() == 0 {
+		t.Error("the machine sent no frame tagged with VLAN 42")
+	}
+	// dnsmasq: the firmware's address on the native segment, the agent's
+	// on VLAN 42.
+	log := dnsmasq.output()
+	if lease := dnsmasqLease(log, "vdhcp", mac); lease == "" {
+		t.Errorf("dnsmasq gave %s no address on the native segment:\n%s", mac, tail(log, 40))
+	}
+	if lease := dnsmasqLease(log, "vdhcp42", mac); lease != ip {
+		t.Errorf("dnsmasq's address for %s on VLAN 42 = %q; want %s:\n%s", mac, lease, ip, tail(log, 40))
+	}
+	// Anvil: the image and the metadata went to the VLAN address.
+	for _, want := range []string{"path=/images/" + biosOS.file + " route=/images/{path...} code=200", "path=/metadata route=/metadata code=200"} {
+		if !logLineHas(a.p.output(), want, "source="+ip) {
+			t.Errorf("anvil's log has no %q from %s", want, ip)
+		}
+	}
+}
+
+// logLineHas reports whether one line of log contains every one of wants.
+func logLineHas(log string, wants ...string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		all := true
+		for _, w := range wants {
+			all = all && strings.Contains(line, w)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}

@@ -29,7 +29,7 @@ func TestInstallUEFI(t *testing.T) {
 	a.apply(t, installSpec{os: uefiOS, name: name, mac: mac, ip: ip, server: serverIP, keepNetboot: true,
 		imageURL: "http://" + serverIP + ":7080/images/" + uefiOS.file}.yaml())
 
-	run := runInstallOS(t, ns, a, uefiOS, name, mac, nil)
+	run := runInstallOS(t, ns, a, uefiOS, vm{name: name, mac: mac, tap: "tap0"}, nil)
 	t.Logf("UEFI install: QEMU start → agent %.1fs, → workflow SUCCESS %.1fs, → installed OS %.1fs",
 		run.res.seen[markerAgent].Seconds(), run.success.Seconds(), run.res.seen[markerInstalled].Seconds())
 	assertInstalledOS(t, a, run, name, mac, ip)
