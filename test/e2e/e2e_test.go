@@ -4,8 +4,10 @@
 // assertions on the server's own records (machine logs, metrics), not just
 // on the serial console.
 //
-// They need root, /dev/net/tun, QEMU, OVMF, dnsmasq (for IPv6 router
-// advertisements only) and curl; `make test` installs them. In CI they fail
+// They need root, /dev/net/tun, QEMU, OVMF, dnsmasq (IPv6 router
+// advertisements, and the address server beside Anvil's proxy DHCP), ISC
+// dhcrelay, systemd-boot's EFI binary (the UEFI test OS) and curl; `make
+// test` installs them. In CI they fail
 // when something is missing; elsewhere they skip.
 package e2e
 

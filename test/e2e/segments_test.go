@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // Boot paths where Anvil shares the network with other DHCP software: an
@@ -132,6 +134,7 @@ func TestNetbootProxyDHCP(t *testing.T) {
 // everything after through the router.
 func TestNetbootThroughDhcrelay(t *testing.T) {
 	requireLab(t)
+	testtool.RequireBinary(t, "dhcrelay", "isc-dhcp-relay")
 	seg, srv := routedLab(t)
 	a := startAnvil(t, srv, "10.79.0.2")
 	// -a: add option 82 and drop replies that do not bring it back.
