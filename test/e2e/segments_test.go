@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -55,7 +57,7 @@ func startDnsmasqDHCP(ns *netns, dev, pool, router string, extra ...string) *pro
 	ns.t.Helper()
 	args := append([]string{"--keep-in-foreground", "--port=0", "--conf-file=/dev/null", "--pid-file=",
 		"--interface=" + dev, "--bind-interfaces", "--dhcp-range=" + pool, "--dhcp-option=option:router," + router,
-		"--dhcp-leasefile=" + ns.t.TempDir() + "/leases", "--no-ping", "--log-dhcp", "--log-facility=-"}, extra...)
+		"--dhcp-leasefile=" + filepath.Join(ns.t.TempDir(), "leases"), "--no-ping", "--log-dhcp", "--log-facility=-"}, extra...)
 	return ns.background("dnsmasq-dhcp-"+dev, "dnsmasq", args...)
 }
 
@@ -97,8 +99,8 @@ func TestNetbootProxyDHCP(t *testing.T) {
 
 	// dnsmasq gave the address: to the firmware, and again to iPXE.
 	lease := dnsmasqLease(dnsmasq.output(), "vdhcp", mac)
-	if lease == "" || !strings.HasPrefix(lease, "10.77.0.1") {
-		t.Fatalf("dnsmasq acknowledged no pool address for %s; its log:\n%s", mac, tail(dnsmasq.output(), 40))
+	if a, err := netip.ParseAddr(lease); err != nil || a.Compare(netip.MustParseAddr("10.77.0.100")) < 0 || a.Compare(netip.MustParseAddr("10.77.0.150")) > 0 {
+		t.Fatalf("dnsmasq acknowledged no pool address for %s (got %q); its log:\n%s", mac, lease, tail(dnsmasq.output(), 40))
 	}
 	if n := strings.Count(dnsmasq.output(), "DHCPACK(vdhcp) "+lease+" "+mac); n < 2 {
 		t.Errorf("dnsmasq acknowledged %s to %s %d times; want 2 (firmware, iPXE)", lease, mac, n)
