@@ -13,16 +13,18 @@
 // the guest had acknowledged by then. Each image is then mounted by the
 // host's kernel (which replays the ext4 journal, as after a real cut),
 // checked with bolt.CheckFile and e2fsck, opened with bolt.Open as `anvil
-// serve` opens it and with audit.Open; every write acknowledged before
-// the cut must be there with its version and value, its audit record too.
+// serve` opens it and with audit.Open. Every write acknowledged before
+// the cut must be there with its version and value, its audit record too,
+// and the store must be a snapshot: each name exactly as the writes up to
+// the file's revision counter left it.
 // The same run also cuts a lying disk that acknowledges flushes it does
 // not perform, and the test must find lost writes there: proof that it can
 // fail.
 //
 // It needs root (loop mounts), QEMU, e2fsprogs and the Debian kernel
 // (scripts/fetch-kernel.sh); `make test` installs them. In CI it fails
-// when something is missing; elsewhere it skips. The unit tests of the
-// NBD server and the disk model need nothing.
+// when something is missing; elsewhere it skips. The tests of the harness
+// itself (the NBD server, the disk model, the judge) need nothing.
 package powercut
 
 import (
@@ -87,8 +89,16 @@ func requireLab(t *testing.T) {
 	} {
 		testtool.RequireBinary(t, b.name, b.pkg)
 	}
+	var missing []string
 	if os.Geteuid() != 0 {
-		msg := "the power-cut test needs root: the host's kernel mounts each crash image (loop device) to replay its journal"
+		missing = append(missing, "root")
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		missing = append(missing, "loop devices (/dev/loop-control)")
+	}
+	if len(missing) > 0 {
+		msg := "the power-cut test needs " + strings.Join(missing, " and ") +
+			": the host's kernel mounts each crash image on a loop device, replaying its journal"
 		if testtool.InCI() {
 			t.Fatal(msg)
 		}
@@ -148,9 +158,10 @@ func newDisk(t *testing.T, dir string) []byte {
 
 // ack is one write the guest acknowledged.
 type ack struct {
-	seq                int // 1, 2, … in the order the lines came
-	op, key, rv, token string
-	present            bool // the object exists after the write
+	seq            int // 1, 2, … in the order the lines came
+	op, key, token string
+	rev            uint64 // the resourceVersion of a create or update; 0 for a delete
+	present        bool   // the object exists after the write
 }
 
 // history is every acknowledged write, in order.
@@ -270,10 +281,10 @@ func TestPowerCut(t *testing.T) {
 	stop := make(chan struct{})
 	var requests int64
 	next := int64(1 + rng.IntN(2*meanGap))
-	taken := 0
+	var taken atomic.Int64 // read by the main goroutine's messages
 	srv := &nbdServer{disk: disk, before: func(uint16) {
 		requests++
-		if taken >= want || requests < next {
+		if int(taken.Load()) >= want || requests < next {
 			return
 		}
 		// The acknowledgements first, then the media: every ack counted
@@ -283,16 +294,16 @@ func TestPowerCut(t *testing.T) {
 		if a == 0 {
 			return // the writes have not started
 		}
-		taken++
-		c := powerCut{n: taken, request: requests, acks: a,
+		n := int(taken.Add(1))
+		c := powerCut{n: n, request: requests, acks: a,
 			honest: disk.crash(false, crashModes[rng.IntN(len(crashModes))], rng)}
-		if taken%lyingEvery == 0 {
+		if n%lyingEvery == 0 {
 			img := disk.crash(true, crashNone, rng)
 			c.lying = &img
 		}
 		cutc <- c
 		next = requests + 1 + int64(rng.IntN(2*meanGap))
-		if taken == want {
+		if n == want {
 			close(stop)
 		}
 	}}
@@ -307,6 +318,9 @@ func TestPowerCut(t *testing.T) {
 		defer conn.Close()
 		served <- srv.serve(conn)
 	}()
+
+	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
+	defer cancel()
 
 	// Each image is checked while the guest goes on writing, in memory if
 	// it can be: the checks' fsyncs and the unmount's writeback then cost
@@ -326,6 +340,9 @@ func TestPowerCut(t *testing.T) {
 	go func() {
 		defer close(verified)
 		for c := range cutc {
+			if ctx.Err() != nil {
+				continue // the test is failing: drain
+			}
 			t0 := time.Now()
 			r := checked{cut: c, honest: inspect(disk, c.honest, filepath.Join(scratch, fmt.Sprintf("cut%d", c.n)))}
 			if c.lying != nil {
@@ -336,8 +353,6 @@ func TestPowerCut(t *testing.T) {
 		}
 	}()
 
-	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
-	defer cancel()
 	qemu := exec.CommandContext(ctx, "qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-smp", "1",
 		"-nodefaults", "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
 		"-kernel", kernel, "-initrd", initrd,
@@ -345,7 +360,7 @@ func TestPowerCut(t *testing.T) {
 		"-blockdev", "driver=nbd,node-name=disk,server.type=unix,server.path="+sock,
 		// write-cache=on: the guest sees a volatile cache and flushes it.
 		"-device", "virtio-blk-pci,drive=disk,write-cache=on")
-	var stderr strings.Builder
+	var stderr strings.Builder // read only once QEMU has been waited for
 	qemu.Stderr = &stderr
 	stdin, err := qemu.StdinPipe()
 	if err != nil {
@@ -365,17 +380,33 @@ func TestPowerCut(t *testing.T) {
 		defer mu.Unlock()
 		return strings.Join(console[max(0, len(console)-40):], "\n")
 	}
-	fail := func(format string, args ...any) {
+	// finish stops the VM, the server and the checks, and waits for all
+	// of them (nothing may outlive the test, least of all a mount).
+	waited := false
+	finish := func() error {
 		cancel()
+		ln.Close()
+		<-consoleDone // QEMU is dead: its output has ended
+		var err error
+		if !waited {
+			waited, err = true, qemu.Wait()
+		}
+		<-verified
+		return err
+	}
+	defer finish()
+	fail := func(format string, args ...any) {
+		finish()
 		t.Fatalf(format+"\n--- console (last lines) ---\n%s\n--- qemu stderr ---\n%s", append(args, tail(), stderr.String())...)
 	}
 
 	var guestAcks int
+	var acksAtStop int64
 	waitDone := true
 	for waitDone {
 		select {
 		case <-stop:
-			stop, stopped = nil, time.Now()
+			stop, stopped, acksAtStop = nil, time.Now(), acked.Load()
 			if _, err := io.WriteString(stdin, "stop\n"); err != nil {
 				fail("telling the guest to stop: %v", err)
 			}
@@ -384,15 +415,21 @@ func TestPowerCut(t *testing.T) {
 		case msg := <-guestErr:
 			fail("guest: %s", msg)
 		case <-consoleDone:
-			fail("the VM ended before the writer was done (%d of %d cuts taken)", taken, want)
+			fail("the VM ended before the writer was done (%d of %d cuts taken)", taken.Load(), want)
 		case <-ctx.Done():
-			fail("the VM did not finish in %s (%d of %d cuts taken)", vmTimeout, taken, want)
+			fail("the VM did not finish in %s (%d of %d cuts taken)", vmTimeout, taken.Load(), want)
 		}
 	}
+	// The guest powers off by itself now; QEMU's output ends when it exits.
+	select {
+	case <-consoleDone:
+	case <-ctx.Done():
+		fail("the VM did not power off in %s", vmTimeout)
+	}
+	waited = true
 	if err := qemu.Wait(); err != nil {
 		fail("qemu: %v", err)
 	}
-	<-consoleDone
 	if err := <-served; err != nil {
 		t.Errorf("NBD server: %v", err)
 	}
@@ -411,58 +448,67 @@ func TestPowerCut(t *testing.T) {
 	// Every image against the whole history: what was acknowledged before
 	// the cut must be there; what came after may or may not be.
 	var (
-		modes                  = map[string]int{}
-		checkedTotal, minCheck = 0, -1
-		maxCheck               int
-		droppedWrites, torn    int
-		lyingImages, lyingLost int
-		lyingLostWrites        int
-		lyingAudit, lyingBad   int
+		honest, lying       tally
+		modes               = map[string]int{}
+		minAcks, maxAcks    = -1, 0
+		droppedWrites, torn int
 	)
 	for _, r := range results {
 		v := judge(r.honest, hist, r.cut.acks)
+		honest.add(v)
 		modes[r.cut.honest.mode]++
-		checkedTotal += v.checked
-		if minCheck < 0 || v.checked < minCheck {
-			minCheck = v.checked
+		if minAcks < 0 || r.cut.acks < minAcks {
+			minAcks = r.cut.acks
 		}
-		maxCheck = max(maxCheck, v.checked)
+		maxAcks = max(maxAcks, r.cut.acks)
 		droppedWrites += r.cut.honest.lost
 		torn += r.honest.torn
 		if v.failed() {
 			t.Errorf("cut %d (request %d, %s, %d cached writes dropped, %d writes acknowledged): %d acknowledged writes lost %q, %d audit records lost, problems %q",
-				r.cut.n, r.cut.request, r.cut.honest.mode, r.cut.honest.lost, r.cut.acks, len(v.lost), first(v.lost, 5), v.auditLost, v.problems)
+				r.cut.n, r.cut.request, r.cut.honest.mode, r.cut.honest.lost, r.cut.acks, len(v.lost), first(v.lost, 5), v.auditLost, first(v.problems, 5))
 		}
 		if r.cut.lying != nil {
 			lv := judge(r.lying, hist, r.cut.acks)
-			lyingImages++
-			if len(lv.lost) > 0 || lv.auditLost > 0 {
-				lyingLost++
-				lyingLostWrites += len(lv.lost)
-				lyingAudit += lv.auditLost
-			}
+			lying.add(lv)
 			if len(lv.problems) > 0 {
-				lyingBad++
 				t.Logf("lying disk, cut %d: %q", r.cut.n, first(lv.problems, 3))
 			}
 		}
 	}
-	t.Logf("%d power cuts during %d acknowledged writes (modes %v); %d cached writes dropped in all; "+
-		"per cut %d to %d names with acknowledged writes checked (%d in all): lost 0, audit records lost 0, torn audit lines %d; "+
-		"every image mounted (journal replayed by the host's kernel), passed bolt.CheckFile, bolt.Open and e2fsck -fn",
-		len(results), guestAcks, modes, droppedWrites, minCheck, maxCheck, checkedTotal, torn)
+	t.Logf("%d power cuts (crash modes %v; %d cached writes dropped in all), each after %d to %d of %d acknowledged writes, %d names checked in all: "+
+		"%d cuts failed, %d acknowledged writes lost, %d audit records lost, %d cuts with other problems; %d torn audit lines",
+		len(results), modes, droppedWrites, minAcks, maxAcks, guestAcks, honest.checked,
+		honest.failed, honest.lost, honest.auditLost, honest.problems, torn)
 	t.Logf("disk: %d writes, %d flushes, %d FUA writes", disk.writes, disk.flushes, disk.fuaWrites)
 	sec := func(a, b time.Time) string { return b.Sub(a).Round(100 * time.Millisecond).String() }
 	t.Logf("time: %s in all; build %s, boot to the first write %s, writes until the last cut %s (%.1f acknowledged writes/s), "+
 		"to the end %s, then checks %s more (%s checking %d images)", sec(start, time.Now()), sec(start, built), sec(built, ready),
-		sec(ready, stopped), float64(hist.acks[len(hist.acks)-1].seq)/stopped.Sub(ready).Seconds(), sec(stopped, ended),
-		sec(ended, time.Now()), inspecting.Round(100*time.Millisecond), len(results)+lyingImages)
+		sec(ready, stopped), float64(acksAtStop)/stopped.Sub(ready).Seconds(), sec(stopped, ended),
+		sec(ended, time.Now()), inspecting.Round(100*time.Millisecond), honest.images+lying.images)
 	// The test can fail: a disk that acknowledges flushes it does not
 	// perform loses acknowledged writes, and the same checks see it.
-	t.Logf("lying disk (performs 1 flush in %d): %d of %d images lost acknowledged writes (%d names, %d audit records), %d damaged",
-		lieEvery, lyingLost, lyingImages, lyingLostWrites, lyingAudit, lyingBad)
-	if lyingLost == 0 {
+	t.Logf("lying disk (performs 1 flush in %d): %d of %d images failed: %d acknowledged writes lost, %d audit records lost, %d with other problems",
+		lieEvery, lying.failed, lying.images, lying.lost, lying.auditLost, lying.problems)
+	if lying.lost+lying.auditLost == 0 {
 		t.Errorf("no image of the lying disk lost an acknowledged write: the checks cannot see a loss")
+	}
+}
+
+// tally sums verdicts.
+type tally struct {
+	images, failed, checked, lost, auditLost, problems int
+}
+
+func (tl *tally) add(v verdict) {
+	tl.images++
+	tl.checked += v.checked
+	tl.lost += len(v.lost)
+	tl.auditLost += v.auditLost
+	if len(v.problems) > 0 {
+		tl.problems++
+	}
+	if v.failed() {
+		tl.failed++
 	}
 }
 
@@ -487,10 +533,10 @@ func parseAck(f []string) (ack, error) {
 	if err != nil || seq < 1 {
 		return ack{}, errors.New("malformed ack sequence number")
 	}
-	a := ack{seq: seq, op: f[2], key: f[3], rv: f[4], token: f[5]}
+	a := ack{seq: seq, op: f[2], key: f[3], token: f[5]}
 	switch a.op {
 	case storetest.OpCreate, storetest.OpUpdate:
-		if _, err := strconv.ParseUint(a.rv, 10, 64); err != nil {
+		if a.rev, err = strconv.ParseUint(f[4], 10, 64); err != nil || a.rev == 0 {
 			return ack{}, errors.New("malformed ack resourceVersion")
 		}
 		a.present = true
@@ -608,10 +654,19 @@ func readAudit(st *imageState, path string, problem func(string, ...any)) {
 	}
 }
 
-// judge compares an image with the writes acknowledged before its cut
-// (the first acks of h): each name must hold its last acknowledged write
-// or a later one, whole, and each acknowledged write must have its audit
+// judge compares an image with the history of writes, the first acks of
+// which were acknowledged before its cut. Two rules:
+//
+// Acknowledged means kept. Each name holds its last write acknowledged
+// before the cut, or a later one; the revision counter is at or above
+// every acknowledged revision; every acknowledged write has its audit
 // record.
+//
+// A store file is a snapshot. bbolt commits whole transactions and the
+// revision counter is in each, so each name holds exactly what its last
+// write at or below the counter left. A delete's revision is not
+// reported, only that it is above the write before it, so a name whose
+// delete may be at or below the counter may hold either.
 func judge(st imageState, h *history, acks int) verdict {
 	v := verdict{problems: st.problems}
 	if len(st.problems) > 0 {
@@ -622,48 +677,75 @@ func judge(st imageState, h *history, acks int) verdict {
 		if !st.audit[a.token] {
 			v.auditLost++
 		}
-		if a.present {
-			rv, _ := strconv.ParseUint(a.rv, 10, 64)
-			maxRV = max(maxRV, rv)
-		}
+		maxRV = max(maxRV, a.rev)
 	}
-	if st.revision < maxRV {
-		v.problems = append(v.problems, fmt.Sprintf("revision counter %d below the acknowledged revision %d", st.revision, maxRV))
+	r := st.revision
+	if r < maxRV {
+		v.problems = append(v.problems, fmt.Sprintf("revision counter %d below the acknowledged revision %d", r, maxRV))
 	}
 	for key, writes := range h.byKey {
 		// writes[:i] were acknowledged before the cut.
 		i, _ := slices.BinarySearchFunc(writes, acks+1, func(a ack, seq int) int { return a.seq - seq })
 		obj, present := st.hardware[key]
-		holds := func(a ack) bool {
+		// holds reports whether the image holds what writes[j] left.
+		holds := func(j int) bool {
+			a := writes[j]
 			if !a.present || !present {
 				return a.present == present
 			}
-			return obj.GetObjectMeta().ResourceVersion == a.rv && storetest.CheckChurnValue(obj, a.token) == nil
+			return obj.GetObjectMeta().ResourceVersion == strconv.FormatUint(a.rev, 10) && storetest.CheckChurnValue(obj, a.token) == nil
 		}
-		ok := i == 0 && !present // nothing acknowledged yet: absent is fine
-		for j := max(i-1, 0); j < len(writes) && !ok; j++ {
-			ok = holds(writes[j])
+		// mayBeIn reports whether writes[j] may be at or below the counter.
+		mayBeIn := func(j int) bool {
+			if writes[j].present {
+				return writes[j].rev <= r
+			}
+			return j > 0 && writes[j-1].rev < r // a delete follows its name's create
 		}
 		if i > 0 {
 			v.checked++
+			kept := false
+			for j := i - 1; j < len(writes) && !kept; j++ {
+				kept = holds(j) && (j == i-1 || mayBeIn(j))
+			}
+			if !kept {
+				a := writes[i-1]
+				v.lost = append(v.lost, fmt.Sprintf("%s: acknowledged %s %s (rv %d), holds %s", key, a.op, a.token, a.rev, held(obj, present)))
+				continue
+			}
 		}
-		if ok {
-			continue
+		last := -1 // the last write the counter covers
+		for j := range writes {
+			if !mayBeIn(j) {
+				break
+			}
+			last = j
 		}
-		held := "nothing"
-		if present {
-			held = fmt.Sprintf("rv %s (%s)", obj.GetObjectMeta().ResourceVersion, obj.GetObjectMeta().Labels[storetest.ChurnLabel])
+		switch {
+		case last < 0 && !present:
+		case last >= 0 && holds(last):
+		case last > 0 && !writes[last].present && holds(last-1): // its delete may not be in
+		default:
+			want := "nothing"
+			if last >= 0 {
+				want = writes[last].op + " " + writes[last].token
+			}
+			v.problems = append(v.problems, fmt.Sprintf("%s holds %s; at revision %d it holds what %s left", key, held(obj, present), r, want))
 		}
-		if i == 0 {
-			v.problems = append(v.problems, fmt.Sprintf("%s holds %s, which no write wrote", key, held))
-			continue
-		}
-		v.lost = append(v.lost, fmt.Sprintf("%s: acknowledged %s %s (rv %s), holds %s", key, writes[i-1].op, writes[i-1].token, writes[i-1].rv, held))
 	}
 	for key := range st.hardware {
 		if h.byKey[key] == nil {
-			v.problems = append(v.problems, key+" is stored but was never acknowledged")
+			v.problems = append(v.problems, key+" is stored but was never written")
 		}
 	}
 	return v
+}
+
+// held describes what an image holds for a name.
+func held(obj model.Object, present bool) string {
+	if !present {
+		return "nothing"
+	}
+	m := obj.GetObjectMeta()
+	return fmt.Sprintf("rv %s (%s)", m.ResourceVersion, m.Labels[storetest.ChurnLabel])
 }

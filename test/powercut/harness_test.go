@@ -9,7 +9,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store/storetest"
 )
 
 // These tests need no root and no QEMU: the NBD server and the disk
@@ -390,4 +395,80 @@ func opt(o uint32, data string) []byte {
 	b = binary.BigEndian.AppendUint32(b, o)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(data)))
 	return append(b, data...)
+}
+
+// TestJudge: the checks of a crash image against the acknowledged writes,
+// each rule with an image that keeps it and one that breaks it.
+func TestJudge(t *testing.T) {
+	// One name's life: create (rv 2), update (rv 5), delete; a second
+	// name created at rv 3. Acks in that order: seq 1 … 4.
+	hw := func(token string, rv uint64) model.Object {
+		h := storetest.Hardware("default", strings.Split(token, ".")[0])
+		ud := storetest.ChurnUserData(token)
+		h.Labels, h.Spec.UserData, h.ResourceVersion = map[string]string{storetest.ChurnLabel: token}, &ud, strconv.FormatUint(rv, 10)
+		return h
+	}
+	h := &history{byKey: map[string][]ack{}}
+	for _, a := range []ack{
+		{op: storetest.OpCreate, key: "default/a", token: "a.0", rev: 2, present: true},
+		{op: storetest.OpCreate, key: "default/b", token: "b.0", rev: 3, present: true},
+		{op: storetest.OpUpdate, key: "default/a", token: "a.1", rev: 5, present: true},
+		{op: storetest.OpDelete, key: "default/a", token: "a.2"},
+	} {
+		a.seq = len(h.acks) + 1
+		h.acks = append(h.acks, a)
+		h.byKey[a.key] = append(h.byKey[a.key], a)
+	}
+	audited := func(tokens ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, tk := range tokens {
+			m[tk] = true
+		}
+		return m
+	}
+	objs := func(o ...model.Object) map[string]model.Object {
+		m := map[string]model.Object{}
+		for _, x := range o {
+			m[x.GetObjectMeta().Key()] = x
+		}
+		return m
+	}
+	tests := []struct {
+		name                      string
+		acks                      int
+		st                        imageState
+		lost, auditLost, problems int
+	}{
+		{"acknowledged create kept", 2, imageState{revision: 3, hardware: objs(hw("a.0", 2), hw("b.0", 3)), audit: audited("a.0", "b.0")}, 0, 0, 0},
+		{"a later write kept too", 2, imageState{revision: 5, hardware: objs(hw("a.1", 5), hw("b.0", 3)), audit: audited("a.0", "b.0", "a.1")}, 0, 0, 0},
+		{"the delete after it may be in", 3, imageState{revision: 6, hardware: objs(hw("b.0", 3)), audit: audited("a.0", "b.0", "a.1")}, 0, 0, 0},
+		{"acknowledged update lost", 3, imageState{revision: 5, hardware: objs(hw("a.0", 2), hw("b.0", 3)), audit: audited("a.0", "b.0", "a.1")}, 1, 0, 0},
+		{"acknowledged delete lost", 4, imageState{revision: 6, hardware: objs(hw("a.1", 5), hw("b.0", 3)), audit: audited("a.0", "b.0", "a.1", "a.2")}, 1, 0, 0},
+		// The case a lenient check misses: the create is gone, and the
+		// delete that came later would explain the gap, but the counter
+		// shows the delete cannot be in.
+		{"acknowledged create lost, not hidden by its later delete", 1, imageState{revision: 1, hardware: objs(), audit: audited("a.0")}, 1, 0, 1},
+		{"value torn", 2, imageState{revision: 3, hardware: objs(hw("a.0", 2), func() model.Object {
+			o := hw("b.0", 3).(*model.Hardware)
+			ud := "torn"
+			o.Spec.UserData = &ud
+			return o
+		}()), audit: audited("a.0", "b.0")}, 1, 0, 0},
+		{"audit record lost", 2, imageState{revision: 3, hardware: objs(hw("a.0", 2), hw("b.0", 3)), audit: audited("a.0")}, 0, 1, 0},
+		{"not a snapshot: a write above the counter", 1, imageState{revision: 2, hardware: objs(hw("a.0", 2), hw("b.0", 3)), audit: audited("a.0")}, 0, 0, 1},
+		{"a name never written", 0, imageState{revision: 3, hardware: objs(hw("a.0", 2), hw("b.0", 3), hw("c.0", 3)), audit: audited()}, 0, 0, 1},
+		{"an image that did not mount", 4, imageState{problems: []string{"mount: bad superblock"}}, 0, 0, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judge(tc.st, h, tc.acks)
+			if len(v.lost) != tc.lost || v.auditLost != tc.auditLost || len(v.problems) != tc.problems {
+				t.Errorf("judge = lost %q, audit records lost %d, problems %q; want %d, %d, %d",
+					v.lost, v.auditLost, v.problems, tc.lost, tc.auditLost, tc.problems)
+			}
+			if v.failed() != (tc.lost+tc.auditLost+tc.problems > 0) {
+				t.Errorf("failed() = %v", v.failed())
+			}
+		})
+	}
 }
