@@ -63,14 +63,14 @@ var repoRoot = filepath.Join("..", "..")
 const (
 	// cuts is how many power cuts TestPowerCut makes (the issue asks for
 	// at least 100); cutsShort under -short.
-	cuts      = 120
+	cuts      = 100
 	cutsShort = 20
 	// meanGap is the mean number of NBD requests between two cuts.
 	meanGap = 100
-	// lyingEvery: one cut in lyingEvery is also taken of the lying disk,
-	// which performs one flush in lieEvery.
-	lyingEvery = 5
-	lieEvery   = 16
+	// lyingCuts of the cuts, evenly spread, are also taken of the lying
+	// disk, which performs one flush in lieEvery.
+	lyingCuts = 10
+	lieEvery  = 16
 	// diskSize is the guest's disk.
 	diskSize = 64 << 20
 	// writers is how many goroutines write in the guest.
@@ -113,7 +113,11 @@ func buildVM(t *testing.T, dir string) (kernel, initrd string) {
 	t.Helper()
 	kdir := filepath.Join(repoRoot, ".cache", "kernel")
 	if out, err := exec.Command(filepath.Join(repoRoot, "scripts", "fetch-kernel.sh"), kdir).CombinedOutput(); err != nil {
-		t.Fatalf("fetch kernel: %v\n%s", err, out)
+		msg := fmt.Sprintf("Debian's kernel (scripts/fetch-kernel.sh, make kernel): %v\n%s", err, out)
+		if testtool.InCI() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
 	writer := filepath.Join(dir, "writer")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", writer, "./test/powercut/writer")
@@ -177,7 +181,7 @@ type powerCut struct {
 	request int64 // NBD requests before it
 	acks    int
 	honest  crashImage
-	lying   *crashImage // one cut in lyingEvery
+	lying   *crashImage // lyingCuts of them
 }
 
 // imageState is what one crash image holds, as the store and the audit
@@ -297,7 +301,7 @@ func TestPowerCut(t *testing.T) {
 		n := int(taken.Add(1))
 		c := powerCut{n: n, request: requests, acks: a,
 			honest: disk.crash(false, crashModes[rng.IntN(len(crashModes))], rng)}
-		if n%lyingEvery == 0 {
+		if n%(want/lyingCuts) == 0 {
 			img := disk.crash(true, crashNone, rng)
 			c.lying = &img
 		}
@@ -334,9 +338,12 @@ func TestPowerCut(t *testing.T) {
 		cut           powerCut
 		honest, lying imageState
 	}
-	var results []checked
+	results := make([]checked, want) // by cut number - 1
 	var inspecting time.Duration
 	verified := make(chan struct{})
+	// One checker only: a process another goroutine forks holds copies of
+	// every open file until it execs, and one of those in a crash image
+	// would make its unmount fail as busy.
 	go func() {
 		defer close(verified)
 		for c := range cutc {
@@ -348,7 +355,7 @@ func TestPowerCut(t *testing.T) {
 			if c.lying != nil {
 				r.lying = inspect(disk, *c.lying, filepath.Join(scratch, fmt.Sprintf("cut%d-lying", c.n)))
 			}
-			results = append(results, r)
+			results[c.n-1] = r
 			inspecting += time.Since(t0)
 		}
 	}()
@@ -441,8 +448,8 @@ func TestPowerCut(t *testing.T) {
 	if guestAcks != len(hist.acks) {
 		t.Fatalf("the guest acknowledged %d writes; the console carried %d", guestAcks, len(hist.acks))
 	}
-	if len(results) != want {
-		t.Fatalf("%d cuts taken; want %d (the guest wrote too little: %d acknowledged writes)", len(results), want, guestAcks)
+	if n := int(taken.Load()); n != want {
+		t.Fatalf("%d cuts taken; want %d", n, want)
 	}
 
 	// Every image against the whole history: what was acknowledged before
