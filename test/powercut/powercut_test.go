@@ -574,19 +574,17 @@ func inspect(disk *volatileDisk, img crashImage, dir string) (st imageState) {
 		problem("mount: %v: %s", err, strings.TrimSpace(string(out)))
 		return st
 	}
-	mounted := true
-	unmount := func() {
-		if mounted {
-			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-				problem("umount: %v: %s", err, strings.TrimSpace(string(out)))
-			}
-			mounted = false
-		}
-	}
-	defer unmount()
 	readStore(&st, filepath.Join(mnt, "anvil.db"), problem)
 	readAudit(&st, filepath.Join(mnt, "audit", "audit.log"), problem)
-	unmount()
+	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+		problem("umount: %v: %s", err, strings.TrimSpace(string(out)))
+		// Detach it all the same: nothing of the test may stay mounted,
+		// and removing dir must not reach into the image.
+		if out, err := exec.Command("umount", "--lazy", mnt).CombinedOutput(); err != nil {
+			problem("umount --lazy: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+		return st
+	}
 	if out, err := exec.Command("e2fsck", "-fn", raw).CombinedOutput(); err != nil {
 		problem("e2fsck -fn: %v: %s", err, strings.TrimSpace(string(out)))
 	}
