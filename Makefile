@@ -34,7 +34,8 @@ FUZZ_TARGETS := \
 	./internal/clientip:FuzzResolve \
 	./internal/auth:FuzzVerify \
 	./internal/inventory:FuzzConvert \
-	./internal/render:FuzzRender
+	./internal/render:FuzzRender \
+	./test/powercut:FuzzNBDServer
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools kernel clean ipxe-refresh
 

@@ -51,6 +51,10 @@ APT_PACKAGES+=(isc-dhcp-relay)
 # bzip2 writer); curl is half of the image2disk benchmark's peer pipeline
 # (curl | zstd -dc | dd).
 APT_PACKAGES+=(bzip2 curl)
+# The power-cut test (test/powercut TestPowerCut) makes the guest's ext4
+# disk with mkfs.ext4 and checks every crash image with e2fsck; mount (the
+# host's kernel replays the journal of each image on a loop device).
+APT_PACKAGES+=(e2fsprogs mount)
 # Kernel modules: kmod's depmod is the reference internal/kmod's index
 # generator is checked against.
 APT_PACKAGES+=(kmod)

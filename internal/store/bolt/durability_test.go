@@ -3,8 +3,6 @@ package bolt
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -19,7 +17,6 @@ import (
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/storetest"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Environment of the writer child process.
@@ -61,42 +58,23 @@ func TestDurabilityWriterProcess(t *testing.T) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
 		os.Exit(3)
 	}
-	payload := strings.Repeat("0123456789abcdef", 64) // ~1 KiB of user data
-	ctx := context.Background()
 	for g := range writers {
 		go func() {
-			rng := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-			for i := 0; ; i++ {
-				name := fmt.Sprintf("%s-g%d-%d", prefix, g, i)
-				key := "default/" + name
-				h := storetest.Hardware("default", name, fmt.Sprintf("02:00:00:%02x:%02x:%02x", g, (i>>8)&0xff, i&0xff))
-				h.Spec.UserData = &payload
-				say("try create %s", key)
-				obj, err := s.Create(ctx, h)
-				if err != nil {
-					fail("create "+key, err)
-				}
-				say("ack create %s rv=%s", key, obj.GetObjectMeta().ResourceVersion)
-				for u := range rng.IntN(4) {
-					hw := obj.(*model.Hardware)
-					hw.Labels = map[string]string{"update": strconv.Itoa(u)}
-					if u%2 == 1 {
-						hw.ResourceVersion = "" // unconditional
+			err := storetest.Churn(s, nil, storetest.ChurnConfig{
+				Prefix: fmt.Sprintf("%s-g%d", prefix, g),
+				Writer: uint8(g),
+				Rand:   rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano()))),
+				Before: func(w storetest.ChurnWrite) { say("try %s %s", w.Op, w.Key) },
+				After: func(w storetest.ChurnWrite) error {
+					if w.Op == storetest.OpDelete {
+						say("ack %s %s", w.Op, w.Key)
+					} else {
+						say("ack %s %s rv=%s", w.Op, w.Key, w.RV)
 					}
-					say("try update %s", key)
-					if obj, err = s.Update(ctx, hw); err != nil {
-						fail("update "+key, err)
-					}
-					say("ack update %s rv=%s", key, obj.GetObjectMeta().ResourceVersion)
-				}
-				if rng.IntN(2) == 0 {
-					say("try delete %s", key)
-					if err := s.Delete(ctx, model.KindHardware, "default", name, obj.GetObjectMeta().ResourceVersion); err != nil {
-						fail("delete "+key, err)
-					}
-					say("ack delete %s", key)
-				}
-			}
+					return nil
+				},
+			})
+			fail("churn", err)
 		}()
 	}
 	// Never reached in normal use: the parent kills us. The limit keeps an
@@ -295,71 +273,20 @@ func applyLine(state map[string]*nameState, l string, counter uint64) error {
 	return nil
 }
 
-// checkFile opens the bbolt file directly (read-only), runs bbolt's
-// consistency check, decodes every value and returns the revision counter
-// and every stored Hardware's resourceVersion by key.
+// checkFile runs CheckFile on the crashed file and returns the revision
+// counter and every stored Hardware's resourceVersion by key.
 func checkFile(t *testing.T, path string) (uint64, map[string]uint64) {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second, FreelistType: bolt.FreelistMapType})
-	if err != nil {
-		t.Fatalf("open crashed file: %v", err)
-	}
-	defer db.Close()
-	var counter uint64
-	stored := map[string]uint64{}
-	err = db.View(func(tx *bolt.Tx) error {
-		var errs []string
-		for err := range tx.Check() {
-			errs = append(errs, err.Error())
-		}
-		if len(errs) > 0 {
-			return fmt.Errorf("bbolt check: %s", strings.Join(errs, "; "))
-		}
-		mb := tx.Bucket(metaBucket)
-		if mb == nil {
-			return fmt.Errorf("no meta bucket")
-		}
-		v := mb.Get(revisionKey)
-		if len(v) != 8 {
-			return fmt.Errorf("revision counter is %d bytes", len(v))
-		}
-		counter = binary.BigEndian.Uint64(v)
-		for _, kind := range model.Kinds {
-			b := tx.Bucket([]byte(kind))
-			if b == nil {
-				return fmt.Errorf("no %s bucket", kind)
-			}
-			err := b.ForEach(func(k, v []byte) error {
-				obj, err := model.Decode(kind, v)
-				if err != nil {
-					return fmt.Errorf("%s %s: %w", kind, k, err)
-				}
-				m := obj.GetObjectMeta()
-				if m.Key() != string(k) {
-					return fmt.Errorf("%s %s holds %s", kind, k, m.Key())
-				}
-				rv, err := strconv.ParseUint(m.ResourceVersion, 10, 64)
-				if err != nil {
-					return fmt.Errorf("%s %s: resourceVersion %q", kind, k, m.ResourceVersion)
-				}
-				if rv > counter {
-					return fmt.Errorf("%s %s: resourceVersion %d above the counter %d", kind, k, rv, counter)
-				}
-				if kind == model.KindHardware {
-					stored[string(k)] = rv
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	c, err := CheckFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return counter, stored
+	stored := map[string]uint64{}
+	for key, obj := range c.Objects[model.KindHardware] {
+		// CheckFile has parsed every resourceVersion already.
+		stored[key], _ = strconv.ParseUint(obj.GetObjectMeta().ResourceVersion, 10, 64)
+	}
+	return c.Revision, stored
 }
 
 // verifyState compares what is stored with what was acknowledged, then
