@@ -60,6 +60,7 @@ func TestImportInventory(t *testing.T) {
 	want := `hardware/node1 unchanged (dry run)
 hardware/node2 unchanged (dry run)
 hardware/node3 configured (dry run)
+  metadata.annotations["anvil.dev/inventory-vars"].ip: "10.20.0.13" → "10.20.0.23"
   metadata.annotations["anvil.dev/inventory-vars"].rack: (none) → "r2"
   metadata.labels.rack: (none) → "r2"
   spec.interfaces[0].dhcp.ip.address: "10.20.0.13" → "10.20.0.23"

@@ -18,12 +18,14 @@ const (
 	// group.anvil.dev/workers: "true". One label per group, so a host in
 	// several groups matches a selector for any of them.
 	GroupLabelPrefix = "group.anvil.dev/"
-	// VarsAnnotation holds the host's variables not mapped onto the spec,
-	// as a JSON object (model.Hardware.Vars reads it for templates).
+	// VarsAnnotation holds every variable of the host (but ansible_*
+	// passwords), as a JSON object (model.Hardware.Vars reads it for
+	// templates as .Vars).
 	VarsAnnotation = model.VarsAnnotation
 )
 
-// Variables Build maps onto the spec instead of labels and the annotation.
+// Variables Build maps onto the spec instead of labels; they stay in the
+// annotation too.
 const (
 	VarMAC      = "mac"      // spec.interfaces[0].dhcp.mac; required
 	VarIP       = "ip"       // dhcp.ip.address; "10.0.0.5" or "10.0.0.5/24" (sets the netmask)
@@ -222,16 +224,16 @@ func buildHost(h Host, ns string, allowPXE bool, fail func(v, format string, arg
 
 	labels, annotated := map[string]string{}, map[string]any{}
 	for _, name := range sortedKeys(h.Vars) {
-		if specVars[name] {
-			continue
-		}
 		v := h.Vars[name]
 		if strings.HasPrefix(name, "ansible_") && strings.Contains(name, "pass") {
 			warns = append(warns, fmt.Sprintf("host %s: %s left out of the Hardware: it is a secret", h.Name, name))
 			continue
 		}
+		// Every variable is kept, the ones mapped onto the spec too: a
+		// template reads the inventory as Ansible would (.Vars.gateway for
+		// `gateway:`), not knowing which variables the spec took.
 		annotated[name] = v
-		if strings.HasPrefix(name, "ansible_") {
+		if specVars[name] || strings.HasPrefix(name, "ansible_") {
 			continue
 		}
 		s, isScalar := scalarString(v)

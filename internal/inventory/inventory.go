@@ -16,9 +16,10 @@
 //   - every group the host is in, directly or through children, becomes the
 //     label group.anvil.dev/<group>: "true" (the group name sanitised into a
 //     valid label name).
-//   - every variable not mapped onto the spec is kept, with its YAML type,
-//     in the annotation anvil.dev/inventory-vars as a JSON object, for
-//     templates; ansible_* variables naming a password are dropped.
+//   - every variable, the ones mapped onto the spec too, is kept with its
+//     YAML type in the annotation anvil.dev/inventory-vars as a JSON object,
+//     for templates (.Vars); ansible_* variables naming a password are
+//     dropped.
 package inventory
 
 import (

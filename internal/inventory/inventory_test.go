@@ -30,7 +30,7 @@ func TestConvertLab(t *testing.T) {
 		TypeMeta: model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindHardware},
 		ObjectMeta: model.ObjectMeta{Name: "node2", Namespace: "default",
 			Labels:      map[string]string{"role": "worker", "group.anvil.dev/workers": "true"},
-			Annotations: map[string]string{VarsAnnotation: `{"role":"worker"}`}},
+			Annotations: map[string]string{VarsAnnotation: `{"disk":"/dev/vda","domain":"lab.example","gateway":"10.20.0.254","ip":"10.20.0.12","mac":"52:54:00:00:10:02","netmask":"255.255.255.0","role":"worker"}`}},
 		Spec: model.HardwareSpec{
 			Interfaces: []model.Interface{{
 				Netboot: &model.Netboot{AllowPXE: model.Bool(true)},
@@ -259,12 +259,12 @@ func TestLabels(t *testing.T) {
 	if err := json.Unmarshal([]byte(hw.Annotations[VarsAnnotation]), &vars); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"site", "long", "bad key", "ntp", "ansible_user", "empty", "rack"} {
+	for _, k := range []string{"site", "long", "bad key", "ntp", "ansible_user", "empty", "rack", "mac", "ip", "disks", "hostname"} {
 		if _, ok := vars[k]; !ok {
 			t.Errorf("annotation lacks %q: %v", k, vars)
 		}
 	}
-	for _, k := range []string{"ansible_password", "mac", "ip", "disks", "hostname"} {
+	for _, k := range []string{"ansible_password"} {
 		if _, ok := vars[k]; ok {
 			t.Errorf("annotation has %q: %v", k, vars)
 		}
@@ -281,6 +281,47 @@ func TestLabels(t *testing.T) {
 	}
 	if *hw.Spec.Interfaces[0].Netboot.AllowPXE {
 		t.Error("allowPXE = true with Options.AllowPXE false")
+	}
+}
+
+// TestVarsForTemplates: every variable of a host reaches templates as
+// .Vars, the ones Build also maps onto the spec included, with its YAML
+// type. The inventory is docs/guide-flatcar.md's, whose Butane template
+// reads .Vars.gateway: the variables the spec took used to be left out, and
+// the guide's config failed with `map has no entry for key "gateway"`.
+func TestVarsForTemplates(t *testing.T) {
+	in := `all:
+  vars: {gateway: 10.0.0.254, netmask: 255.255.255.0, apiServer: "10.0.0.10:6443"}
+  children:
+    workers:
+      vars: {role: worker, port: 6443, disks: [/dev/vda]}
+      hosts:
+        node-1: {mac: "52:54:00:00:00:01", ip: 10.0.0.21, domain: lab.example, sshKey: "ssh-ed25519 AAAA... you@laptop"}
+`
+	res, err := Convert("lab.yaml", []byte(in), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars, err := res.Hardware[0].Vars()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"gateway": "10.0.0.254", "netmask": "255.255.255.0", "apiServer": "10.0.0.10:6443",
+		"role": "worker", "port": float64(6443), "disks": []any{"/dev/vda"},
+		"mac": "52:54:00:00:00:01", "ip": "10.0.0.21", "domain": "lab.example",
+		"sshKey": "ssh-ed25519 AAAA... you@laptop",
+	}
+	if !reflect.DeepEqual(vars, want) {
+		t.Errorf("Vars() = %v; want %v", vars, want)
+	}
+	// The spec still gets what it maps, and only role becomes a label.
+	d := res.Hardware[0].Spec.Interfaces[0].DHCP
+	if d.IP.Gateway != "10.0.0.254" || d.DomainName != "lab.example" {
+		t.Errorf("dhcp = %+v ip %+v; want gateway 10.0.0.254, domain lab.example", d, d.IP)
+	}
+	if got := res.Hardware[0].Labels; !reflect.DeepEqual(got, map[string]string{"role": "worker", "port": "6443", "group.anvil.dev/workers": "true"}) {
+		t.Errorf("labels = %v; want role, port and the group", got)
 	}
 }
 
