@@ -35,7 +35,8 @@ FUZZ_TARGETS := \
 	./internal/auth:FuzzVerify \
 	./internal/inventory:FuzzConvert \
 	./internal/render:FuzzRender \
-	./test/powercut:FuzzNBDServer
+	./test/powercut:FuzzNBDServer \
+	./internal/doctest:FuzzParse
 
 .PHONY: all build test unit fuzz lint demo bench generate deps tools kernel clean ipxe-refresh
 
