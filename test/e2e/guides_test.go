@@ -1,0 +1,315 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anvilproj/anvil/internal/doctest"
+)
+
+// The guides run as written: every Markdown page under docs/ (and the
+// README) that carries doctest directives is followed block by block by
+// TestGuides, in a network namespace of its own, by a shell that keeps its
+// variables and directory from one block to the next as a user's terminal
+// does. internal/doctest documents the directives.
+//
+// Where a guide boots a machine, the test stops at the last check the
+// server side can make (the script and the config fetched with curl, as the
+// machine would): booting a VM costs tens of seconds under TCG, and what a
+// booted machine does with its script and config is TestBootProfiles' and
+// TestInstall's to prove.
+
+// guideRoot is where a guide's shell finds itself: a copy of what a
+// checkout holds (examples/, bin/anvil), bind-mounted so that the guide's
+// /tmp and /var/lib can be its own.
+const guideRoot = "/mnt"
+
+// guideNetworks are the addresses a guide's server binds or reaches, put on
+// a bridge in its namespace; loopback is always there.
+var guideNetworks = map[string][]string{
+	"docs/guide-flatcar.md":    {"10.0.0.1/24"},
+	"docs/guide-cloud-init.md": {"10.0.0.1/24"},
+}
+
+// mustRunGuides are the pages that are step-by-step guides: they must carry
+// directives (a page losing them would otherwise stop being tested).
+var mustRunGuides = []string{
+	"docs/quickstart.md", "docs/guide-flatcar.md", "docs/guide-cloud-init.md",
+	"docs/inventory.md", "docs/assets.md", "docs/profiles.md",
+}
+
+// guideBlockTimeout bounds one block (a command that waits for something
+// that never comes must not hang the suite).
+const guideBlockTimeout = 2 * time.Minute
+
+func TestGuides(t *testing.T) {
+	requireLab(t)
+	for _, bin := range []string{"unshare", "nsenter", "jq", "openssl"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("the guides need %s (scripts/install-deps.sh installs it): %v", bin, err)
+		}
+	}
+	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, filepath.Join(repoRoot, "README.md"))
+	tested := map[string]bool{}
+	for _, path := range docs {
+		rel, _ := filepath.Rel(repoRoot, path)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := doctest.Parse(string(src))
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			continue
+		}
+		if blocks == nil {
+			continue
+		}
+		tested[rel] = true
+		t.Run(strings.TrimSuffix(filepath.Base(rel), ".md"), func(t *testing.T) {
+			start := time.Now()
+			runGuide(t, rel, blocks)
+			t.Logf("%s: %d blocks in %.1fs", rel, len(blocks), time.Since(start).Seconds())
+		})
+	}
+	for _, g := range mustRunGuides {
+		if !tested[g] {
+			t.Errorf("%s has no doctest directives: a guide must be run by this test", g)
+		}
+	}
+	for g := range guideNetworks {
+		if !tested[g] {
+			t.Errorf("guideNetworks names %s, which has no doctest directives", g)
+		}
+	}
+}
+
+// guideShell is the user's terminal of one guide: a mount namespace with
+// its own /tmp and /var/lib inside the guide's network namespace, entered
+// once per block, and the state (exported variables, directory) carried
+// from one block to the next.
+type guideShell struct {
+	t      *testing.T
+	doc    string
+	ns     *netns
+	holder int    // PID of the process holding the mount namespace
+	work   string // the host path of guideRoot
+	state  string // guideRoot/.doctest, as the guide's shell sees it
+	ctx    context.Context
+}
+
+func runGuide(t *testing.T, doc string, blocks []doctest.Block) {
+	ns := newNetns(t, "guide")
+	if nets := guideNetworks[doc]; len(nets) > 0 {
+		ns.ip("link", "add", "br0", "type", "bridge")
+		for _, a := range nets {
+			ns.ip("addr", "add", a, "dev", "br0")
+		}
+		ns.ip("link", "set", "br0", "up")
+	}
+	sh := newGuideShell(t, doc, ns)
+	var last *doctest.Block
+	var lastOut string
+	for i := range blocks {
+		b := &blocks[i]
+		where := fmt.Sprintf("%s:%d", doc, b.Line)
+		switch b.Kind {
+		case doctest.Skip:
+			t.Logf("%s: not run: %s", where, b.Reason)
+		case doctest.File:
+			if out, code := sh.run(fmt.Sprintf("mkdir -p \"$(dirname %q)\" && cat > %q", b.File, b.File), b.Body, false); code != 0 {
+				t.Fatalf("%s: writing %s: exit %d\n%s", where, b.File, code, out)
+			}
+		case doctest.Run:
+			out, code := sh.run(b.Body, "", true)
+			if code != b.Exit {
+				t.Fatalf("%s: the block exited %d; want %d. Block:\n%s\nOutput:\n%s", where, code, b.Exit, b.Body, out)
+			}
+			last, lastOut = b, out
+		case doctest.Output:
+			if diff := doctest.Compare(lastOut, b.Body, b.Lines, b.Normalize); diff != "" {
+				t.Errorf("%s: the output of the block at line %d is not what the guide shows:\n%s", where, last.Line, diff)
+			}
+		case doctest.Background:
+			sh.background(where, b)
+		case doctest.Console:
+			for _, s := range b.Steps() {
+				out, code := sh.run(s.Command+"\n", "", true)
+				at := fmt.Sprintf("%s:%d", doc, s.Line)
+				if code != 0 {
+					t.Fatalf("%s: $ %s: exit %d (a transcript's commands must succeed; show a failure with `; echo \"exit $?\"`)\n%s", at, s.Command, code, out)
+				}
+				if diff := doctest.Compare(out, s.Want, b.Lines, b.Normalize); diff != "" {
+					t.Errorf("%s: $ %s: the output is not what the guide shows:\n%s", at, s.Command, diff)
+				}
+			}
+		}
+	}
+}
+
+func newGuideShell(t *testing.T, doc string, ns *netns) *guideShell {
+	t.Helper()
+	work := t.TempDir()
+	state := filepath.Join(work, ".doctest")
+	for _, d := range []string{filepath.Join(work, "bin"), filepath.Join(state, "home")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(t, assets.anvil, filepath.Join(work, "bin", "anvil"))
+	if err := os.Chmod(filepath.Join(work, "bin", "anvil"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "cp", "-a", filepath.Join(repoRoot, "examples"), filepath.Join(work, "examples"))
+	gs := guideRoot + "/.doctest"
+	env := strings.Join([]string{
+		"export PATH=" + guideRoot + "/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"export HOME=" + gs + "/home", "export LANG=C.UTF-8", "export TERM=dumb", "",
+	}, "\n")
+	if err := os.WriteFile(filepath.Join(state, "env"), []byte(env), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "cwd"), []byte(guideRoot+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The holder: a mount namespace where the copy is guideRoot and /tmp
+	// and /var/lib are empty, so a guide writing /tmp/anvil or
+	// /var/lib/anvil touches nothing of the host's.
+	holder := `set -e
+mount --bind "$1" ` + guideRoot + `
+mount -t tmpfs anvil-guide /tmp
+mount -t tmpfs anvil-guide /var/lib
+echo $$ > ` + gs + `/holder.pid
+exec sleep infinity`
+	p := ns.background("guide-holder", "unshare", "--mount", "--propagation", "private", "bash", "-c", holder, "holder", work)
+	pidFile := filepath.Join(state, "holder.pid")
+	deadline := time.Now().Add(30 * time.Second)
+	var pid int
+	for {
+		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			break
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("the guide's mount namespace did not come up (%v):\n%s", p.err, p.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guide's mount namespace did not come up within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &guideShell{t: t, doc: doc, ns: ns, holder: pid, work: work, state: gs, ctx: context.Background()}
+}
+
+// command is the shell that runs script in the guide's namespaces: with
+// the variables and directory the previous blocks left, saving them again
+// at exit when keep is set.
+func (g *guideShell) command(ctx context.Context, script string, keep bool) *exec.Cmd {
+	pre := "source " + g.state + "/env\ncd \"$(cat " + g.state + "/cwd)\"\n"
+	if keep {
+		pre += "trap 'export -p > " + g.state + "/env; pwd > " + g.state + "/cwd' EXIT\n"
+	}
+	pre += "set -eo pipefail\n"
+	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(g.holder), "-n", "-m", "--",
+		"bash", "--noprofile", "--norc", "-c", pre+script)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Kill the whole group (a block's own children too) on timeout.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// run runs script (stdin as its input) and returns its combined output
+// and exit status.
+func (g *guideShell) run(script, stdin string, keep bool) (string, int) {
+	g.t.Helper()
+	ctx, cancel := context.WithTimeout(g.ctx, guideBlockTimeout)
+	defer cancel()
+	cmd := g.command(ctx, script, keep)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		g.t.Fatalf("%s: a block still ran after %s:\n%s\noutput so far:\n%s", g.doc, guideBlockTimeout, script, out)
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	g.t.Fatalf("%s: run a block: %v", g.doc, err)
+	return "", -1
+}
+
+// background starts b and leaves it running until the test ends; with
+// b.Ready, it returns once that URL answers.
+func (g *guideShell) background(where string, b *doctest.Block) {
+	t := g.t
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), fmt.Sprintf("block-%d.log", b.Line))
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := g.command(context.Background(), b.Body, false)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("%s: start: %v", where, err)
+	}
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); f.Close(); close(done) }()
+	logTail := func() string { b, _ := os.ReadFile(logPath); return tail(string(b), 40) }
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("--- %s (background) log ---\n%s", where, logTail())
+		}
+	})
+	if b.Ready == "" {
+		return
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(g.holder), "-n", "-m", "--",
+			"curl", "-fsS", "-o", "/dev/null", "-k", b.Ready).Run()
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatalf("%s: the block ended (%v) before %s answered:\n%s", where, waitErr, b.Ready, logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s did not answer within 60s:\n%s", where, b.Ready, logTail())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
