@@ -147,6 +147,10 @@ func TestScriptBootProfile(t *testing.T) {
 	spaced.Spec.Selector = []string{"role=spaced"}
 	spaced.Spec.KernelArgs = []string{"x={{ .Hardware.Name }} y"}
 	other := profile("default", "other", 0, "site=lab")
+	nocloud := flatcar()
+	nocloud.Name = "nocloud"
+	nocloud.Spec.Selector = []string{"role=nocloud"}
+	nocloud.Spec.KernelArgs = []string{`ds=nocloud-net;s={{ .ConfigURL "" }}`}
 
 	tests := []struct {
 		name      string
@@ -181,6 +185,9 @@ func TestScriptBootProfile(t *testing.T) {
 			err: "spec.kernelArgs[0] renders to", wantWarns: 1},
 		{name: "no profile: existing behaviour", objs: []model.Object{labelled("default", "m1", "role", "none"), flatcar()},
 			reason: "no pending workflow for hardware default/m1: booting from local disk"},
+		{name: "ConfigURL of no name: the configs' directory", objs: []model.Object{labelled("default", "m1", "role", "nocloud"), nocloud},
+			wantLine: []string{"kernel", "http://10.0.0.1:7080/assets/flatcar-worker/vmlinuz", "initrd=initrd.cpio.gz", "initrd=sysext.cpio",
+				"ds=nocloud-net;s=http://10.0.0.1:7080/configs/52:54:00:00:00:01/"}},
 		{name: "by IP: the interface's MAC in ConfigURL", objs: []model.Object{worker(), flatcar()}, mac: "-",
 			wantBody: []string{"ignition.config.url=http://10.0.0.1:7080/configs/52:54:00:00:00:01/ignition"}},
 	}

@@ -25,6 +25,7 @@ const ConfigPathPrefix = "/configs/"
 //	{{ .MAC }} {{ .IP }} {{ .Hostname }}  of the booting interface
 //	{{ .ServerURL }}               Anvil's public HTTP base, no trailing '/'
 //	{{ .ConfigURL "ignition" }}    <ServerURL>/configs/<MAC>/ignition
+//	{{ .ConfigURL "" }}            <ServerURL>/configs/<MAC>/ (NoCloud's prefix)
 //	{{ .Vars.ssh_key }}            the Hardware's variables (model.VarsAnnotation)
 //
 // MAC is lower-case with colons; IP and Hostname are "" when the interface
@@ -41,18 +42,15 @@ type ProfileData struct {
 	ServerURL string
 	Vars      map[string]any
 
-	configs map[string]model.BootConfig
+	spec *model.BootProfileSpec // for ConfigURL's names
 }
 
 // ConfigURL returns the URL the machine fetches the profile's config name
-// from, or an error when the profile has no config of that name.
+// from (name "" is the directory of its configs, with a trailing '/'), or
+// an error when the profile has no config of that name.
 func (d *ProfileData) ConfigURL(name string) (string, error) {
-	if _, ok := d.configs[name]; !ok {
-		have := make([]string, 0, len(d.configs))
-		for k := range d.configs {
-			have = append(have, k)
-		}
-		return "", fmt.Errorf("ConfigURL %q: the profile has no config of that name (have: %s)", name, strings.Join(slices.Sorted(slices.Values(have)), ", "))
+	if err := d.spec.CheckConfigURL(name); err != nil {
+		return "", err
 	}
 	return d.ServerURL + ConfigPathPrefix + d.MAC + "/" + name, nil
 }
@@ -69,7 +67,7 @@ func (p *Policy) profileData(hw *model.Hardware, i int, mac net.HardwareAddr, bp
 		Labels:    hw.Labels,
 		MAC:       strings.ToLower(mac.String()),
 		ServerURL: p.publicHTTP,
-		configs:   bp.Spec.Configs,
+		spec:      &bp.Spec,
 	}
 	if data.Labels == nil {
 		data.Labels = map[string]string{}
@@ -107,7 +105,7 @@ func (p *Policy) ConfigData(hw *model.Hardware, mac net.HardwareAddr, bp *model.
 	}
 	if i >= len(hw.Spec.Interfaces) || hw.Spec.Interfaces[i].DHCP == nil {
 		return &ProfileData{Hardware: hw, Labels: hw.Labels, MAC: strings.ToLower(mac.String()), ServerURL: p.publicHTTP,
-			Vars: map[string]any{}, configs: bp.Spec.Configs}
+			Vars: map[string]any{}, spec: &bp.Spec}
 	}
 	return p.profileData(hw, i, mac, bp)
 }

@@ -129,8 +129,8 @@ func validateBootProfile(b *BootProfile, add addFunc) {
 			continue
 		}
 		for _, name := range configURLNames(t.Tree) {
-			if _, ok := s.Configs[name]; !ok {
-				add(p, "ConfigURL %q: the profile has no config of that name (have: %s)", name, strings.Join(sortedKeys(s.Configs), ", "))
+			if err := s.CheckConfigURL(name); err != nil {
+				add(p, "%v", err)
 			}
 		}
 		if !strings.Contains(a, "{{") && strings.ContainsFunc(a, isSpaceOrControl) {
@@ -196,6 +196,18 @@ func validConfigName(s string) bool {
 		}
 	}
 	return true
+}
+
+// CheckConfigURL reports whether a kernel argument may ask for the URL of
+// config name: one of the profile's configs, or "" for the directory that
+// holds them all (<ServerURL>/configs/<MAC>/, the prefix cloud-init's
+// NoCloud datasource appends meta-data and user-data to). It is checked at
+// apply time and again when the argument is rendered.
+func (s *BootProfileSpec) CheckConfigURL(name string) error {
+	if _, ok := s.Configs[name]; ok || name == "" {
+		return nil
+	}
+	return fmt.Errorf("ConfigURL %q: the profile has no config of that name (have: %s)", name, strings.Join(sortedKeys(s.Configs), ", "))
 }
 
 // configURLNames returns the string literals passed to .ConfigURL in t, so

@@ -13,7 +13,7 @@ spec:
   priority: 10
   kernel: /assets/flatcar/flatcar_production_pxe.vmlinuz
   initrds: [https://example.com/flatcar_production_pxe_image.cpio.gz]
-  kernelArgs: ["flatcar.first_boot=1", "ignition.config.url={{ .ConfigURL \"ignition\" }}", "console=ttyS0,115200"]
+  kernelArgs: ["flatcar.first_boot=1", "ignition.config.url={{ .ConfigURL \"ignition\" }}", "console=ttyS0,115200", "ds=nocloud-net;s={{ .ConfigURL \"\" }}"]
   configs:
     ignition: {format: butane, template: "variant: flatcar\nversion: 1.0.0\n"}
     user-data: {format: cloud-config, template: "#cloud-config\n"}
