@@ -130,11 +130,11 @@ func runGuide(t *testing.T, doc string, blocks []doctest.Block) {
 		case doctest.Skip:
 			t.Logf("%s: not run: %s", where, b.Reason)
 		case doctest.File:
-			if out, code := sh.run(fmt.Sprintf("mkdir -p \"$(dirname %q)\" && cat > %q", b.File, b.File), b.Body, false); code != 0 {
+			if out, code := sh.run(fmt.Sprintf("mkdir -p \"$(dirname %q)\" && cat > %q", b.File, b.File), b.Body, runOnce); code != 0 {
 				t.Fatalf("%s: writing %s: exit %d\n%s", where, b.File, code, out)
 			}
 		case doctest.Run:
-			out, code := sh.run(b.Body, "", true)
+			out, code := sh.run(b.Body, "", runBlock)
 			if code != b.Exit {
 				t.Fatalf("%s: the block exited %d; want %d. Block:\n%s\nOutput:\n%s", where, code, b.Exit, b.Body, out)
 			}
@@ -147,7 +147,7 @@ func runGuide(t *testing.T, doc string, blocks []doctest.Block) {
 			sh.background(where, b)
 		case doctest.Console:
 			for _, s := range b.Steps() {
-				out, code := sh.run(s.Command+"\n", "", true)
+				out, code := sh.run(s.Command+"\n", "", runStep)
 				at := fmt.Sprintf("%s:%d", doc, s.Line)
 				if code != 0 {
 					t.Fatalf("%s: $ %s: exit %d (a transcript's commands must succeed; show a failure with `; echo \"exit $?\"`)\n%s", at, s.Command, code, out)
@@ -216,15 +216,35 @@ exec sleep infinity`
 	return &guideShell{t: t, doc: doc, ns: ns, holder: pid, work: work, state: gs, ctx: context.Background()}
 }
 
-// command is the shell that runs script in the guide's namespaces: with
-// the variables and directory the previous blocks left, saving them again
-// at exit when keep is set.
-func (g *guideShell) command(ctx context.Context, script string, keep bool) *exec.Cmd {
+// runMode is how a script runs in the guide's shell.
+type runMode int
+
+const (
+	// runOnce runs a script of the test's own (writing a file): it keeps
+	// nothing.
+	runOnce runMode = iota
+	// runBlock runs a block: any failing command fails it (set -e), and
+	// the variables and directory it leaves are kept for the next.
+	runBlock
+	// runStep runs one command of a transcript: its own exit status is
+	// checked, so `cmd; echo "exit $?"` shows a failure; state is kept.
+	runStep
+	// runBackground starts a block left running: state is not kept (it
+	// would be saved whenever the block ends, over the later blocks').
+	runBackground
+)
+
+// command is the shell that runs script in the guide's namespaces, with
+// the variables and directory the previous blocks left.
+func (g *guideShell) command(ctx context.Context, script string, mode runMode) *exec.Cmd {
 	pre := "source " + g.state + "/env\ncd \"$(cat " + g.state + "/cwd)\"\n"
-	if keep {
+	if mode == runBlock || mode == runStep {
 		pre += "trap 'export -p > " + g.state + "/env; pwd > " + g.state + "/cwd' EXIT\n"
 	}
-	pre += "set -eo pipefail\n"
+	pre += "set -o pipefail\n"
+	if mode != runStep {
+		pre += "set -e\n"
+	}
 	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(g.holder), "-n", "-m", "--",
 		"bash", "--noprofile", "--norc", "-c", pre+script)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -237,11 +257,11 @@ func (g *guideShell) command(ctx context.Context, script string, keep bool) *exe
 
 // run runs script (stdin as its input) and returns its combined output
 // and exit status.
-func (g *guideShell) run(script, stdin string, keep bool) (string, int) {
+func (g *guideShell) run(script, stdin string, mode runMode) (string, int) {
 	g.t.Helper()
 	ctx, cancel := context.WithTimeout(g.ctx, guideBlockTimeout)
 	defer cancel()
-	cmd := g.command(ctx, script, keep)
+	cmd := g.command(ctx, script, mode)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
@@ -268,7 +288,7 @@ func (g *guideShell) background(where string, b *doctest.Block) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := g.command(context.Background(), b.Body, false)
+	cmd := g.command(context.Background(), b.Body, runBackground)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
