@@ -38,6 +38,7 @@ const guideRoot = "/mnt"
 var guideNetworks = map[string][]string{
 	"docs/guide-flatcar.md":    {"10.0.0.1/24"},
 	"docs/guide-cloud-init.md": {"10.0.0.1/24"},
+	"docs/profiles.md":         {"10.20.0.1/24"},
 }
 
 // mustRunGuides are the pages that are step-by-step guides: they must carry
