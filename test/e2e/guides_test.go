@@ -238,7 +238,9 @@ const (
 // command is the shell that runs script in the guide's namespaces, with
 // the variables and directory the previous blocks left.
 func (g *guideShell) command(ctx context.Context, script string, mode runMode) *exec.Cmd {
-	pre := "source " + g.state + "/env\ncd \"$(cat " + g.state + "/cwd)\"\n"
+	// set -a: every variable a block sets is exported, so that export -p
+	// keeps it for the next block as a terminal would (D=$(mktemp -d)).
+	pre := "set -a\nsource " + g.state + "/env\ncd \"$(cat " + g.state + "/cwd)\"\n"
 	if mode == runBlock || mode == runStep {
 		pre += "trap 'export -p > " + g.state + "/env; pwd > " + g.state + "/cwd' EXIT\n"
 	}
