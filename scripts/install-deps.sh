@@ -72,9 +72,9 @@ APT_PACKAGES+=(nginx-light)
 # and ~30 small packages; the tests skip without it outside CI).
 APT_PACKAGES+=(cloud-init)
 # The guides' own commands, run as written by test/e2e TestGuides: jq reads
-# the configs they fetch, openssl checks certificates, util-linux's
+# the configs they fetch (cloud-init, above, checks one); util-linux's
 # unshare and nsenter give each guide its own /tmp and /var/lib.
-APT_PACKAGES+=(jq openssl util-linux)
+APT_PACKAGES+=(jq util-linux)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -6,8 +6,9 @@
 //
 // They need root, /dev/net/tun, QEMU, OVMF, dnsmasq (IPv6 router
 // advertisements, and the address server beside Anvil's proxy DHCP), ISC
-// dhcrelay, systemd-boot's EFI binary (the UEFI test OS) and curl; `make
-// test` installs them. In CI they fail
+// dhcrelay, systemd-boot's EFI binary (the UEFI test OS) and curl, and
+// TestGuides the programs the guides run (jq, cloud-init) and util-linux's
+// unshare and nsenter; `make test` installs them. In CI they fail
 // when something is missing; elsewhere they skip.
 package e2e
 

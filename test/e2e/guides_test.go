@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/doctest"
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // The guides run as written: every Markdown page under docs/ (and the
@@ -54,10 +55,9 @@ const guideBlockTimeout = 2 * time.Minute
 
 func TestGuides(t *testing.T) {
 	requireLab(t)
-	for _, bin := range []string{"unshare", "nsenter", "jq", "openssl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("the guides need %s (scripts/install-deps.sh installs it): %v", bin, err)
-		}
+	// What the guides' own commands and this test's shell use.
+	for bin, pkg := range map[string]string{"unshare": "util-linux", "nsenter": "util-linux", "jq": "jq", "cloud-init": "cloud-init"} {
+		testtool.RequireBinary(t, bin, pkg)
 	}
 	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	if err != nil {
