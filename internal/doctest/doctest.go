@@ -12,11 +12,16 @@
 //	<!-- doctest: run exit=1 -->           … and must exit 1
 //	<!-- doctest: background ready=URL --> a shell block started and left running (a server);
 //	                                       the next block waits until URL answers 2xx
+//	<!-- doctest: background restart -->   … after stopping the last one started (Ctrl-C)
 //	<!-- doctest: file NAME -->            the block is a file the guide tells the user to
 //	                                       create: it is written to NAME (relative to the
 //	                                       working directory, or absolute)
 //	<!-- doctest: output -->               the output (stdout and stderr) the previous run
-//	                                       block must print, compared after Normalize
+//	                                       block must print, compared after Normalize; after
+//	                                       a background block, what it must print (its log
+//	                                       is compared until it matches or a time runs out)
+//	<!-- doctest: output log -->           what the last background block (the server) has
+//	                                       printed, wherever the block is
 //	<!-- doctest: output lines -->         … every line of the block must appear in the
 //	                                       output, in order, other lines in between allowed
 //	<!-- doctest: console -->              a transcript: each "$ command" line (continued by
@@ -40,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -85,9 +91,15 @@ type Block struct {
 	File string
 	// Ready is the URL a Background block is ready at ("" for none).
 	Ready string
+	// Restart reports whether a Background block first stops the last
+	// one started.
+	Restart bool
 	// Lines reports whether an Output or Console block's expected lines
 	// need only appear in order ("output lines").
 	Lines bool
+	// Log reports whether an Output block is compared with the log of the
+	// last Background block rather than with the block before it.
+	Log bool
 	// Normalize are the extra expressions of an Output or Console block.
 	Normalize []*regexp.Regexp
 	// Reason says why a Skip block is not run.
@@ -193,8 +205,13 @@ func Parse(src string) ([]Block, error) {
 		if len(body) > 0 {
 			b.Body = strings.Join(body, "\n") + "\n"
 		}
-		if b.Kind == Output && (len(blocks) == 0 || blocks[len(blocks)-1].Kind != Run) {
-			errorf(b.Line, "output block with no run block right before it")
+		switch {
+		case b.Kind == Output && b.Log:
+			if !slices.ContainsFunc(blocks, func(p Block) bool { return p.Kind == Background }) {
+				errorf(b.Line, "output log with no background block before it")
+			}
+		case b.Kind == Output && (len(blocks) == 0 || (blocks[len(blocks)-1].Kind != Run && blocks[len(blocks)-1].Kind != Background)):
+			errorf(b.Line, "output block with no run or background block right before it")
 		}
 		blocks = append(blocks, b)
 	}
@@ -276,10 +293,14 @@ func parseDirective(s string) (Block, error) {
 			b.Exit = n
 		case kind == Background && key == "ready" && hasVal && val != "":
 			b.Ready = val
+		case kind == Background && a == "restart":
+			b.Restart = true
 		case kind == File && !hasVal && b.File == "":
 			b.File = a
 		case (kind == Output || kind == Console) && a == "lines":
 			b.Lines = true
+		case kind == Output && a == "log":
+			b.Log = true
 		case (kind == Output || kind == Console) && key == "normalize" && hasVal:
 			re, err := regexp.Compile(val)
 			if err != nil {

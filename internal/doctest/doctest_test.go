@@ -21,7 +21,11 @@ const guide = "# A guide\n\n" +
 	"<!-- doctest: skip it downloads from the internet -->\n" +
 	"~~~~sh\ncurl -O https://example.org/x\n```\n~~~~\n\n" +
 	"<!-- doctest: console -->\n" +
-	"```console\n$ echo a \\\n  b\na b\n$ true\n```\n"
+	"```console\n$ echo a \\\n  b\na b\n$ true\n```\n" +
+	"<!-- doctest: background restart -->\n" +
+	"```sh\nanvil serve\n```\n" +
+	"<!-- doctest: output lines -->\n" +
+	"```\nlistening\n```\n"
 
 func TestParse(t *testing.T) {
 	blocks, err := Parse(guide)
@@ -30,6 +34,7 @@ func TestParse(t *testing.T) {
 	}
 	type short struct {
 		Kind                Kind
+		Restart             bool
 		Line                int
 		Info, Body          string
 		Exit                int
@@ -39,7 +44,7 @@ func TestParse(t *testing.T) {
 	}
 	var got []short
 	for _, b := range blocks {
-		got = append(got, short{b.Kind, b.Line, b.Info, b.Body, b.Exit, b.File, b.Ready, b.Reason, b.Lines, len(b.Normalize)})
+		got = append(got, short{b.Kind, b.Restart, b.Line, b.Info, b.Body, b.Exit, b.File, b.Ready, b.Reason, b.Lines, len(b.Normalize)})
 	}
 	want := []short{
 		{Kind: Background, Line: 6, Info: "sh", Body: "anvil serve --bind 127.0.0.1\n", Ready: "http://127.0.0.1:7080/readyz"},
@@ -48,6 +53,8 @@ func TestParse(t *testing.T) {
 		{Kind: Output, Line: 23, Body: "error\n", Lines: true, Normalize: 1},
 		{Kind: Skip, Line: 28, Info: "sh", Body: "curl -O https://example.org/x\n```\n", Reason: "it downloads from the internet"},
 		{Kind: Console, Line: 34, Info: "console", Body: "$ echo a \\\n  b\na b\n$ true\n"},
+		{Kind: Background, Restart: true, Line: 41, Info: "sh", Body: "anvil serve\n"},
+		{Kind: Output, Line: 45, Body: "listening\n", Lines: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
@@ -81,7 +88,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad argument", "<!-- doctest: run ready=x -->\n```sh\nx\n```\n", `line 1: run: unexpected argument "ready=x"`},
 		{"bad regexp", "<!-- doctest: console normalize=\"(\" -->\n```sh\nx\n```\n", "line 1: normalize: error parsing regexp"},
 		{"unterminated quote", "<!-- doctest: console normalize=\"( -->\n```sh\nx\n```\n", "line 1: unterminated quote"},
-		{"output first", "<!-- doctest: output -->\n```\nx\n```\n", "line 2: output block with no run block right before it"},
+		{"output first", "<!-- doctest: output -->\n```\nx\n```\n", "line 2: output block with no run or background block right before it"},
+		{"log without a server", "<!-- doctest: run -->\n```sh\nx\n```\n<!-- doctest: output log -->\n```\nx\n```\n", "line 6: output log with no background block before it"},
 		{"not closed", "<!-- doctest: run -->\n```sh\nx\n", "line 2: fenced block not closed"},
 	}
 	for _, tc := range tests {

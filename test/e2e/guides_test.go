@@ -34,12 +34,18 @@ import (
 // /tmp and /var/lib can be its own.
 const guideRoot = "/mnt"
 
+// guideHostname is the host name of the guides' machine.
+const guideHostname = "vm"
+
 // guideNetworks are the addresses a guide's server binds or reaches, put on
 // a bridge in its namespace; loopback is always there.
 var guideNetworks = map[string][]string{
 	"docs/guide-flatcar.md":    {"10.0.0.1/24"},
 	"docs/guide-cloud-init.md": {"10.0.0.1/24"},
 	"docs/profiles.md":         {"10.20.0.1/24"},
+	// The machine of the TLS page's run: its addresses are in the server
+	// certificate the page shows.
+	"docs/tls.md": {"192.0.2.2/24", "fd00::2/64"},
 }
 
 // mustRunGuides are the pages that are step-by-step guides: they must carry
@@ -117,13 +123,18 @@ func runGuide(t *testing.T, doc string, blocks []doctest.Block) {
 	if nets := guideNetworks[doc]; len(nets) > 0 {
 		ns.ip("link", "add", "br0", "type", "bridge")
 		for _, a := range nets {
-			ns.ip("addr", "add", a, "dev", "br0")
+			if strings.Contains(a, ":") {
+				ns.ip("-6", "addr", "add", a, "dev", "br0", "nodad") // usable at once
+			} else {
+				ns.ip("addr", "add", a, "dev", "br0")
+			}
 		}
 		ns.ip("link", "set", "br0", "up")
 	}
 	sh := newGuideShell(t, doc, ns)
-	var last *doctest.Block
+	var last *doctest.Block // the last run or background block
 	var lastOut string
+	var bg []*bgBlock // background blocks, in the order started
 	for i := range blocks {
 		b := &blocks[i]
 		where := fmt.Sprintf("%s:%d", doc, b.Line)
@@ -141,11 +152,24 @@ func runGuide(t *testing.T, doc string, blocks []doctest.Block) {
 			}
 			last, lastOut = b, out
 		case doctest.Output:
-			if diff := doctest.Compare(lastOut, b.Body, b.Lines, b.Normalize); diff != "" {
+			diff := ""
+			if b.Log || last.Kind == doctest.Background {
+				diff = awaitOutput(bg[len(bg)-1], b)
+			} else {
+				diff = doctest.Compare(lastOut, b.Body, b.Lines, b.Normalize)
+			}
+			if diff != "" {
 				t.Errorf("%s: the output of the block at line %d is not what the guide shows:\n%s", where, last.Line, diff)
 			}
 		case doctest.Background:
-			sh.background(where, b)
+			if b.Restart {
+				if len(bg) == 0 {
+					t.Fatalf("%s: restart, but no background block runs", where)
+				}
+				bg[len(bg)-1].stop()
+			}
+			bg = append(bg, sh.background(where, b))
+			last = b
 		case doctest.Console:
 			for _, s := range b.Steps() {
 				out, code := sh.run(s.Command+"\n", "", runStep)
@@ -188,14 +212,17 @@ func newGuideShell(t *testing.T, doc string, ns *netns) *guideShell {
 	}
 	// The holder: a mount namespace where the copy is guideRoot and /tmp
 	// and /var/lib are empty, so a guide writing /tmp/anvil or
-	// /var/lib/anvil touches nothing of the host's.
+	// /var/lib/anvil touches nothing of the host's; and a UTS namespace
+	// where the machine is called guideHostname, which outputs show (the
+	// CA's name, the certificate's names).
 	holder := `set -e
+hostname ` + guideHostname + `
 mount --bind "$1" ` + guideRoot + `
 mount -t tmpfs anvil-guide /tmp
 mount -t tmpfs anvil-guide /var/lib
 echo $$ > ` + gs + `/holder.pid
 exec sleep infinity`
-	p := ns.background("guide-holder", "unshare", "--mount", "--propagation", "private", "bash", "-c", holder, "holder", work)
+	p := ns.background("guide-holder", "unshare", "--mount", "--uts", "--propagation", "private", "bash", "-c", holder, "holder", work)
 	pidFile := filepath.Join(state, "holder.pid")
 	deadline := time.Now().Add(30 * time.Second)
 	var pid int
@@ -248,7 +275,7 @@ func (g *guideShell) command(ctx context.Context, script string, mode runMode) *
 	if mode != runStep {
 		pre += "set -e\n"
 	}
-	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(g.holder), "-n", "-m", "--",
+	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(g.holder), "-n", "-m", "-u", "--",
 		"bash", "--noprofile", "--norc", "-c", pre+script)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -281,40 +308,54 @@ func (g *guideShell) run(script, stdin string, mode runMode) (string, int) {
 	return "", -1
 }
 
-// background starts b and leaves it running until the test ends; with
-// b.Ready, it returns once that URL answers.
-func (g *guideShell) background(where string, b *doctest.Block) {
+// bgBlock is a background block's process.
+type bgBlock struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error // set when done closes
+}
+
+func (p *bgBlock) output() string { b, _ := os.ReadFile(p.log); return string(b) }
+
+// stop ends the block as Ctrl-C would (SIGTERM to its process group), and
+// kills it if it has not ended in 15 s.
+func (p *bgBlock) stop() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// background starts b and leaves it running until the test ends (or a
+// later block restarts it); with b.Ready, it returns once that URL
+// answers.
+func (g *guideShell) background(where string, b *doctest.Block) *bgBlock {
 	t := g.t
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), fmt.Sprintf("block-%d.log", b.Line))
-	f, err := os.Create(logPath)
+	p := &bgBlock{log: filepath.Join(t.TempDir(), fmt.Sprintf("block-%d.log", b.Line)), done: make(chan struct{})}
+	f, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := g.command(context.Background(), b.Body, runBackground)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
+	p.cmd = g.command(context.Background(), b.Body, runBackground)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("%s: start: %v", where, err)
 	}
-	done := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); f.Close(); close(done) }()
-	logTail := func() string { b, _ := os.ReadFile(logPath); return tail(string(b), 40) }
+	go func() { p.err = p.cmd.Wait(); f.Close(); close(p.done) }()
 	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		p.stop()
 		if t.Failed() {
-			t.Logf("--- %s (background) log ---\n%s", where, logTail())
+			t.Logf("--- %s (background) log ---\n%s", where, tail(p.output(), 40))
 		}
 	})
 	if b.Ready == "" {
-		return
+		return p
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -323,16 +364,38 @@ func (g *guideShell) background(where string, b *doctest.Block) {
 			"curl", "-fsS", "-o", "/dev/null", "-k", b.Ready).Run()
 		cancel()
 		if err == nil {
-			return
+			return p
 		}
 		select {
-		case <-done:
-			t.Fatalf("%s: the block ended (%v) before %s answered:\n%s", where, waitErr, b.Ready, logTail())
+		case <-p.done:
+			t.Fatalf("%s: the block ended (%v) before %s answered:\n%s", where, p.err, b.Ready, tail(p.output(), 40))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s did not answer within 60s:\n%s", where, b.Ready, logTail())
+			t.Fatalf("%s: %s did not answer within 60s:\n%s", where, b.Ready, tail(p.output(), 40))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// awaitOutput compares a background block's log with want until they
+// agree (a server prints as it goes) or the block ends or 30 s pass; it
+// returns the last difference, "" when they agreed.
+func awaitOutput(p *bgBlock, want *doctest.Block) string {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		diff := doctest.Compare(p.output(), want.Body, want.Lines, want.Normalize)
+		if diff == "" {
+			return ""
+		}
+		select {
+		case <-p.done:
+			return doctest.Compare(p.output(), want.Body, want.Lines, want.Normalize)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return diff
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
