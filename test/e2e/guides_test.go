@@ -38,21 +38,22 @@ const guideRoot = "/mnt"
 const guideHostname = "vm"
 
 // guideNetworks are the addresses a guide's server binds or reaches, put on
-// a bridge in its namespace; loopback is always there.
+// a bridge in its namespace ("via GW": a default route); loopback is always
+// there.
 var guideNetworks = map[string][]string{
 	"docs/guide-flatcar.md":    {"10.0.0.1/24"},
 	"docs/guide-cloud-init.md": {"10.0.0.1/24"},
 	"docs/profiles.md":         {"10.20.0.1/24"},
 	// The machine of the TLS page's run: its addresses are in the server
 	// certificate the page shows.
-	"docs/tls.md": {"192.0.2.2/24", "fd00::2/64"},
+	"docs/tls.md": {"192.0.2.2/24", "fd00::2/64", "via 192.0.2.1"},
 }
 
 // mustRunGuides are the pages that are step-by-step guides: they must carry
 // directives (a page losing them would otherwise stop being tested).
 var mustRunGuides = []string{
 	"docs/quickstart.md", "docs/guide-flatcar.md", "docs/guide-cloud-init.md",
-	"docs/inventory.md", "docs/assets.md", "docs/profiles.md",
+	"docs/inventory.md", "docs/assets.md", "docs/profiles.md", "docs/tls.md",
 }
 
 // guideBlockTimeout bounds one block (a command that waits for something
@@ -123,6 +124,9 @@ func runGuide(t *testing.T, doc string, blocks []doctest.Block) {
 	if nets := guideNetworks[doc]; len(nets) > 0 {
 		ns.ip("link", "add", "br0", "type", "bridge")
 		for _, a := range nets {
+			if strings.HasPrefix(a, "via ") {
+				continue // once the bridge is up
+			}
 			if strings.Contains(a, ":") {
 				ns.ip("-6", "addr", "add", a, "dev", "br0", "nodad") // usable at once
 			} else {
@@ -130,6 +134,14 @@ func runGuide(t *testing.T, doc string, blocks []doctest.Block) {
 			}
 		}
 		ns.ip("link", "set", "br0", "up")
+		for _, a := range nets {
+			if gw, ok := strings.CutPrefix(a, "via "); ok {
+				// A default route into the bridge, which has no ports: the
+				// server finds its address as on a real network, and
+				// nothing sent that way leaves the namespace.
+				ns.ip("route", "add", "default", "via", gw, "dev", "br0")
+			}
+		}
 	}
 	sh := newGuideShell(t, doc, ns)
 	var last *doctest.Block // the last run or background block
