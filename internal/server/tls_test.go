@@ -31,24 +31,9 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/testtool"
 	"github.com/anvilproj/anvil/internal/tlsconf"
 )
-
-// requireBinary returns the path of a real client. A missing one fails
-// the test under CI=true (scripts/install-deps.sh installs it) and skips
-// it elsewhere. (internal/tftp's helper, which a test file cannot share.)
-func requireBinary(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s not found (Debian package %s; scripts/install-deps.sh installs it)", name, pkg)
-	}
-	t.Skipf("%s not found (Debian package %s)", name, pkg)
-	return ""
-}
 
 // tlsServer is a Run with TLS on, on free loopback ports.
 type tlsServer struct {
@@ -299,7 +284,7 @@ func TestTLS(t *testing.T) {
 			"tinkerbell_insecure_tls=true", "anvil.server="+s.httpBase)
 	})
 	t.Run("curl", func(t *testing.T) {
-		curl := requireBinary(t, "curl", "curl")
+		curl := testtool.RequireBinary(t, "curl", "curl")
 		caFile := filepath.Join(t.TempDir(), "ca.pem")
 		if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
 			t.Fatal(err)
