@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,14 +49,11 @@ type tlsServer struct {
 func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 	t.Helper()
 	s := &tlsServer{logs: newSyncBuffer()}
-	ports := freePorts(t, 3)
 	s.cfg = Config{
 		DataDir:        t.TempDir(),
 		Bind:           "127.0.0.1",
 		InsecureNoAuth: true, // authentication has its own test (auth_test.go)
-		HTTPPort:       ports[0],
-		HTTPSPort:      ports[1],
-		GRPCPort:       ports[2],
+		Listeners:      Listeners{HTTP: listenLocal(t), HTTPS: listenLocal(t), GRPC: listenLocal(t)},
 		TLS:            true,
 		Logger:         slog.New(slog.NewTextHandler(s.logs, nil)),
 		// The boot services have their own tests; the HTTP boot routes
@@ -67,9 +63,9 @@ func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 	if change != nil {
 		change(&s.cfg)
 	}
-	s.http = "127.0.0.1:" + strconv.Itoa(s.cfg.HTTPPort)
-	s.https = "127.0.0.1:" + strconv.Itoa(s.cfg.HTTPSPort)
-	s.grpc = "127.0.0.1:" + strconv.Itoa(s.cfg.GRPCPort)
+	s.http = s.cfg.Listeners.HTTP.Addr().String()
+	s.https = s.cfg.Listeners.HTTPS.Addr().String()
+	s.grpc = s.cfg.Listeners.GRPC.Addr().String()
 	s.httpBase, s.httpsBase = "http://"+s.http, "https://"+s.https
 	s.grpcTLS, s.grpcH2C = "https://"+s.grpc, "http://"+s.grpc
 
@@ -106,25 +102,6 @@ func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 			t.Fatal("server did not start")
 		}
 	}
-}
-
-// freePorts returns n different TCP ports on 127.0.0.1 that were free a
-// moment ago: each listener is held until all are chosen.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	lns := make([]net.Listener, n)
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i], ports[i] = ln, ln.Addr().(*net.TCPAddr).Port
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
 }
 
 // client returns an HTTP client that trusts roots and speaks the given

@@ -40,7 +40,7 @@ type summary struct {
 	out     io.Writer
 	verbose bool
 
-	pkgs     map[string]string  // package → "ok", "fail", "none" (no test files)
+	pkgs     map[string]string   // package → "ok", "fail", "none" (no test files)
 	running  map[testKey]*[]byte // output of tests not ended yet
 	results  []testResult
 	buildErr []string // packages whose build failed
