@@ -1,7 +1,8 @@
 // Package testtool holds what the tests share about their environment:
 // whether they run in CI, and how a test that needs something the machine
 // lacks (a real program such as curl, atftp or wrk; root; a kernel
-// feature) stops. A missing need fails the test under CI — CI runs as root
+// feature) stops; and how a test shows nothing was sent without sleeping
+// (Queued). A missing need fails the test under CI — CI runs as root
 // after scripts/install-deps.sh installed everything, so a CI runner
 // without it is broken and must not pass by skipping — and skips it
 // elsewhere, so a developer without root or QEMU still runs the rest.
@@ -10,10 +11,12 @@
 package testtool
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -61,4 +64,35 @@ func RequireRoot(t testing.TB, why string) {
 	if os.Geteuid() != 0 {
 		Need(t, "root (%s)", why)
 	}
+}
+
+// Queued reads into buf a datagram that has already arrived on conn (a
+// UDP socket), without waiting, and reports whether there was one. After
+// an event the peer records only once it has dealt with a packet (a
+// counter, a log entry), it proves that no answer was sent, with no sleep:
+// a datagram sent on the loopback is queued at its receiver by the time
+// the send returns. A read deadline cannot do it: once passed, Go does not
+// look at the queue.
+func Queued(t testing.TB, conn syscall.Conn, buf []byte) (int, bool) {
+	t.Helper()
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var rerr error
+	// One read(2) of the non-blocking socket: EAGAIN when it is empty.
+	if err := rc.Read(func(fd uintptr) bool {
+		n, rerr = syscall.Read(int(fd), buf)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if errors.Is(rerr, syscall.EAGAIN) {
+		return 0, false
+	}
+	if rerr != nil {
+		t.Fatalf("read: %v", rerr)
+	}
+	return n, true
 }

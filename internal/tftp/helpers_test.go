@@ -13,7 +13,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -235,34 +234,14 @@ func (c *client) sendTo(to netip.AddrPort, p []byte) {
 	}
 }
 
-// queued returns a packet that has already arrived, without waiting: after
-// an event the server records only once it is done with a request, it
-// shows that nothing was sent for that request (a send on the loopback is
-// in the receiver's queue when it returns). The packet is valid until the
-// next recv.
+// queued returns a packet that has already arrived, without waiting
+// (testtool.Queued): after an event the server records only once it is
+// done with a request, it shows that nothing was sent for that request.
+// The packet is valid until the next recv.
 func (c *client) queued() ([]byte, bool) {
 	c.t.Helper()
-	rc, err := c.conn.SyscallConn()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	var n int
-	var rerr error
-	// One read(2) of the non-blocking socket: EAGAIN when nothing is
-	// there. (A read deadline in the past would not look at the queue.)
-	if err := rc.Read(func(fd uintptr) bool {
-		n, rerr = syscall.Read(int(fd), c.buf)
-		return true
-	}); err != nil {
-		c.t.Fatal(err)
-	}
-	if errors.Is(rerr, syscall.EAGAIN) {
-		return nil, false
-	}
-	if rerr != nil {
-		c.t.Fatalf("read: %v", rerr)
-	}
-	return c.buf[:n], true
+	n, ok := testtool.Queued(c.t, c.conn, c.buf)
+	return c.buf[:n], ok
 }
 
 // recv returns the next packet and its source, or an error after
