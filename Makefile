@@ -38,7 +38,7 @@ FUZZ_TARGETS := \
 	./test/powercut:FuzzNBDServer \
 	./internal/doctest:FuzzParse
 
-.PHONY: all build test unit fuzz lint demo bench generate deps tools kernel clean ipxe-refresh
+.PHONY: all build test unit fuzz lint labcheck demo bench generate deps tools kernel clean ipxe-refresh
 
 all: build
 
@@ -56,12 +56,23 @@ kernel:
 build: deps
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/anvil
 
+# labcheck: can this machine run every test (root, namespaces, taps, the
+# tools, the kernel)? Under CI=true a missing piece fails here, before the
+# suite; elsewhere it lists what will be skipped.
+labcheck:
+	@scripts/check-lab.sh
+
 # test: everything CI checks. Lint first (cheap), then every test with the
 # race detector, then a short run of each fuzz target.
-test: deps tools kernel lint unit fuzz
+test: deps tools kernel labcheck lint unit fuzz
 
+# unit: every test with the race detector, through testsum: go test's usual
+# output (V=1: every line, as go test -v), then a summary listing each
+# skipped test with its reason. Under CI=true a skip fails the run unless
+# .ci/allowed-skips lists it, with why.
 unit:
-	go test -race -count=1 -timeout 25m ./...
+	@mkdir -p bin && go build -o bin/testsum ./internal/tools/testsum
+	set -o pipefail; go test -race -count=1 -timeout 25m -json ./... | bin/testsum -allow .ci/allowed-skips $(if $(V),-v)
 
 fuzz:
 	@FUZZTIME=$(FUZZTIME) scripts/fuzz.sh $(FUZZ_TARGETS)

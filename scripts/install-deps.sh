@@ -23,6 +23,10 @@ need_root() {
 # Debian packages the tests use. Kept to what the current tests need; later
 # issues (QEMU, DHCP peers, TFTP clients) add theirs here.
 APT_PACKAGES=(ca-certificates curl unzip git make iproute2 procps)
+# The syslog receiver's end-to-end test (internal/syslog TestLoggerEndToEnd)
+# sends with util-linux logger(1), which Debian ships in bsdutils (essential
+# on a full system, absent from some minimal images).
+APT_PACKAGES+=(bsdutils)
 # The end-to-end lab: QEMU with iPXE's option ROMs (BIOS path) and OVMF (UEFI
 # path), cpio for the test initramfs, dnsmasq to send IPv6 router
 # advertisements, Debian's ipxe for `make ipxe-refresh`.
@@ -69,7 +73,8 @@ APT_PACKAGES+=(wrk)
 APT_PACKAGES+=(nginx-light)
 # Config rendering (internal/render): rendered cloud-config user-data is
 # checked with Debian's `cloud-init schema --config-file` (pulls in Python
-# and ~30 small packages; the tests skip without it outside CI).
+# and ~30 small packages; the tests skip without it outside CI, and fail
+# without it under CI).
 APT_PACKAGES+=(cloud-init)
 # The guides' own commands, run as written by test/e2e TestGuides: jq reads
 # the configs they fetch (cloud-init, above, checks one); util-linux's

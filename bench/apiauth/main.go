@@ -26,7 +26,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +37,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/clientheader"
+	"github.com/anvilproj/anvil/internal/server"
 )
 
 // targetRatio: with authentication, at least this fraction of the calls
@@ -111,23 +111,40 @@ func round(bin string, authOn bool, clients int, duration, warmup time.Duration)
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	httpPort, grpcPort := freePort(), freePort()
-	args := []string{"serve", "--data-dir", dir, "--bind", "127.0.0.1", "--http-port", strconv.Itoa(httpPort),
-		"--grpc-port", strconv.Itoa(grpcPort), "--no-dhcp", "--no-tftp", "--no-syslog", "--metadata-port", "0",
-		"--log-level", "warn"}
+	// The ports are bound here and passed to the server (socket
+	// activation): nothing can take them between their choice and its start.
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer httpLn.Close() // the child has its own copy
+	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer grpcLn.Close()
+	args := []string{"serve", "--data-dir", dir, "--bind", "127.0.0.1",
+		"--no-dhcp", "--no-tftp", "--no-syslog", "--metadata-port", "0", "--log-level", "warn"}
 	if !authOn {
 		args = append(args, "--insecure-no-auth")
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	if err := server.PassListeners(cmd, server.Listeners{HTTP: httpLn, GRPC: grpcLn}); err != nil {
+		return 0, err
+	}
+	err = cmd.Start()
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	if err != nil {
 		return 0, err
 	}
 	defer func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 	}()
-	base := "http://127.0.0.1:" + strconv.Itoa(httpPort)
+	base := "http://" + httpLn.Addr().String()
 	if err := waitReady(base); err != nil {
 		return 0, err
 	}
@@ -207,13 +224,4 @@ func waitReady(base string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return errors.New("anvil serve not ready after 30s")
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

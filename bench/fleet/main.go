@@ -48,6 +48,7 @@ import (
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/model"
+	anvilserver "github.com/anvilproj/anvil/internal/server"
 )
 
 const (
@@ -628,23 +629,26 @@ func startServer(ctx context.Context, o options) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	httpPort, err := freePort()
+	// The server's ports are bound here and passed to it (socket
+	// activation), so nothing can take them between their choice and its
+	// start.
+	lns, err := listenLoopback(2)
 	if err != nil {
 		return nil, err
 	}
-	grpcPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	defer func() {
+		for _, ln := range lns {
+			ln.Close() // the child has its own copies
+		}
+	}()
 	s := &server{dir: dir, logPath: filepath.Join(dir, "server.log"), exited: make(chan struct{}),
-		httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
-		grpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))}
+		httpAddr: lns[0].Addr().String(), grpcAddr: lns[1].Addr().String()}
 	logf, err := os.Create(s.logPath)
 	if err != nil {
 		return nil, err
 	}
 	s.cmd = exec.Command(bin, "serve", "--insecure-no-auth", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
-		"--http-port", strconv.Itoa(httpPort), "--grpc-port", strconv.Itoa(grpcPort), "--log-level", o.logLevel,
+		"--log-level", o.logLevel,
 		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata", // the control plane is under test
 		"--no-tls") // agents speak h2c to the gRPC port; and no fixed HTTPS port to collide on
 	if o.cpuProfile != "" {
@@ -656,7 +660,15 @@ func startServer(ctx context.Context, o options) (*server, error) {
 	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	if err := anvilserver.PassListeners(s.cmd, anvilserver.Listeners{HTTP: lns[0], GRPC: lns[1]}); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	err = s.cmd.Start()
+	for _, f := range s.cmd.ExtraFiles {
+		f.Close()
+	}
+	if err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -756,13 +768,20 @@ func (s *server) cpu() float64 {
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// listenLoopback opens n listeners on free 127.0.0.1 ports.
+func listenLoopback(n int) ([]net.Listener, error) {
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return lns, nil
 }
 
 // ---------------------------------------------------------------------------

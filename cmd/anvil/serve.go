@@ -33,11 +33,20 @@ The API is also served over TLS: on --https-port (7443) and on the gRPC port.
 The certificate comes from --tls-cert/--tls-key (reloaded when the files
 change), or is issued by a CA generated once in DATA_DIR/tls; its SHA-256
 fingerprint is logged at start and ` + "`anvil tls ca`" + ` prints it for clients to
-trust. The HTTP port stays plain: firmware cannot do TLS. See docs/tls.md.`,
+trust. The HTTP port stays plain: firmware cannot do TLS. See docs/tls.md.
+
+Under systemd socket activation (LISTEN_FDS, LISTEN_FDNAMES naming each
+socket http, https, grpc or metadata) the TCP listeners passed are served
+instead of --bind and the ports.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.Default() // set up by the root's --log-* flags
 			cfg.TLS = !noTLS
+			lns, err := server.InheritedListeners() // socket activation, if any
+			if err != nil {
+				return err
+			}
+			cfg.Listeners = lns
 			cfg.MetadataPort = metadataPort
 			if metadataPort == 0 {
 				cfg.DisableMetadata = true // --metadata-port 0 is documented as "off"

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // TestRealDevice runs image2disk, writefile and cexec with Config's
@@ -18,14 +20,8 @@ import (
 // table tests use directories; this one proves the system calls.
 func TestRealDevice(t *testing.T) {
 	needRoot(t)
-	for _, tool := range []string{"losetup", "mkfs.ext4"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is missing", tool)
-			}
-			t.Skipf("%s is missing", tool)
-		}
-	}
+	testtool.RequireBinary(t, "losetup", "mount")
+	testtool.RequireBinary(t, "mkfs.ext4", "e2fsprogs")
 	const fsSize, diskSize = 12 << 20, 16 << 20
 
 	// The image: ext4, populated with busybox and the chroot's mount points.
@@ -52,10 +48,7 @@ func TestRealDevice(t *testing.T) {
 	}
 	out, err := exec.Command("losetup", "--find", "--show", backing).Output()
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("losetup: %v", err)
-		}
-		t.Skipf("no loop device: %v", err)
+		testtool.Need(t, "a loop device (losetup: %v)", err)
 	}
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() { exec.Command("losetup", "--detach", dev).Run() })

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // recorder is an Output that keeps everything.
@@ -230,13 +232,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // in CI, a skip elsewhere.
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("this test mounts filesystems and needs root; CI runs as root")
-	}
-	t.Skip("needs root (mounts); runs in CI")
+	testtool.RequireRoot(t, "it mounts filesystems")
 }
 
 // diskImage is a deterministic stand-in for an OS disk: 4 KiB blocks,

@@ -18,6 +18,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // imageSize is the test disk image's size: not a multiple of any buffer.
@@ -56,13 +58,7 @@ func compressImage(t *testing.T, f format, img []byte) []byte {
 		}
 	case formatBzip2:
 		// Go has no bzip2 writer; scripts/install-deps.sh installs bzip2.
-		if _, err := exec.LookPath("bzip2"); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatal("bzip2 is missing (scripts/install-deps.sh installs it)")
-			}
-			t.Skip("bzip2 is not installed")
-		}
-		cmd := exec.Command("bzip2", "-c", "-1")
+		cmd := exec.Command(testtool.RequireBinary(t, "bzip2", "bzip2"), "-c", "-1")
 		cmd.Stdin = bytes.NewReader(img)
 		out, err := cmd.Output()
 		if err != nil {

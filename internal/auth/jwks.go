@@ -12,6 +12,12 @@ import (
 	"time"
 )
 
+// timeTicker is Config.NewTicker's default: a time.Ticker.
+func timeTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
 // maxJWKSBytes bounds a JWKS response; real ones are a few kilobytes.
 const maxJWKSBytes = 1 << 20
 
@@ -118,16 +124,14 @@ func (r *remoteKeys) fetch(ctx context.Context) error {
 	return nil
 }
 
-// run refreshes the keys every interval until ctx is done, logging (not
+// run refreshes the keys at every tick until ctx is done, logging (not
 // returning) failures: the previous keys stay in use.
-func (r *remoteKeys) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+func (r *remoteKeys) run(ctx context.Context, tick <-chan time.Time) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 			if _, err := r.refresh(ctx, ctx, false); err != nil && !errors.Is(err, context.Canceled) {
 				r.log.Warn("auth: JWKS refresh failed; keeping the previous keys", "url", r.url, "err", err)
 			}

@@ -122,35 +122,87 @@ func TestKeyRotation(t *testing.T) {
 	}
 }
 
-// TestBackgroundRefresh: with a short RefreshInterval the verifier drops a
-// retired key by itself.
+// handTicker is a Config.NewTicker ticked by the test. Its channel is
+// unbuffered: a tick is handed over only when the refresh loop takes it,
+// so a second tick taken proves the fetch of the first has finished.
+type handTicker struct {
+	c       chan time.Time
+	mu      sync.Mutex
+	every   time.Duration
+	stopped bool
+}
+
+func newHandTicker() *handTicker { return &handTicker{c: make(chan time.Time)} }
+
+func (h *handTicker) New(d time.Duration) (<-chan time.Time, func()) {
+	h.mu.Lock()
+	h.every = d
+	h.mu.Unlock()
+	return h.c, func() {
+		h.mu.Lock()
+		h.stopped = true
+		h.mu.Unlock()
+	}
+}
+
+// tick hands a tick to the refresh loop, failing the test if the loop
+// does not take it within 10 s.
+func (h *handTicker) tick(t *testing.T) {
+	t.Helper()
+	select {
+	case h.c <- time.Now():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refresh loop took no tick within 10 s")
+	}
+}
+
+func (h *handTicker) isStopped() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stopped
+}
+
+// TestBackgroundRefresh: the periodic refresh drops a retired key by
+// itself, every RefreshInterval, and Close stops it: the ticker is stopped
+// and no tick is taken any more.
 func TestBackgroundRefresh(t *testing.T) {
 	idp := authtest.NewIdP(t)
+	ticker := newHandTicker()
 	cfg := idp.Config()
-	cfg.RefreshInterval = 20 * time.Millisecond
+	cfg.RefreshInterval = 42 * time.Minute
+	cfg.NewTicker = ticker.New
 	v := newVerifier(t, cfg)
+	if ticker.every != cfg.RefreshInterval {
+		t.Errorf("ticker every %v; want RefreshInterval %v", ticker.every, cfg.RefreshInterval)
+	}
 	ctx := context.Background()
 	claims := authtest.Claims("alice", "acme", auth.RoleViewer)
 	oldTok := idp.Sign(claims)
 	oldKID := idp.SigningKeyID()
 	idp.Rotate()
 	idp.Retire(oldKID)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := v.Verify(ctx, oldTok)
-		if auth.ReasonOf(err) == auth.ReasonUnknownKey {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Verify(retired key) = %v after 10 s of background refresh; want %q", err, auth.ReasonUnknownKey)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if _, err := v.Verify(ctx, oldTok); err != nil {
+		t.Fatalf("Verify(retired key) before any refresh = %v; want accepted (the key is still held)", err)
 	}
+	before := idp.Fetches()
+	ticker.tick(t) // the loop fetches…
+	ticker.tick(t) // …and is back for the next tick: that fetch is done
+	_, err := v.Verify(ctx, oldTok)
+	checkRefusal(t, oldTok, err, auth.ReasonUnknownKey)
+	if got := idp.Fetches(); got < before+1 {
+		t.Errorf("fetches = %d after a tick; want at least %d", got, before+1)
+	}
+
 	v.Close()
-	n := idp.Fetches()
-	time.Sleep(100 * time.Millisecond)
-	if got := idp.Fetches(); got != n {
-		t.Errorf("fetches went on after Close: %d, then %d", n, got)
+	if !ticker.isStopped() {
+		t.Error("Close returned with the refresh's ticker running")
+	}
+	// The loop is gone: nobody takes a tick (it would, waiting in its
+	// select, were it still running).
+	select {
+	case ticker.c <- time.Now():
+		t.Error("a tick was taken after Close: the refresh goes on")
+	default:
 	}
 }
 

@@ -97,6 +97,11 @@ type Config struct {
 
 	// Now is the clock. If nil, uses time.Now.
 	Now func() time.Time
+	// NewTicker starts the ticker of the periodic JWKS refresh (every
+	// RefreshInterval): it returns the channel the ticks arrive on and the
+	// function that stops it. If nil, uses a time.Ticker. Tests tick by
+	// hand with it.
+	NewTicker func(d time.Duration) (<-chan time.Time, func())
 	// Logger receives key refresh and reload events. If nil, uses
 	// slog.Default().
 	Logger *slog.Logger
@@ -210,9 +215,15 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 		}
 		log.Warn("auth: no keys from the JWKS yet; tokens are refused until a fetch succeeds", "err", err)
 	}
+	newTicker := cfg.NewTicker
+	if newTicker == nil {
+		newTicker = timeTicker
+	}
+	tick, stopTick := newTicker(orDefault(cfg.RefreshInterval, DefaultRefreshInterval))
 	go func() {
 		defer close(v.done)
-		v.remote.run(v.base, orDefault(cfg.RefreshInterval, DefaultRefreshInterval))
+		defer stopTick()
+		v.remote.run(v.base, tick)
 	}()
 	return v, nil
 }

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"io"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // TestCompressLargeArchive compresses more than a few of each format's
@@ -36,12 +37,7 @@ func TestCompressLargeArchive(t *testing.T) {
 	for spec, tool := range tools {
 		rng := rand.New(rand.NewPCG(3, 4))
 		t.Run(spec, func(t *testing.T) {
-			if _, err := exec.LookPath(tool[0]); err != nil {
-				if os.Getenv("CI") != "" {
-					t.Fatalf("%s is missing (scripts/install-deps.sh installs it)", tool[0])
-				}
-				t.Skipf("%s is missing", tool[0])
-			}
+			testtool.RequireBinary(t, tool[0], tool[0])
 			c, err := parseCompression(spec)
 			if err != nil {
 				t.Fatal(err)

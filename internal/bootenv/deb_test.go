@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // arArchive writes an ar archive of the members in order, as dpkg-deb
@@ -110,13 +112,7 @@ func FuzzReadAr(f *testing.F) {
 // fixture tree, with each data.tar compression dpkg-deb offers and with
 // the modules under usr/lib/modules as newer Debian releases ship them.
 func TestBuildFromDeb(t *testing.T) {
-	dpkgDeb, err := exec.LookPath("dpkg-deb")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("dpkg-deb not found")
-		}
-		t.Skip("dpkg-deb not found")
-	}
+	dpkgDeb := testtool.RequireBinary(t, "dpkg-deb", "dpkg")
 	f := newFixture(t)
 	tests := []struct {
 		name, compress string

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/kmod"
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // repoRoot is the repository, from this package's directory.
@@ -27,11 +28,7 @@ func debianKernel(t *testing.T, need ...string) string {
 	dir := filepath.Join(repoRoot, ".cache", "kernel")
 	for _, name := range append([]string{"vmlinuz", "modules"}, need...) {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			msg := "no " + filepath.Join(dir, name) + " (run `make kernel`, i.e. scripts/fetch-kernel.sh)"
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
+			testtool.Need(t, "%s (run `make kernel`, i.e. scripts/fetch-kernel.sh)", filepath.Join(dir, name))
 		}
 	}
 	return dir
@@ -174,13 +171,7 @@ func TestBuildDebianPackage(t *testing.T) {
 // page.
 func TestQEMUColdplug(t *testing.T) {
 	kdir := debianKernel(t)
-	qemu, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("qemu-system-x86_64 not found (Debian package qemu-system-x86)")
-		}
-		t.Skip("qemu-system-x86_64 not found")
-	}
+	qemu := testtool.RequireBinary(t, "qemu-system-x86_64", "qemu-system-x86")
 	work := t.TempDir()
 	initBin := filepath.Join(work, "bootenvinit")
 	build := exec.Command("go", "build", "-o", initBin, "./test/bootenvinit")
@@ -197,13 +188,7 @@ func TestQEMUColdplug(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A FAT disk: mounting it makes the kernel ask /sbin/modprobe.
-	mkfs, err := exec.LookPath("mkfs.vfat")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("mkfs.vfat not found (Debian package dosfstools)")
-		}
-		t.Skip("mkfs.vfat not found (Debian package dosfstools)")
-	}
+	mkfs := testtool.RequireBinary(t, "mkfs.vfat", "dosfstools")
 	disk := filepath.Join(work, "disk.raw")
 	must(os.WriteFile(disk, make([]byte, 8<<20), 0o644))
 	if out, err := exec.Command(mkfs, disk).CombinedOutput(); err != nil {

@@ -17,6 +17,8 @@ import (
 	"github.com/pierrec/lz4/v4"
 	"github.com/u-root/u-root/pkg/cpio"
 	"github.com/ulikunitz/xz"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // elfFile returns a minimal ELF64 little-endian object of type typ for
@@ -278,13 +280,7 @@ func decompressAny(t *testing.T, raw []byte) []byte {
 // reader, when it is installed.
 func cpioList(t *testing.T, data []byte) []string {
 	t.Helper()
-	if _, err := exec.LookPath("cpio"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("cpio not found (Debian package cpio)")
-		}
-		t.Skip("cpio not found (Debian package cpio)")
-	}
-	cmd := exec.Command("cpio", "-it", "--quiet")
+	cmd := exec.Command(testtool.RequireBinary(t, "cpio", "cpio"), "-it", "--quiet")
 	cmd.Stdin = bytes.NewReader(data)
 	out, err := cmd.Output()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
@@ -23,20 +24,28 @@ import (
 	"github.com/anvilproj/anvil/internal/server"
 )
 
-// startServer runs a real `anvil serve` in-process on a free loopback port
-// and returns its address.
-func startServer(t *testing.T) string {
+// listenLocal returns a listener on a free 127.0.0.1 port, for
+// server.Config.Listeners: the port stays bound from its choice to its use.
+func listenLocal(t *testing.T) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// startServer runs a real `anvil serve` in-process on a free loopback port
+// and returns its address.
+func startServer(t *testing.T) string {
+	t.Helper()
+	ln := listenLocal(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, server.Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, HTTPPort: port, DisableGRPC: true,
+		done <- server.Run(ctx, server.Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, DisableGRPC: true,
+			Listeners:   server.Listeners{HTTP: ln},
 			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true})
 	}()
 	t.Cleanup(func() {
@@ -45,7 +54,7 @@ func startServer(t *testing.T) string {
 			t.Errorf("server.Run: %v", err)
 		}
 	})
-	addr := "http://127.0.0.1:" + strconv.Itoa(port)
+	addr := "http://" + ln.Addr().String()
 	for i := 0; ; i++ {
 		resp, err := http.Get(addr + "/readyz")
 		if err == nil {
@@ -199,14 +208,30 @@ func TestApplyRefusesBadFileWhole(t *testing.T) {
 	}
 }
 
-func TestUnreachableServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// refusingAddr returns a loopback address where connections are refused:
+// a TCP socket bound there that never listens holds the port for the test,
+// so no other program can start listening on it meanwhile (closing a
+// listener would free it).
+func refusingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens here now
-	_, _, err = run(t, "http://"+addr, "get", "hardware")
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
+}
+
+func TestUnreachableServer(t *testing.T) {
+	addr := refusingAddr(t)
+	_, _, err := run(t, "http://"+addr, "get", "hardware")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach the Anvil server at http://"+addr) ||
 		strings.Contains(err.Error(), "\n") {
 		t.Errorf("err = %v; want one line saying the server at %s cannot be reached", err, addr)

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,9 @@ type recordingServer struct {
 	url string
 	rec *bootlog.Recorder
 	ls  *logstore.Store
+	// getLogs counts GetLogs calls as they arrive: a follower's next poll
+	// arrives only once it has printed the answer to the one before.
+	getLogs atomic.Int64
 }
 
 func startRecordingServer(t *testing.T) *recordingServer {
@@ -54,7 +58,14 @@ func startRecordingServer(t *testing.T) *recordingServer {
 	svc := api.New(api.Config{Store: st, Logs: ls, Logger: quiet})
 	mux := http.NewServeMux()
 	svc.Mount(mux)
-	srv := httptest.NewServer(mux)
+	s := &recordingServer{rec: rec, ls: ls}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/GetLogs") {
+			s.getLogs.Add(1)
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	s.url = srv.URL
 	t.Cleanup(func() {
 		svc.Stop()
 		srv.Close()
@@ -69,7 +80,20 @@ func startRecordingServer(t *testing.T) *recordingServer {
 			t.Errorf("store.Close: %v", err)
 		}
 	})
-	return &recordingServer{url: srv.URL, rec: rec, ls: ls}
+	return s
+}
+
+// waitGetLogs waits until n GetLogs calls have arrived, failing the test
+// if they do not within 10 s.
+func (s *recordingServer) waitGetLogs(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.getLogs.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d GetLogs calls within 10 s; want %d", s.getLogs.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (s *recordingServer) record(t *testing.T, evs ...machinelog.Event) {
@@ -379,7 +403,10 @@ func TestLogsFollow(t *testing.T) {
 		machinelog.Event{Time: t1.Add(time.Second), Service: "http", MAC: node, Outcome: "served", Message: "later, again"},
 	)
 	waitFor("later", 2)
-	time.Sleep(100 * time.Millisecond) // several more polls
+	// Three more polls answered and printed (a poll is sent only after
+	// the previous answer was printed), each returning the lines at the
+	// last time printed again: none may be printed twice.
+	s.waitGetLogs(t, s.getLogs.Load()+4)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("logs -f: %v", err)

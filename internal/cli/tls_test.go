@@ -3,11 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,26 +21,13 @@ import (
 // would print.
 func startTLSServer(t *testing.T) (httpBase, httpsBase, caFile string) {
 	t.Helper()
-	// Three ports free a moment ago, and not the same one thrice: each
-	// listener is held until all three are chosen.
-	ports := make([]int, 3)
-	lns := make([]net.Listener, len(ports))
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i], ports[i] = ln, ln.Addr().(*net.TCPAddr).Port
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
+	lns := server.Listeners{HTTP: listenLocal(t), HTTPS: listenLocal(t), GRPC: listenLocal(t)}
 	dataDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, server.Config{DataDir: dataDir, Bind: "127.0.0.1", InsecureNoAuth: true, HTTPPort: ports[0], HTTPSPort: ports[1],
-			GRPCPort: ports[2], TLS: true, DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true})
+		done <- server.Run(ctx, server.Config{DataDir: dataDir, Bind: "127.0.0.1", InsecureNoAuth: true, Listeners: lns,
+			TLS: true, DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -50,8 +35,8 @@ func startTLSServer(t *testing.T) (httpBase, httpsBase, caFile string) {
 			t.Errorf("server.Run: %v", err)
 		}
 	})
-	httpBase = "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	httpsBase = "https://127.0.0.1:" + strconv.Itoa(ports[1])
+	httpBase = "http://" + lns.HTTP.Addr().String()
+	httpsBase = "https://" + lns.HTTPS.Addr().String()
 	for i := 0; ; i++ {
 		resp, err := http.Get(httpBase + "/readyz")
 		if err == nil {

@@ -22,11 +22,13 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/ipxe"
 	"github.com/anvilproj/anvil/internal/machinelog"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // recorder is a machinelog.Sink that keeps every Event.
@@ -474,13 +476,7 @@ func TestMetrics(t *testing.T) {
 // TestCurlRange fetches part of a binary with a real client over a real
 // socket, as an operator would when checking a server.
 func TestCurlRange(t *testing.T) {
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("curl is not installed; CI must run this test (apt-get install curl)")
-		}
-		t.Skip("curl is not installed")
-	}
+	curl := testtool.RequireBinary(t, "curl", "curl")
 	h, rec := newTest(t, Config{Binaries: ipxe.Binaries()})
 	srv := httptest.NewServer(h)
 	defer srv.Close()

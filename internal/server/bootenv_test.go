@@ -34,7 +34,7 @@ func TestRunBootEnvErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, HTTPPort: freePort(t), GRPCPort: freePort(t),
+			cfg := Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, Listeners: Listeners{HTTP: listenLocal(t), GRPC: listenLocal(t)},
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DisableDHCP: true, DisableTFTP: true, DisableSyslog: true}
 			tc.cfg(&cfg)
 			err := Run(context.Background(), cfg)

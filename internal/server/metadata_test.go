@@ -84,13 +84,13 @@ func post(t *testing.T, url, body string) string {
 // on the HTTP port, each machine its own, and files the requests in the
 // machines' records.
 func TestMetadataService(t *testing.T) {
-	httpPort, mdPort := freePort(t), freePort(t)
+	httpLn, mdLn := listenLocal(t), listenLocal(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	logs := newSyncBuffer()
 	go func() {
-		done <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, HTTPPort: httpPort, DisableGRPC: true,
-			MetadataPort: mdPort, DisableDHCP: true, DisableTFTP: true, DisableSyslog: true,
+		done <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, DisableGRPC: true,
+			Listeners: Listeners{HTTP: httpLn, Metadata: mdLn}, DisableDHCP: true, DisableTFTP: true, DisableSyslog: true,
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	}()
 	t.Cleanup(func() {
@@ -99,8 +99,7 @@ func TestMetadataService(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	base := "http://127.0.0.1:" + strconv.Itoa(httpPort)
-	md := "http://127.0.0.1:" + strconv.Itoa(mdPort)
+	base, md := "http://"+httpLn.Addr().String(), "http://"+mdLn.Addr().String()
 	for i := 0; ; i++ {
 		if resp, err := http.Get(base + "/healthz"); err == nil {
 			resp.Body.Close()
@@ -142,7 +141,7 @@ func TestMetadataService(t *testing.T) {
 	if code, _ := getFrom(t, "127.0.0.1", md+"/healthz"); code != http.StatusNotFound {
 		t.Errorf("GET /healthz on the metadata port = %d; want 404", code)
 	}
-	if !strings.Contains(logs.String(), "service=metadata addr=127.0.0.1:"+strconv.Itoa(mdPort)) {
+	if !strings.Contains(logs.String(), "service=metadata addr="+mdLn.Addr().String()) {
 		t.Errorf("no listening line for the metadata port:\n%s", logs)
 	}
 

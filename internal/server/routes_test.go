@@ -273,13 +273,13 @@ func TestBootLimits(t *testing.T) {
 // TestMetadataPortLimited checks that the metadata service's own listener
 // shares the boot path's limits and accepts the path prefix.
 func TestMetadataPortLimited(t *testing.T) {
-	mdPort := freePort(t)
+	mdLn := listenLocal(t)
 	base, _, _, _, _ := startWith(t, func(c *Config) {
-		c.DisableMetadata, c.MetadataPort = false, mdPort
+		c.DisableMetadata, c.Listeners.Metadata = false, mdLn
 		c.PathPrefix = "/tink-stack/"
 		c.BootClientRate, c.BootClientBurst = 0.001, 1
 	})
-	md := "http://127.0.0.1:" + strconv.Itoa(mdPort)
+	md := "http://" + mdLn.Addr().String()
 	if code, _ := get(t, md+"/tink-stack/latest/meta-data/hostname"); code != http.StatusNotFound {
 		t.Fatalf("first metadata request = %d; want 404 (127.0.0.1 is no machine's)", code)
 	}

@@ -84,6 +84,12 @@ type Config struct {
 	// DisableHTTP and DisableGRPC switch the listeners off.
 	DisableHTTP bool
 	DisableGRPC bool
+	// Listeners are listeners the caller opened, served instead of
+	// listening on Bind and the port; the port is then the listener's. A
+	// test listens on port 0 and hands the listener over, so no other
+	// program can take the port between its choice and its use. Run closes
+	// them when it returns.
+	Listeners Listeners
 	// ShutdownTimeout bounds how long in-flight calls may run after
 	// shutdown starts. If 0, uses DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -212,10 +218,26 @@ type Config struct {
 	TLSSANs []string
 }
 
+// Listeners are the TCP listeners a caller may open for Run (see
+// Config.Listeners); a nil one is opened by Run on Bind and its port.
+type Listeners struct {
+	HTTP, HTTPS, GRPC, Metadata net.Listener
+}
+
+// close closes the listeners given, used or not.
+func (l Listeners) close() {
+	for _, ln := range []net.Listener{l.HTTP, l.HTTPS, l.GRPC, l.Metadata} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
 // Run serves until ctx ends, then shuts down gracefully and returns nil; or
 // returns the error that kept it from starting or that ended a listener or
 // the engine early (after shutting the rest down).
 func Run(ctx context.Context, cfg Config) (err error) {
+	defer cfg.Listeners.close() // serving or not; closing twice is harmless
 	if cfg.DataDir == "" {
 		return errors.New("no data directory (--data-dir)")
 	}
@@ -297,28 +319,28 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}()
 	if !cfg.DisableHTTP {
-		ln, err := listen(ctx, cfg.Bind, cfg.HTTPPort, "http")
+		ln, err := listen(ctx, cfg.Listeners.HTTP, cfg.Bind, &cfg.HTTPPort, "http")
 		if err != nil {
 			return err
 		}
 		lns = append(lns, namedListener{"http", ln})
 	}
 	if tlsConf != nil && !cfg.DisableHTTPS {
-		ln, err := listen(ctx, cfg.Bind, cfg.HTTPSPort, "https")
+		ln, err := listen(ctx, cfg.Listeners.HTTPS, cfg.Bind, &cfg.HTTPSPort, "https")
 		if err != nil {
 			return err
 		}
 		lns = append(lns, namedListener{"https", ln})
 	}
 	if !cfg.DisableGRPC {
-		ln, err := listen(ctx, cfg.Bind, cfg.GRPCPort, "grpc")
+		ln, err := listen(ctx, cfg.Listeners.GRPC, cfg.Bind, &cfg.GRPCPort, "grpc")
 		if err != nil {
 			return err
 		}
 		lns = append(lns, namedListener{"grpc", ln})
 	}
 	if !cfg.DisableMetadata {
-		ln, err := listen(ctx, cfg.Bind, cfg.MetadataPort, "metadata")
+		ln, err := listen(ctx, cfg.Listeners.Metadata, cfg.Bind, &cfg.MetadataPort, "metadata")
 		if err != nil {
 			return err
 		}
@@ -541,9 +563,17 @@ func newHTTPServer(h http.Handler, http1 bool) *http.Server {
 	}
 }
 
-// listen opens a TCP listener and turns the common failures into advice.
-func listen(ctx context.Context, bind string, port int, name string) (net.Listener, error) {
-	addr := net.JoinHostPort(bind, strconv.Itoa(port))
+// listen returns given, a listener the caller opened (Config.Listeners),
+// setting *port to its port; or, when given is nil, opens a TCP listener
+// on bind:*port and turns the common failures into advice.
+func listen(ctx context.Context, given net.Listener, bind string, port *int, name string) (net.Listener, error) {
+	if given != nil {
+		if ta, ok := given.Addr().(*net.TCPAddr); ok {
+			*port = ta.Port
+		}
+		return given, nil
+	}
+	addr := net.JoinHostPort(bind, strconv.Itoa(*port))
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err == nil {
 		return ln, nil

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,15 +22,16 @@ import (
 	"github.com/anvilproj/anvil/internal/api"
 )
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
+// listenLocal returns a listener on a free 127.0.0.1 port, for
+// Config.Listeners: the port stays bound from its choice to its use.
+func listenLocal(t *testing.T) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // syncBuffer is a log sink safe for the server's goroutines.
@@ -63,14 +63,13 @@ func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, 
 // startWith is start with a Config changed by change (if not nil) first.
 func startWith(t *testing.T, change func(*Config)) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
 	t.Helper()
-	httpPort, grpcPort := freePort(t), freePort(t)
+	httpLn, grpcLn := listenLocal(t), listenLocal(t)
 	logs = newSyncBuffer()
 	cfg := Config{
 		DataDir:        t.TempDir(),
 		Bind:           "127.0.0.1",
 		InsecureNoAuth: true, // authentication has its own test (auth_test.go)
-		HTTPPort:       httpPort,
-		GRPCPort:       grpcPort,
+		Listeners:      Listeners{HTTP: httpLn, GRPC: grpcLn},
 		Logger:         slog.New(slog.NewTextHandler(logs, nil)),
 		// The boot services have their own tests (boot_test.go, test/e2e).
 		DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
@@ -86,8 +85,8 @@ func startWith(t *testing.T, change func(*Config)) (httpBase, grpcAddr string, c
 		defer close(runDone)
 		runErr = Run(ctx, cfg)
 	}()
-	httpBase = "http://127.0.0.1:" + strconv.Itoa(httpPort)
-	grpcAddr = "127.0.0.1:" + strconv.Itoa(grpcPort)
+	httpBase = "http://" + httpLn.Addr().String()
+	grpcAddr = grpcLn.Addr().String()
 	// Wait for the listener by polling; the listeners exist before Run
 	// logs them, so this only waits for startup, never for a fixed time.
 	for i := 0; ; i++ {
@@ -269,9 +268,10 @@ func TestRunErrors(t *testing.T) {
 		want string
 	}{
 		{name: "no data dir", cfg: Config{Bind: "127.0.0.1"}, want: "data directory"},
-		{name: "bad dhcp mode", cfg: Config{Bind: "127.0.0.1", HTTPPort: freePort(t), DisableGRPC: true, DHCPMode: "sometimes"}, want: "--dhcp-mode"},
+		{name: "bad dhcp mode", cfg: Config{Bind: "127.0.0.1", Listeners: Listeners{HTTP: listenLocal(t)}, DisableGRPC: true, DHCPMode: "sometimes"}, want: "--dhcp-mode"},
 		{name: "bind not an IP", cfg: Config{Bind: "localhost"}, want: "not an IP address"},
-		{name: "bind not ours", cfg: Config{Bind: "192.0.2.1", HTTPPort: freePort(t)}, want: "is --bind an address of this machine?"},
+		// Any port: no port of an address not ours can be bound.
+		{name: "bind not ours", cfg: Config{Bind: "192.0.2.1"}, want: "is --bind an address of this machine?"},
 		{name: "port busy", cfg: Config{Bind: "127.0.0.1", HTTPPort: busyPort, DisableGRPC: true}, want: "--http-port"},
 		{name: "bad trusted proxy", cfg: Config{Bind: "127.0.0.1", TrustedProxies: []string{"proxy.lab"}}, want: "--trusted-proxies"},
 		{name: "bad path prefix", cfg: Config{Bind: "127.0.0.1", PathPrefix: "/metrics/"}, want: "--path-prefix"},

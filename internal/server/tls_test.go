@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,24 +30,9 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/testtool"
 	"github.com/anvilproj/anvil/internal/tlsconf"
 )
-
-// requireBinary returns the path of a real client. A missing one fails
-// the test under CI=true (scripts/install-deps.sh installs it) and skips
-// it elsewhere. (internal/tftp's helper, which a test file cannot share.)
-func requireBinary(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s not found (Debian package %s; scripts/install-deps.sh installs it)", name, pkg)
-	}
-	t.Skipf("%s not found (Debian package %s)", name, pkg)
-	return ""
-}
 
 // tlsServer is a Run with TLS on, on free loopback ports.
 type tlsServer struct {
@@ -65,14 +49,11 @@ type tlsServer struct {
 func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 	t.Helper()
 	s := &tlsServer{logs: newSyncBuffer()}
-	ports := freePorts(t, 3)
 	s.cfg = Config{
 		DataDir:        t.TempDir(),
 		Bind:           "127.0.0.1",
 		InsecureNoAuth: true, // authentication has its own test (auth_test.go)
-		HTTPPort:       ports[0],
-		HTTPSPort:      ports[1],
-		GRPCPort:       ports[2],
+		Listeners:      Listeners{HTTP: listenLocal(t), HTTPS: listenLocal(t), GRPC: listenLocal(t)},
 		TLS:            true,
 		Logger:         slog.New(slog.NewTextHandler(s.logs, nil)),
 		// The boot services have their own tests; the HTTP boot routes
@@ -82,9 +63,9 @@ func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 	if change != nil {
 		change(&s.cfg)
 	}
-	s.http = "127.0.0.1:" + strconv.Itoa(s.cfg.HTTPPort)
-	s.https = "127.0.0.1:" + strconv.Itoa(s.cfg.HTTPSPort)
-	s.grpc = "127.0.0.1:" + strconv.Itoa(s.cfg.GRPCPort)
+	s.http = s.cfg.Listeners.HTTP.Addr().String()
+	s.https = s.cfg.Listeners.HTTPS.Addr().String()
+	s.grpc = s.cfg.Listeners.GRPC.Addr().String()
 	s.httpBase, s.httpsBase = "http://"+s.http, "https://"+s.https
 	s.grpcTLS, s.grpcH2C = "https://"+s.grpc, "http://"+s.grpc
 
@@ -121,25 +102,6 @@ func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 			t.Fatal("server did not start")
 		}
 	}
-}
-
-// freePorts returns n different TCP ports on 127.0.0.1 that were free a
-// moment ago: each listener is held until all are chosen.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	lns := make([]net.Listener, n)
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i], ports[i] = ln, ln.Addr().(*net.TCPAddr).Port
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
 }
 
 // client returns an HTTP client that trusts roots and speaks the given
@@ -299,7 +261,7 @@ func TestTLS(t *testing.T) {
 			"tinkerbell_insecure_tls=true", "anvil.server="+s.httpBase)
 	})
 	t.Run("curl", func(t *testing.T) {
-		curl := requireBinary(t, "curl", "curl")
+		curl := testtool.RequireBinary(t, "curl", "curl")
 		caFile := filepath.Join(t.TempDir(), "ca.pem")
 		if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
 			t.Fatal(err)

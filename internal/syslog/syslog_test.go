@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/anvilproj/anvil/internal/machinelog"
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // collect is a Sink that hands events to the test.
@@ -171,10 +172,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // TestLoggerEndToEnd sends with a real client, util-linux logger(1), in
 // both of its formats.
 func TestLoggerEndToEnd(t *testing.T) {
-	logger, err := exec.LookPath("logger")
-	if err != nil {
-		t.Skip("util-linux logger not installed (Debian: bsdutils)")
-	}
+	logger := testtool.RequireBinary(t, "logger", "bsdutils")
 	addr, events := serve(t, Config{})
 	file := filepath.Join(t.TempDir(), "lines")
 	if err := os.WriteFile(file, []byte("first line\nsecond line\n"), 0o644); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,7 +18,10 @@ import (
 
 // TestConformance fetches files from an in-process server with the real
 // clients PXE setups and operators use: curl, atftp (the client with
-// RFC 7440 windowsize) and tftp-hpa, and compares what they wrote.
+// RFC 7440 windowsize) and tftp-hpa, and compares what they wrote. atftp's
+// windowsize transfers go through a recording relay (wire_test.go) that
+// checks the window was granted and used: the OACK's windowsize, and each
+// window's blocks sent before the client's ACK.
 func TestConformance(t *testing.T) {
 	curl := testtool.RequireBinary(t, "curl", "curl")
 	atftp := testtool.RequireBinary(t, "atftp", "atftp")
@@ -50,13 +54,16 @@ func TestConformance(t *testing.T) {
 			return append([]string{curl, "-sS", url + file, "-o", out}, extra...)
 		}
 	}
+	atftpVia := func(port string, opts ...string) []string {
+		args := []string{atftp}
+		for _, o := range opts {
+			args = append(args, "--option", o)
+		}
+		return append(args, "127.0.0.1", port)
+	}
 	atftpGet := func(opts ...string) func(file, out string) []string {
 		return func(file, out string) []string {
-			args := []string{atftp}
-			for _, o := range opts {
-				args = append(args, "--option", o)
-			}
-			return append(args, "-g", "-r", file, "-l", out, "127.0.0.1", port)
+			return append(atftpVia(port, opts...), "-g", "-r", file, "-l", out)
 		}
 	}
 	hpaGet := func(flags ...string) func(file, out string) []string {
@@ -66,21 +73,30 @@ func TestConformance(t *testing.T) {
 			return append(args, "127.0.0.1", port, "-c", "get", file, out)
 		}
 	}
+	// atftpWindow is atftp asking for a window of n blocks, through a
+	// wire that checks it was served so.
+	atftpWindow := func(n int, opts ...string) func(file, out string) []string {
+		return func(file, out string) []string {
+			opts := append([]string{"windowsize " + strconv.Itoa(n)}, opts...)
+			return append(atftpVia("WIRE", opts...), "-g", "-r", file, "-l", out)
+		}
+	}
 	clients := []struct {
-		name string
-		cmd  func(file, out string) []string
+		name   string
+		cmd    func(file, out string) []string
+		window int // through a wire, checking the transfer was windowed so
 	}{
-		{"curl blksize 1468", curlGet("--tftp-blksize", "1468")},
-		{"curl default", curlGet()},
-		{"curl no options", curlGet("--tftp-no-options")},
-		{"atftp windowsize 16 blksize 1468", atftpGet("windowsize 16", "blksize 1468")},
-		{"atftp windowsize 64 blksize 1468", atftpGet("windowsize 64", "blksize 1468")},
-		{"atftp windowsize 3 tsize", atftpGet("windowsize 3", "tsize 0")},
-		{"atftp blksize 1468", atftpGet("blksize 1468")},
-		{"atftp blksize 8 timeout 2", atftpGet("blksize 8", "timeout 2")},
-		{"atftp no options", atftpGet()},
-		{"tftp-hpa binary", hpaGet("-m", "binary")},
-		{"tftp-hpa binary verbose", hpaGet("-v", "-m", "binary")},
+		{"curl blksize 1468", curlGet("--tftp-blksize", "1468"), 0},
+		{"curl default", curlGet(), 0},
+		{"curl no options", curlGet("--tftp-no-options"), 0},
+		{"atftp windowsize 16 blksize 1468", atftpWindow(16, "blksize 1468"), 16},
+		{"atftp windowsize 64 blksize 1468", atftpWindow(64, "blksize 1468"), 64},
+		{"atftp windowsize 3 tsize", atftpWindow(3, "tsize 0"), 3},
+		{"atftp blksize 1468", atftpGet("blksize 1468"), 0},
+		{"atftp blksize 8 timeout 2", atftpGet("blksize 8", "timeout 2"), 0},
+		{"atftp no options", atftpGet(), 0},
+		{"tftp-hpa binary", hpaGet("-m", "binary"), 0},
+		{"tftp-hpa binary verbose", hpaGet("-v", "-m", "binary"), 0},
 	}
 	for _, cl := range clients {
 		for _, file := range []string{"empty", "small", "b512", "b1468", "b4404", "ipxe.efi", "52:54:00:12:34:56/ipxe.efi"} {
@@ -90,7 +106,13 @@ func TestConformance(t *testing.T) {
 			t.Run(cl.name+"/"+file, func(t *testing.T) {
 				out := filepath.Join(t.TempDir(), "out")
 				n := srv.events.count()
-				runClient(t, cl.cmd(file, out))
+				args := cl.cmd(file, out)
+				var w *wire
+				if cl.window > 0 {
+					w = newWire(t, srv.addr)
+					args[slices.Index(args, "WIRE")] = w.Port()
+				}
+				runClient(t, args)
 				_, base, _ := strings.Cut(file, "/")
 				if base == "" {
 					base = file
@@ -105,6 +127,11 @@ func TestConformance(t *testing.T) {
 				ev := srv.events.find(t, n, "RRQ "+file+" ")
 				if ev.Outcome != OutcomeServed {
 					t.Errorf("event = %+v; want served", ev)
+				}
+				if w != nil {
+					// After the event: the server had the last ACK, so
+					// the wire had carried it.
+					w.checkWindows(t, cl.window, len(files[base]))
 				}
 				if strings.Contains(file, "/") && ev.MAC.String() != "52:54:00:12:34:56" {
 					t.Errorf("event MAC = %v; want 52:54:00:12:34:56", ev.MAC)
@@ -160,7 +187,8 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceRollover: real clients follow block numbers past 65535
-// (33.5 MB at 512-byte blocks).
+// (33.5 MB at 512-byte blocks); atftp's windows of 64 are checked on the
+// wire across the wrap.
 func TestConformanceRollover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("33 MB transfers")
@@ -171,18 +199,24 @@ func TestConformanceRollover(t *testing.T) {
 	srv := startServer(t, Config{FS: rootWith(t, "big", data)})
 	port := strconv.Itoa(int(srv.addr.Port()))
 	tests := []struct {
-		name string
-		args []string
+		name   string
+		args   []string
+		window int // through a wire, checking the transfer was windowed so
 	}{
-		{"atftp windowsize 64", []string{atftp, "--option", "windowsize 64", "-g", "-r", "big", "-l", "OUT", "127.0.0.1", port}},
-		{"curl blksize 512", []string{curl, "-sS", "tftp://127.0.0.1:" + port + "/big", "--tftp-blksize", "512", "-o", "OUT"}},
+		{"atftp windowsize 64", []string{atftp, "--option", "windowsize 64", "-g", "-r", "big", "-l", "OUT", "127.0.0.1", "WIRE"}, 64},
+		{"curl blksize 512", []string{curl, "-sS", "tftp://127.0.0.1:" + port + "/big", "--tftp-blksize", "512", "-o", "OUT"}, 0},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
+			var w *wire
 			for j := range tc.args {
-				if tc.args[j] == "OUT" {
+				switch tc.args[j] {
+				case "OUT":
 					tc.args[j] = out
+				case "WIRE":
+					w = newWire(t, srv.addr)
+					tc.args[j] = w.Port()
 				}
 			}
 			runClient(t, tc.args)
@@ -192,6 +226,11 @@ func TestConformanceRollover(t *testing.T) {
 			}
 			if ev := srv.events.wait(t, i+1)[i]; ev.Outcome != OutcomeServed {
 				t.Errorf("event = %+v; want served", ev)
+			}
+			if w != nil {
+				// After the event: the server had the last ACK, so the
+				// wire had carried it.
+				w.checkWindows(t, tc.window, len(data))
 			}
 		})
 	}

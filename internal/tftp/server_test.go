@@ -189,8 +189,9 @@ func TestOACKDeclined(t *testing.T) {
 	if ev.Outcome != OutcomeSizeProbe || !strings.Contains(ev.Message, "3000 bytes") || !strings.Contains(ev.Message, "error 8") {
 		t.Errorf("event = %+v; want a size probe of 3000 bytes, ended with error 8", ev)
 	}
-	// Nothing more comes.
-	if p, _, err := c.recv(200 * time.Millisecond); err == nil {
+	// Nothing more comes: the event is recorded when the transfer has
+	// ended and closed its socket, after anything it sent.
+	if p, ok := c.queued(); ok {
 		t.Errorf("after ERROR 8 the server sent %x", p)
 	}
 }
@@ -621,12 +622,14 @@ func TestMaxTransfers(t *testing.T) {
 	}
 	c := newClient(t, srv.addr)
 	c.sendTo(srv.addr, rrq("f5000", "octet"))
-	if p, _, err := c.recv(100 * time.Millisecond); err == nil {
-		t.Fatalf("busy server answered %q; want silence", p)
-	}
 	ev := srv.events.wait(t, 1)[0]
 	if ev.Outcome != OutcomeRefused || !strings.Contains(ev.Message, "busy") {
 		t.Errorf("event = %+v; want refused, busy", ev)
+	}
+	// The event is recorded once the request is dealt with: an answer
+	// would be here already.
+	if p, ok := c.queued(); ok {
+		t.Fatalf("busy server answered %q; want silence", p)
 	}
 	// Once the stalled transfer times out, the client's retry is served.
 	srv.events.wait(t, 2)
@@ -641,15 +644,25 @@ func TestMaxTransfers(t *testing.T) {
 func TestDuplicateRequest(t *testing.T) {
 	srv := startServer(t, Config{FS: fixture()})
 	c := newClient(t, srv.addr)
+	marked := counterValue(t, malformedTotal) + 1
 	c.sendTo(srv.addr, rrq("f5000", "octet"))
 	c.sendTo(srv.addr, rrq("f5000", "octet"))
-	time.Sleep(50 * time.Millisecond)
+	// A marker from the same socket: the server reads its port in order,
+	// so once the marker is counted both requests have been dealt with.
+	c.sendTo(srv.addr, []byte{0, 99})
+	waitCounter(t, malformedTotal, marked)
+	if n := gaugeValue(t, activeTransfers); n != 1 {
+		t.Fatalf("%v transfers in progress after both requests; want 1", n)
+	}
 	res := c.get("f5000", getOpts{requested: true})
 	if len(res.data) != 5000 {
 		t.Fatalf("got %d bytes; want 5000", len(res.data))
 	}
 	srv.events.wait(t, 1)
-	time.Sleep(100 * time.Millisecond)
+	// No other transfer is left to end and record a second event.
+	if n := gaugeValue(t, activeTransfers); n != 0 {
+		t.Errorf("%v transfers in progress after the first ended; want 0", n)
+	}
 	if n := srv.events.count(); n != 1 {
 		t.Errorf("%d events; want 1 transfer", n)
 	}

@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +24,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // TestIngress puts Debian's nginx in front of anvil as an orchestrator's
@@ -35,13 +35,7 @@ import (
 // (127.0.0.1) as a proxy and must see the client's address, not nginx's.
 func TestIngress(t *testing.T) {
 	requireLab(t)
-	if _, err := exec.LookPath("nginx"); err != nil {
-		msg := "the ingress test needs nginx (Debian nginx-light; `make test` installs it)"
-		if inCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	testtool.RequireBinary(t, "nginx", "nginx-light")
 	srvNS, cliNS := newNetns(t, "ingsrv"), newNetns(t, "ingcli")
 	run(t, "ip", "-n", srvNS.name, "link", "add", "ingv0", "type", "veth", "peer", "name", "ingv1", "netns", cliNS.name)
 	srvNS.ip("addr", "add", "10.88.1.1/24", "dev", "ingv0")

@@ -307,25 +307,35 @@ type storedWorkflow struct {
 		State          string     `json:"state"`
 		CompletionTime *time.Time `json:"completionTime"`
 		Tasks          []struct {
-			Actions []struct {
-				Name              string     `json:"name"`
-				State             string     `json:"state"`
-				Attempt           int        `json:"attempt"`
-				ExecutionStart    *time.Time `json:"executionStart"`
-				ExecutionStop     *time.Time `json:"executionStop"`
-				ExecutionDuration string     `json:"executionDuration"`
-				Message           string     `json:"message"`
-			} `json:"actions"`
+			Actions []actionRecord `json:"actions"`
 		} `json:"tasks"`
 	} `json:"status"`
 }
 
+// actionRecord is one action of a storedWorkflow.
+type actionRecord struct {
+	Name              string     `json:"name"`
+	State             string     `json:"state"`
+	Attempt           int        `json:"attempt"`
+	ExecutionStart    *time.Time `json:"executionStart"`
+	ExecutionStop     *time.Time `json:"executionStop"`
+	ExecutionDuration string     `json:"executionDuration"`
+	Message           string     `json:"message"`
+	Progress          *progress  `json:"progress"` // the agent's last report
+}
+
+// progress is an action's self-reported progress: bytes fetched of the
+// total.
+type progress struct {
+	Bytes      int64 `json:"bytes"`
+	TotalBytes int64 `json:"totalBytes"`
+}
+
 func getWorkflow(t *testing.T, a *anvil, name string) storedWorkflow {
 	t.Helper()
-	var wf storedWorkflow
-	out := a.cli(t, "get", "workflow", name, "-o", "json")
-	if err := json.Unmarshal([]byte(out), &wf); err != nil {
-		t.Fatalf("workflow %s as JSON: %v\n%s", name, err, out)
+	wf, err := readWorkflow(a, name)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return wf
 }
@@ -341,6 +351,21 @@ func assertInstalled(t *testing.T, a *anvil, run installRun, name, mac, ip strin
 		t.Errorf("after the install, allowPXE is not false:\n%s", hw)
 	}
 	return wf
+}
+
+// readWorkflow is getWorkflow for any goroutine: it returns its error.
+func readWorkflow(a *anvil, name string) (storedWorkflow, error) {
+	var wf storedWorkflow
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := a.ns.exec(ctx, assets.anvil, append(a.clientArgs(), "get", "workflow", name, "-o", "json")...)
+	if err != nil {
+		return wf, fmt.Errorf("anvil get workflow %s: %v\n%s", name, err, out)
+	}
+	if err := json.Unmarshal([]byte(out), &wf); err != nil {
+		return wf, fmt.Errorf("workflow %s as JSON: %v\n%s", name, err, out)
+	}
+	return wf, nil
 }
 
 // assertInstalledOS checks what every install leaves behind: the
@@ -498,8 +523,11 @@ func TestInstall(t *testing.T) {
 
 // TestInstallServerRestart: the server restarts while image2disk streams
 // the image; the agent reconnects, the workflow finishes, and nothing runs
-// twice. The image comes from a slow server in the lab so that the restart
-// lands in the middle of the write.
+// twice. The image server in the lab sends the first half of the image and
+// holds the rest until the restart is over, so the restart lands in the
+// middle of the write — and the test checks that it did: the record the
+// restarted server holds shows image2disk running with part of the image
+// written (progress above zero, below the total).
 func TestInstallServerRestart(t *testing.T) {
 	requireLab(t)
 	prepareInstall(t)
@@ -512,45 +540,80 @@ func TestInstallServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	half := len(img) / 2
 	var gets atomic.Int32
-	streaming := make(chan struct{})
-	var once sync.Once
-	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	held := make(chan struct{})   // the first half is sent; the rest waits
+	resume := make(chan struct{}) // the restart is over: send the rest
+	var heldOnce, resumeOnce sync.Once
+	release := func() { resumeOnce.Do(func() { close(resume) }) }
+	t.Cleanup(release)
+	gated := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gets.Add(1)
 		w.Header().Set("Content-Length", fmt.Sprint(len(img)))
-		const chunk = 256 << 10 // 2.5 MiB/s: ~4 s for the image
-		for off := 0; off < len(img); off += chunk {
-			end := min(off+chunk, len(img))
-			if _, err := w.Write(img[off:end]); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			once.Do(func() { close(streaming) })
-			time.Sleep(100 * time.Millisecond)
+		if _, err := w.Write(img[:half]); err != nil {
+			return
 		}
+		w.(http.Flusher).Flush()
+		heldOnce.Do(func() { close(held) })
+		select {
+		case <-resume:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write(img[half:])
 	})
-	imageAddr := listenInNetns(t, ns, serverIP+":8099", slow)
+	imageAddr := listenInNetns(t, ns, serverIP+":8099", gated)
 
 	name, mac, ip := "node-restart", "52:54:00:77:01:20", "10.77.0.120"
 	a.apply(t, installYAML(name, mac, ip, serverIP, "http://"+imageAddr+"/os.raw.zst"))
 	restarted := make(chan struct{})
+	var midWrite atomic.Bool // the restarted server's record shows the write in progress
 	run := runInstall(t, ns, a, name, mac, func() {
 		go func() {
 			defer close(restarted)
+			defer release() // whatever happens, let the install finish
 			select {
-			case <-streaming:
+			case <-held:
 			case <-time.After(installTimeout):
+				t.Error("image2disk never fetched the image")
 				return
 			}
-			time.Sleep(500 * time.Millisecond)
-			t.Logf("restarting anvil serve while image2disk streams")
+			// The agent reports progress every few seconds
+			// (PROGRESS_INTERVAL_SECONDS): restart once the server has
+			// recorded some.
+			before, err := waitProgress(a, name+"-install", "stream-image")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Logf("restarting anvil serve while image2disk has fetched %d of %d bytes", before.Bytes, before.TotalBytes)
 			if err := a.restart(); err != nil {
 				t.Error(err)
+				return
+			}
+			wf, err := readWorkflow(a, name+"-install")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			act, ok := findAction(wf, "stream-image")
+			switch {
+			case !ok:
+				t.Errorf("the restarted server's record has no stream-image action")
+			case act.State != "RUNNING" || act.Progress == nil || act.Progress.Bytes <= 0 || act.Progress.Bytes >= act.Progress.TotalBytes:
+				t.Errorf("after the restart the record shows stream-image %s with progress %+v; want RUNNING with 0 < bytes < total (the restart mid-write)",
+					act.State, act.Progress)
+			default:
+				t.Logf("after the restart the record shows stream-image RUNNING at %d of %d bytes", act.Progress.Bytes, act.Progress.TotalBytes)
+				midWrite.Store(true)
 			}
 		}()
 	})
 	<-restarted
 	wf := assertInstalled(t, a, run, name, mac, ip)
+	if !midWrite.Load() {
+		t.Error("the restart did not land in the middle of the image write")
+	}
 	t.Logf("install through a restart: QEMU start → workflow SUCCESS %.1fs, → installed OS %.1fs",
 		run.success.Seconds(), run.res.seen[markerInstalled].Seconds())
 	if n := gets.Load(); n != 1 {
@@ -562,6 +625,36 @@ func TestInstallServerRestart(t *testing.T) {
 				t.Errorf("action %s ran %d times; want once", act.Name, act.Attempt)
 			}
 		}
+	}
+}
+
+// findAction returns the action named name of wf.
+func findAction(wf storedWorkflow, name string) (actionRecord, bool) {
+	for _, task := range wf.Status.Tasks {
+		for _, act := range task.Actions {
+			if act.Name == name {
+				return act, true
+			}
+		}
+	}
+	return actionRecord{}, false
+}
+
+// waitProgress polls the workflow until its action reports progress (bytes
+// fetched above zero) and returns it.
+func waitProgress(a *anvil, workflow, action string) (progress, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		wf, err := readWorkflow(a, workflow)
+		if err == nil {
+			if act, ok := findAction(wf, action); ok && act.Progress != nil && act.Progress.Bytes > 0 {
+				return *act.Progress, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return progress{}, fmt.Errorf("%s of %s reported no progress within 2 minutes (last error: %v)", action, workflow, err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // The lab: network namespaces with a bridge, taps for QEMU, the real anvil
@@ -49,9 +51,6 @@ var fetchModules = []string{
 	"drivers/virtio/virtio_pci_modern_dev.ko", "drivers/virtio/virtio_pci.ko", "drivers/net/virtio_net.ko",
 }
 
-// inCI reports whether the tests run in CI, where nothing may be skipped.
-func inCI() bool { return os.Getenv("CI") != "" }
-
 // requireLab fails (in CI) or skips (elsewhere) when the lab cannot run.
 func requireLab(t *testing.T) {
 	t.Helper()
@@ -73,11 +72,7 @@ func requireLab(t *testing.T) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := "end-to-end lab needs: " + strings.Join(missing, ", ") + " (run `make test` as root; it installs the packages)"
-	if inCI() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testtool.Need(t, "the end-to-end lab: %s (run `make test` as root; it installs the packages)", strings.Join(missing, ", "))
 }
 
 // buildAssets builds the anvil binary, fetches the kernel and packs the

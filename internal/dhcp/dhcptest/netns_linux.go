@@ -4,13 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // NeedRoot stops a test that needs root (binding port 67, SO_BINDTODEVICE,
@@ -18,22 +19,8 @@ import (
 // so a CI runner that lost its privileges cannot pass by skipping.
 func NeedRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		if _, err := exec.LookPath("ip"); err == nil {
-			return
-		}
-		need(t, "the ip command (iproute2)")
-		return
-	}
-	need(t, "root")
-}
-
-func need(t testing.TB, what string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test needs %s, and CI=true: refusing to skip", what)
-	}
-	t.Skipf("this test needs %s", what)
+	testtool.RequireRoot(t, "network namespaces, port 67")
+	testtool.RequireBinary(t, "ip", "iproute2")
 }
 
 // NetNS is a network namespace made for one test and deleted after it.

@@ -29,9 +29,10 @@ func openTest(t testing.TB, path string, opts Options) *Store {
 }
 
 func TestStoreContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		// A small history so that the suite's too-old watch test is quick.
-		return openTest(t, "", Options{WatchHistory: 64})
+	// A small history so that the suite's too-old watch test is quick.
+	const history = 64
+	storetest.Run(t, storetest.Options{WatchHistory: history}, func(t *testing.T) store.Store {
+		return openTest(t, "", Options{WatchHistory: history})
 	})
 }
 

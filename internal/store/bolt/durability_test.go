@@ -26,16 +26,23 @@ const (
 	envChildWriters = "ANVIL_BOLT_DURABILITY_WRITERS"
 )
 
-// TestDurabilityWriterProcess is not a test on its own: TestDurabilitySIGKILL
-// runs the test binary with only this test selected and envChildDB set. It
-// writes until killed, printing one line before each write ("try ...") and
-// one after each acknowledged write ("ack ..."). A name is never reused
-// after it is deleted, and each name is written by one goroutine, in order.
-func TestDurabilityWriterProcess(t *testing.T) {
-	path := os.Getenv(envChildDB)
-	if path == "" {
-		t.Skip("writer child of TestDurabilitySIGKILL; runs only when started by it")
+// TestMain runs the writer child instead of the tests when
+// TestDurabilitySIGKILL started this binary as one (envChildDB set), so
+// that no test has to skip itself in the ordinary run.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(envChildDB); path != "" {
+		durabilityWriter(path)
 	}
+	os.Exit(m.Run())
+}
+
+// durabilityWriter is the child process of TestDurabilitySIGKILL, which
+// runs the test binary with envChildDB set. It writes until killed,
+// printing one line before each write ("try ...") and one after each
+// acknowledged write ("ack ..."). A name is never reused after it is
+// deleted, and each name is written by one goroutine, in order. It never
+// returns.
+func durabilityWriter(path string) {
 	prefix := os.Getenv(envChildPrefix)
 	writers, _ := strconv.Atoi(os.Getenv(envChildWriters))
 	s, err := Open(path, Options{})
@@ -95,9 +102,6 @@ type nameState struct {
 // that every acknowledged write survived, that the file is consistent and
 // that revisions are never reused.
 func TestDurabilitySIGKILL(t *testing.T) {
-	if os.Getenv(envChildDB) != "" {
-		t.Skip("in the writer child")
-	}
 	iterations := 50
 	if testing.Short() {
 		iterations = 10
@@ -162,7 +166,7 @@ func TestDurabilitySIGKILL(t *testing.T) {
 // its first acknowledged write, and returns every line it printed.
 func runWriterChild(t *testing.T, path, prefix string, writers int, delay time.Duration) (acks int, lines []string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDurabilityWriterProcess$", "-test.count=1")
+	cmd := exec.Command(os.Args[0]) // TestMain runs durabilityWriter
 	cmd.Env = append(os.Environ(), envChildDB+"="+path, envChildPrefix+"="+prefix, envChildWriters+"="+strconv.Itoa(writers))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
