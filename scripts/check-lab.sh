@@ -56,11 +56,14 @@ tools=(
   wrk:wrk nginx:nginx-light cloud-init:cloud-init perfdhcp:kea-admin kea-dhcp4:kea-dhcp4-server
   zstd:zstd lz4:lz4 gzip:gzip bzip2:bzip2 mkfs.vfat:dosfstools mkfs.ext4:e2fsprogs
   losetup:mount mtype:mtools syslinux:syslinux depmod:kmod dpkg-deb:dpkg sha256sum:coreutils
+  e2fsck:e2fsprogs jq:jq dhcrelay:isc-dhcp-relay unshare:util-linux nsenter:util-linux
 )
 for t in "${tools[@]}"; do
   command -v "${t%%:*}" >/dev/null || problem "${t%%:*} not found (Debian package ${t##*:})"
 done
 [ -x /bin/busybox ] || problem "no /bin/busybox (Debian package busybox-static)"
+[ -r /usr/share/OVMF/OVMF_CODE.fd ] || problem "no OVMF firmware (Debian package ovmf)"
+[ -r /usr/lib/systemd/boot/efi/systemd-bootx64.efi ] || problem "no systemd-boot (Debian package systemd-boot-efi; the UEFI install image)"
 [ -s .cache/kernel/VERSION ] || problem "no Debian kernel in .cache/kernel (make kernel)"
 
 if [ ${#problems[@]} -eq 0 ]; then

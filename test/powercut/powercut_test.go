@@ -97,12 +97,8 @@ func requireLab(t *testing.T) {
 		missing = append(missing, "loop devices (/dev/loop-control)")
 	}
 	if len(missing) > 0 {
-		msg := "the power-cut test needs " + strings.Join(missing, " and ") +
-			": the host's kernel mounts each crash image on a loop device, replaying its journal"
-		if testtool.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testtool.Need(t, "%s: the host's kernel mounts each crash image on a loop device, replaying its journal",
+			strings.Join(missing, " and "))
 	}
 }
 
@@ -113,11 +109,7 @@ func buildVM(t *testing.T, dir string) (kernel, initrd string) {
 	t.Helper()
 	kdir := filepath.Join(repoRoot, ".cache", "kernel")
 	if out, err := exec.Command(filepath.Join(repoRoot, "scripts", "fetch-kernel.sh"), kdir).CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("Debian's kernel (scripts/fetch-kernel.sh, make kernel): %v\n%s", err, out)
-		if testtool.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testtool.Need(t, "Debian's kernel (scripts/fetch-kernel.sh, make kernel): %v\n%s", err, out)
 	}
 	writer := filepath.Join(dir, "writer")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", writer, "./test/powercut/writer")
