@@ -33,6 +33,7 @@ FUZZ_TARGETS := \
 	./internal/tftp:FuzzParseRequest \
 	./internal/clientip:FuzzResolve \
 	./internal/auth:FuzzVerify \
+	./internal/auth:FuzzVerifySigned \
 	./internal/inventory:FuzzConvert \
 	./internal/render:FuzzRender
 

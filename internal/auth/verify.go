@@ -68,8 +68,10 @@ type Config struct {
 	// KeyFiles are files of trusted public keys: PEM (PUBLIC KEY, RSA
 	// PUBLIC KEY, or a private key whose public half is used) or a JWKS
 	// or JWK in JSON. A file is read again when its modification time or
-	// size changes, checked at most once a second. PEM keys have no kid
-	// and are tried for any token.
+	// size changes, checked at most once a second. A key without a kid
+	// (a PEM key) is known by its RFC 7638 thumbprint, the kid of the
+	// local issuer's tokens; a token naming any other kid is not verified
+	// with it.
 	KeyFiles []string
 
 	// Algorithms are the JWS algorithms accepted. If empty, uses RS256,
@@ -409,35 +411,43 @@ func (v *Verifier) keySets() []*keySet {
 	return sets
 }
 
-// candidates are the keys to try for a token with kid: those with that kid
-// (exact), and those without one (loose) — every key when kid is "".
-func candidates(sets []*keySet, kid string) (exact, loose []*verifyKey) {
+// candidates are the keys to try for a token with kid: those with that
+// kid, or every key when the token names none.
+func candidates(sets []*keySet, kid string) []*verifyKey {
+	var keys []*verifyKey
 	for _, s := range sets {
 		if kid == "" {
-			loose = append(loose, s.all...)
-			continue
+			keys = append(keys, s.all...)
+		} else {
+			keys = append(keys, s.byKID[kid]...)
 		}
-		exact = append(exact, s.byKID[kid]...)
-		loose = append(loose, s.anyKID...)
 	}
-	return exact, loose
+	return keys
 }
 
 // checkSignature verifies sig over input with a trusted key fit for alg.
 // A kid that no key has sends for the JWKS again (rate limited), then,
-// still unknown, is refused unless a key without a kid verifies.
+// still unknown, is refused: a key of another kid is never tried, so a
+// token names the key that signed it or none.
 func (v *Verifier) checkSignature(ctx context.Context, kid, alg string, jv jws.Verifier, input, sig []byte) error {
-	exact, loose := candidates(v.keySets(), kid)
+	keys := candidates(v.keySets(), kid)
 	var fetchErr error
-	if kid != "" && len(exact) == 0 && v.remote != nil {
+	if kid != "" && len(keys) == 0 && v.remote != nil {
 		var fetched bool
 		fetched, fetchErr = v.remote.refresh(ctx, v.base, true)
 		if fetched && fetchErr == nil {
-			exact, loose = candidates(v.keySets(), kid)
+			keys = candidates(v.keySets(), kid)
 		}
 	}
+	if len(keys) == 0 {
+		detail := "kid " + quote(kid)
+		if kid == "" {
+			detail = "no keys"
+		}
+		return &TokenError{Reason: ReasonUnknownKey, Detail: detail, Err: fetchErr}
+	}
 	fitting := 0
-	for _, k := range slices.Concat(exact, loose) {
+	for _, k := range keys {
 		if !k.fits(alg) {
 			continue
 		}
@@ -446,12 +456,7 @@ func (v *Verifier) checkSignature(ctx context.Context, kid, alg string, jv jws.V
 			return nil
 		}
 	}
-	switch {
-	case kid != "" && len(exact) == 0:
-		return &TokenError{Reason: ReasonUnknownKey, Detail: "kid " + quote(kid), Err: fetchErr}
-	case len(exact)+len(loose) == 0:
-		return &TokenError{Reason: ReasonUnknownKey, Detail: "no keys", Err: fetchErr}
-	case fitting == 0:
+	if fitting == 0 {
 		return &TokenError{Reason: ReasonAlgorithm, Detail: fmt.Sprintf("alg %s does not fit the key (kid %s)", alg, quote(kid))}
 	}
 	return &TokenError{Reason: ReasonBadSignature}
