@@ -34,6 +34,7 @@ FUZZ_TARGETS := \
 	./internal/clientip:FuzzResolve \
 	./internal/auth:FuzzVerify \
 	./internal/auth:FuzzVerifySigned \
+	./internal/auth:FuzzParseRevocations \
 	./internal/inventory:FuzzConvert \
 	./internal/render:FuzzRender
 

@@ -74,6 +74,11 @@ func FuzzVerify(f *testing.F) {
 
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, raw string) {
+		// RevocationOf reads the same tokens, unverified: it never
+		// panics, and what it takes from a genuine token is its jti.
+		if r, err := auth.RevocationOf(raw); err == nil && (r.ID == "" || r.Expires.IsZero()) {
+			t.Fatalf("RevocationOf = %+v without a jti or an exp", r)
+		}
 		p, err := v.Verify(ctx, raw)
 		if err == nil {
 			if !genuine[raw] {
@@ -81,6 +86,9 @@ func FuzzVerify(f *testing.F) {
 			}
 			if p == nil || p.Subject == "" {
 				t.Fatalf("Verify(genuine) = %+v, nil; want a principal", p)
+			}
+			if r, err := auth.RevocationOf(raw); p.TokenID != "" && (err != nil || r.ID != p.TokenID) {
+				t.Fatalf("RevocationOf(genuine) = %+v, %v; want jti %q", r, err, p.TokenID)
 			}
 			return
 		}

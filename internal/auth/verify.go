@@ -74,6 +74,12 @@ type Config struct {
 	// with it.
 	KeyFiles []string
 
+	// RevocationFile, if set, is a revocation list (see Revoke): tokens
+	// whose jti it names are refused as ReasonRevoked. It is read again
+	// when it changes, checked at most once a second; a missing file
+	// revokes nothing, and one that cannot be read at start is an error.
+	RevocationFile string
+
 	// Algorithms are the JWS algorithms accepted. If empty, uses RS256,
 	// RS384, RS512, ES256, ES384, PS256 and EdDSA. Only asymmetric
 	// algorithms may be named: "none" and HS256/384/512 are refused.
@@ -117,8 +123,9 @@ type Verifier struct {
 	roleClaim string
 	now       func() time.Time
 
-	remote *remoteKeys // nil without JWKSURL
-	files  *fileKeys   // nil without KeyFiles
+	remote  *remoteKeys  // nil without JWKSURL
+	files   *fileKeys    // nil without KeyFiles
+	revoked *revocations // nil without RevocationFile
 
 	base      context.Context // JWKS fetches run on it; Close cancels it
 	cancel    context.CancelFunc
@@ -175,6 +182,13 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	if len(cfg.KeyFiles) > 0 {
 		v.files = newFileKeys(slices.Clone(cfg.KeyFiles), v.now, log)
 		if err := v.files.load(); err != nil {
+			return nil, fmt.Errorf("auth: %w", err)
+		}
+	}
+
+	if cfg.RevocationFile != "" {
+		v.revoked = &revocations{path: cfg.RevocationFile, now: v.now, log: log}
+		if err := v.revoked.load(); err != nil {
 			return nil, fmt.Errorf("auth: %w", err)
 		}
 	}
@@ -352,16 +366,9 @@ func parseHeader(b []byte) (alg, kid string, err error) {
 // (ReasonOf gives its reason). ctx bounds the wait for a JWKS fetch when
 // the token names a kid the verifier does not hold.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
-	if raw == "" {
-		return nil, &TokenError{Reason: ReasonNoToken}
-	}
-	if len(raw) > maxTokenBytes {
-		return nil, malformed("longer than %d bytes", maxTokenBytes)
-	}
-	h, rest, _ := strings.Cut(raw, ".")
-	p, s, ok := strings.Cut(rest, ".")
-	if !ok || strings.Contains(s, ".") {
-		return nil, malformed("not a compact JWS (three dot-separated parts)")
+	h, p, s, err := splitToken(raw)
+	if err != nil {
+		return nil, err
 	}
 	hb, err := b64.DecodeString(h)
 	if err != nil {
@@ -390,7 +397,39 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
 	if err := json.Unmarshal(payload, &claims); err != nil || claims == nil {
 		return nil, malformed("payload is not a JSON object")
 	}
-	return v.principal(claims)
+	pr, err := v.principal(claims)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.checkRevoked(pr); err != nil {
+		return nil, err
+	}
+	return pr, nil
+}
+
+// splitToken returns the three base64url parts of a compact JWS, still
+// encoded, refusing an empty or oversized token or another shape.
+func splitToken(raw string) (header, payload, sig string, err error) {
+	if raw == "" {
+		return "", "", "", &TokenError{Reason: ReasonNoToken}
+	}
+	if len(raw) > maxTokenBytes {
+		return "", "", "", malformed("longer than %d bytes", maxTokenBytes)
+	}
+	h, rest, _ := strings.Cut(raw, ".")
+	p, s, ok := strings.Cut(rest, ".")
+	if !ok || strings.Contains(s, ".") {
+		return "", "", "", malformed("not a compact JWS (three dot-separated parts)")
+	}
+	return h, p, s, nil
+}
+
+// checkRevoked refuses p when the revocation list names its token.
+func (v *Verifier) checkRevoked(p *Principal) error {
+	if v.revoked == nil || p.TokenID == "" || !v.revoked.revoked(p.TokenID) {
+		return nil
+	}
+	return &TokenError{Reason: ReasonRevoked, Detail: "jti " + quote(p.TokenID)}
 }
 
 func malformed(format string, args ...any) *TokenError {
