@@ -355,110 +355,114 @@ func TestTwoOrganisations(t *testing.T) {
 		t.Fatalf("the admin applies the fleet: %v", err)
 	}
 
-	// 1. acme names globex's machine as its worker: refused, naming
-	// nothing of globex's.
-	evil := `apiVersion: tinkerbell.org/v1alpha1
+	t.Run("a worker of another organisation", func(t *testing.T) {
+		// acme names globex's machine as its worker: refused, naming
+		// nothing of globex's.
+		evil := `apiVersion: tinkerbell.org/v1alpha1
 kind: Workflow
 metadata: {name: evil, namespace: acme}
 spec: {templateRef: t1, hardwareRef: n1, hardwareMap: {device_1: "52:54:00:0b:00:01"}}
 `
-	err = applyAs(acme, evil)
-	wantCode(t, "acme's workflow on globex's machine", err, connect.CodeInvalidArgument)
-	leaks(t, "acme's workflow on globex's machine", err, globexSecrets)
+		err := applyAs(acme, evil)
+		wantCode(t, "acme's workflow on globex's machine", err, connect.CodeInvalidArgument)
+		leaks(t, "acme's workflow on globex's machine", err, globexSecrets)
 
-	// A workflow stored before that check (straight into the store), older
-	// than globex's own: globex's agent gets its own work, not a refusal
-	// naming acme's workflow.
-	legacy := &model.Workflow{ObjectMeta: model.ObjectMeta{Namespace: "acme", Name: "legacy"},
-		Spec: model.WorkflowSpec{TemplateRef: "t1", HardwareRef: "n1", HardwareMap: map[string]string{"device_1": "52:54:00:0b:00:01"}},
-		Status: model.WorkflowStatus{State: model.StatePending, Tasks: []model.Task{{ID: "t1", Name: "os", AgentID: "52:54:00:0b:00:01",
-			Actions: []model.Action{{ID: "t1a1", Name: "steal", Image: "writefile", State: model.StatePending}}}}}}
-	if _, err := e.st.Create(ctx, legacy); err != nil {
-		t.Fatal(err)
-	}
-	mine := `apiVersion: tinkerbell.org/v1alpha1
+		// A workflow stored before that check (straight into the store),
+		// older than globex's own: globex's agent gets its own work, not
+		// a refusal naming acme's workflow.
+		legacy := &model.Workflow{ObjectMeta: model.ObjectMeta{Namespace: "acme", Name: "legacy"},
+			Spec: model.WorkflowSpec{TemplateRef: "t1", HardwareRef: "n1", HardwareMap: map[string]string{"device_1": "52:54:00:0b:00:01"}},
+			Status: model.WorkflowStatus{State: model.StatePending, Tasks: []model.Task{{ID: "t1", Name: "os", AgentID: "52:54:00:0b:00:01",
+				Actions: []model.Action{{ID: "t1a1", Name: "steal", Image: "writefile", State: model.StatePending}}}}}}
+		if _, err := e.st.Create(ctx, legacy); err != nil {
+			t.Fatal(err)
+		}
+		mine := `apiVersion: tinkerbell.org/v1alpha1
 kind: Workflow
 metadata: {name: mine, namespace: globex}
 spec: {templateRef: t1, hardwareRef: g1, hardwareMap: {device_1: "52:54:00:0b:00:01"}}
 `
-	if err := applyAs(globex, mine); err != nil {
-		t.Fatalf("globex's own workflow: %v", err)
-	}
-	obj, err := e.st.Get(ctx, model.KindWorkflow, "globex", "mine")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got *v1.GetActionResponse
-	for range 20 { // until the engine has rendered globex/mine
-		r := connect.NewRequest(&v1.GetActionRequest{AgentId: "52:54:00:0b:00:01", Wait: durationpb.New(5 * time.Second)})
-		r.Header().Set(v1.AgentTokenHeader, agentKey.Token("globex/mine", obj.GetObjectMeta().UID))
-		resp, err := e.ag.GetAction(ctx, r)
-		if connect.CodeOf(err) == connect.CodeNotFound {
-			continue
+		if err := applyAs(globex, mine); err != nil {
+			t.Fatalf("globex's own workflow: %v", err)
 		}
-		leaks(t, "globex's agent asks for work", err, []string{"acme", "legacy", "steal"})
+		obj, err := e.st.Get(ctx, model.KindWorkflow, "globex", "mine")
 		if err != nil {
-			t.Fatalf("globex's agent asks for work: %v", err)
+			t.Fatal(err)
 		}
-		got = resp.Msg
-		break
-	}
-	if got == nil || got.GetWorkflowId() != "globex/mine" || got.GetName() != "write" {
-		t.Fatalf("globex's agent got %v; want globex/mine's write", got)
-	}
-
-	// 2. Tokens the trusted key signed under another kid, or changed since.
-	adminClaims := strings.Split(mint("root", "", auth.RoleAdmin), ".")[1]
-	foreignKID := signLocal(t, data, "not-"+li.KeyID(), adminClaims)
-	// The same signing under the key's own kid passes: the kid is what
-	// the first is refused for.
-	r0 := connect.NewRequest(&v1.ListRequest{Namespace: "globex"})
-	with(signLocal(t, data, li.KeyID(), adminClaims), r0)
-	if _, err := e.hw.List(ctx, r0); err != nil {
-		t.Fatalf("the local key's own signing, by hand: %v", err)
-	}
-	acmeAsGlobex := strings.Split(acme, ".")
-	payload, err := base64.RawURLEncoding.DecodeString(acmeAsGlobex[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	acmeAsGlobex[1] = authtest.Segment([]byte(strings.Replace(string(payload), `"org_id":"acme"`, `"org_id":"globex"`, 1)))
-	for _, tc := range []struct {
-		name, token, want string
-	}{
-		{"unknown kid", foreignKID, "unknown key"},
-		{"acme's token made globex's", strings.Join(acmeAsGlobex, "."), "bad signature"},
-	} {
-		r := connect.NewRequest(&v1.ListRequest{Namespace: "globex"})
-		with(tc.token, r)
-		_, err := e.hw.List(ctx, r)
-		wantCode(t, tc.name, err, connect.CodeUnauthenticated)
-		if err != nil && !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v; want %q", tc.name, err, tc.want)
+		var got *v1.GetActionResponse
+		for range 20 { // until the engine has rendered globex/mine
+			r := connect.NewRequest(&v1.GetActionRequest{AgentId: "52:54:00:0b:00:01", Wait: durationpb.New(5 * time.Second)})
+			r.Header().Set(v1.AgentTokenHeader, agentKey.Token("globex/mine", obj.GetObjectMeta().UID))
+			resp, err := e.ag.GetAction(ctx, r)
+			if connect.CodeOf(err) == connect.CodeNotFound {
+				continue
+			}
+			leaks(t, "globex's agent asks for work", err, []string{"acme", "legacy", "steal"})
+			if err != nil {
+				t.Fatalf("globex's agent asks for work: %v", err)
+			}
+			got = resp.Msg
+			break
 		}
-	}
-
-	// 3. A revoked token: refused once the list is read again (a second).
-	r, err := auth.RevocationOf(acme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := auth.Revoke(auth.RevocationFile(data), r, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(2 * time.Second)
-	lr := connect.NewRequest(&v1.ListRequest{Namespace: "acme"})
-	with(acme, lr)
-	_, err = e.hw.List(ctx, lr)
-	wantCode(t, "acme's revoked token", err, connect.CodeUnauthenticated)
-	if err != nil && !strings.Contains(err.Error(), "revoked") {
-		t.Errorf("acme's revoked token: %v; want it called revoked", err)
-	}
-
-	// 4. globex's Hardware with acme's MAC.
-	err = applyAs(admin, hardwareYAML("globex", "g2", "  interfaces:\n"+iface("52:54:00:0A:00:01", "")))
-	wantCode(t, "globex's Hardware with acme's MAC", err, connect.CodeInvalidArgument)
-	leaks(t, "globex's Hardware with acme's MAC", err, acmeSecrets)
+		if got == nil || got.GetWorkflowId() != "globex/mine" || got.GetName() != "write" {
+			t.Fatalf("globex's agent got %v; want globex/mine's write", got)
+		}
+	})
+	t.Run("tokens the trusted key did not make", func(t *testing.T) {
+		// Signed by the trusted key under another kid, or changed since.
+		adminClaims := strings.Split(mint("root", "", auth.RoleAdmin), ".")[1]
+		foreignKID := signLocal(t, data, "not-"+li.KeyID(), adminClaims)
+		// The same signing under the key's own kid passes: the kid is what
+		// the first is refused for.
+		r0 := connect.NewRequest(&v1.ListRequest{Namespace: "globex"})
+		with(signLocal(t, data, li.KeyID(), adminClaims), r0)
+		if _, err := e.hw.List(ctx, r0); err != nil {
+			t.Fatalf("the local key's own signing, by hand: %v", err)
+		}
+		acmeAsGlobex := strings.Split(acme, ".")
+		payload, err := base64.RawURLEncoding.DecodeString(acmeAsGlobex[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		acmeAsGlobex[1] = authtest.Segment([]byte(strings.Replace(string(payload), `"org_id":"acme"`, `"org_id":"globex"`, 1)))
+		for _, tc := range []struct {
+			name, token, want string
+		}{
+			{"unknown kid", foreignKID, "unknown key"},
+			{"acme's token made globex's", strings.Join(acmeAsGlobex, "."), "bad signature"},
+		} {
+			r := connect.NewRequest(&v1.ListRequest{Namespace: "globex"})
+			with(tc.token, r)
+			_, err := e.hw.List(ctx, r)
+			wantCode(t, tc.name, err, connect.CodeUnauthenticated)
+			if err != nil && !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v; want %q", tc.name, err, tc.want)
+			}
+		}
+	})
+	t.Run("claims on another organisation's MAC", func(t *testing.T) {
+		err := applyAs(admin, hardwareYAML("globex", "g2", "  interfaces:\n"+iface("52:54:00:0A:00:01", "")))
+		wantCode(t, "globex's Hardware with acme's MAC", err, connect.CodeInvalidArgument)
+		leaks(t, "globex's Hardware with acme's MAC", err, acmeSecrets)
+	})
+	t.Run("a revoked token", func(t *testing.T) {
+		// Refused once the list is read again (a second later).
+		r, err := auth.RevocationOf(acme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := auth.Revoke(auth.RevocationFile(data), r, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Second)
+		lr := connect.NewRequest(&v1.ListRequest{Namespace: "acme"})
+		with(acme, lr)
+		_, err = e.hw.List(ctx, lr)
+		wantCode(t, "acme's revoked token", err, connect.CodeUnauthenticated)
+		if err != nil && !strings.Contains(err.Error(), "revoked") {
+			t.Errorf("acme's revoked token: %v; want it called revoked", err)
+		}
+	})
 }
 
 // stepClock is a clock the test moves.
