@@ -26,6 +26,7 @@ type Claim struct {
 // hold it (IndexValues), each with its field.
 func Claims(hw *model.Hardware) []Claim {
 	var out []Claim
+	firstMAC := "" // its field: the first MAC is an agent ID too
 	for i, ifc := range hw.Spec.Interfaces {
 		if ifc.DHCP == nil {
 			continue
@@ -34,6 +35,9 @@ func Claims(hw *model.Hardware) []Claim {
 		if ifc.DHCP.MAC != "" {
 			mac, _ := model.CanonicalMAC(ifc.DHCP.MAC)
 			out = append(out, Claim{IndexMAC, mac, p + ".mac"})
+			if firstMAC == "" {
+				firstMAC = p + ".mac"
+			}
 		}
 		if ifc.DHCP.IP != nil && ifc.DHCP.IP.Address != "" {
 			out = append(out, Claim{IndexIP, ifc.DHCP.IP.Address, p + ".ip.address"})
@@ -42,7 +46,7 @@ func Claims(hw *model.Hardware) []Claim {
 	for _, id := range hw.AgentIDs() {
 		p := "spec.agentID"
 		if id != hw.Spec.AgentID {
-			p = "spec.interfaces[0].dhcp.mac" // the first MAC: the default agent ID
+			p = firstMAC
 		}
 		out = append(out, Claim{IndexAgentID, id, p})
 	}

@@ -30,6 +30,10 @@ type OverlayBase interface {
 type Overlay struct {
 	base OverlayBase
 	objs map[overlayKey]model.Object
+	// index holds the objects' index values, by kind and index name then
+	// value: a write of thousands of objects looks each of them up, so a
+	// scan per lookup would be quadratic.
+	index map[[2]string]map[string][]model.Object
 }
 
 type overlayKey struct{ kind, namespace, name string }
@@ -46,6 +50,20 @@ func NewOverlay(base OverlayBase, objs []model.Object) *Overlay {
 			obj.GetObjectMeta().Namespace = model.DefaultNamespace
 		}
 		o.objs[keyOf(obj)] = obj
+	}
+	o.index = map[[2]string]map[string][]model.Object{}
+	for k, obj := range o.objs {
+		for _, ix := range Indexes(k.kind) {
+			vals, _ := IndexValues(obj, ix)
+			for _, v := range vals {
+				m := o.index[[2]string{k.kind, ix}]
+				if m == nil {
+					m = map[string][]model.Object{}
+					o.index[[2]string{k.kind, ix}] = m
+				}
+				m[v] = append(m[v], obj)
+			}
+		}
 	}
 	return o
 }
@@ -80,14 +98,7 @@ func (o *Overlay) ByIndex(ctx context.Context, kind, index, value string) ([]mod
 		_, replaced := o.objs[keyOf(obj)]
 		return replaced
 	})
-	for k, obj := range o.objs {
-		if k.kind != kind {
-			continue
-		}
-		if vals, _ := IndexValues(obj, index); slices.Contains(vals, value) {
-			out = append(out, obj)
-		}
-	}
+	out = append(out, o.index[[2]string{kind, index}][value]...)
 	slices.SortFunc(out, func(a, b model.Object) int {
 		ka, kb := keyOf(a), keyOf(b)
 		return cmp.Or(cmp.Compare(ka.namespace, kb.namespace), cmp.Compare(ka.name, kb.name))
