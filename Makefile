@@ -33,6 +33,8 @@ FUZZ_TARGETS := \
 	./internal/tftp:FuzzParseRequest \
 	./internal/clientip:FuzzResolve \
 	./internal/auth:FuzzVerify \
+	./internal/auth:FuzzVerifySigned \
+	./internal/auth:FuzzParseRevocations \
 	./internal/inventory:FuzzConvert \
 	./internal/render:FuzzRender \
 	./test/powercut:FuzzNBDServer \

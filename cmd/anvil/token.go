@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +20,7 @@ func newTokenCmd() *cobra.Command {
 		Use:   "token",
 		Short: "Manage API tokens of the local issuer",
 	}
-	cmd.AddCommand(newTokenCreateCmd())
+	cmd.AddCommand(newTokenCreateCmd(), newTokenRevokeCmd())
 	return cmd
 }
 
@@ -61,5 +64,49 @@ Roles are viewer, operator and admin; a token without admin needs --org.`,
 	f.DurationVar(&ttl, "ttl", defaultTokenTTL, "how long the token is valid")
 	_ = cmd.MarkFlagRequired("subject")
 	_ = cmd.MarkFlagRequired("role")
+	return cmd
+}
+
+func newTokenRevokeCmd() *cobra.Command {
+	var dataDir, reason string
+	cmd := &cobra.Command{
+		Use:   "revoke [--reason TEXT] TOKEN-FILE|-",
+		Short: "Revoke a token: the server refuses it from now on",
+		Long: `revoke adds the token in TOKEN-FILE (- for standard input) to the server's
+revocation list, DATA_DIR/auth/revoked-tokens.json: a running server refuses
+it within a second, and every later start too, until it would have expired.
+The token is named by its jti; a token without one cannot be revoked alone
+(retire its signing key instead). Run it on the server's machine as the
+server's user.
+
+  anvil token revoke --reason "pasted in a ticket" leaked.token`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var raw []byte
+			var err error
+			if args[0] == "-" {
+				raw, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
+			} else {
+				raw, err = os.ReadFile(args[0])
+			}
+			if err != nil {
+				return fmt.Errorf("read token: %w", err)
+			}
+			r, err := auth.RevocationOf(strings.TrimSpace(string(raw)))
+			if err != nil {
+				return fmt.Errorf("revoke: %w", err)
+			}
+			r.Reason = reason
+			if err := auth.Revoke(auth.RevocationFile(dataDir), r, time.Now()); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked token %s of %q (it would have expired %s)\n",
+				r.ID, r.Subject, r.Expires.UTC().Format(time.RFC3339))
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", "/var/lib/anvil", "the server's data directory (its --data-dir)")
+	f.StringVar(&reason, "reason", "", "why, kept in the list")
 	return cmd
 }

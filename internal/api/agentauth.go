@@ -31,8 +31,10 @@ func newAgentCall(h http.Header, peer, agentID string) agentCall {
 // ("namespace/name"): its token is that workflow's, its agent ID is one of
 // the workflow's agents, and it calls from an address of that agent's
 // Hardware (when the Hardware lists any: in proxy DHCP mode addresses come
-// from elsewhere and the token alone decides). Refusals are logged and
-// counted; their messages name only what the caller sent.
+// from elsewhere and the token alone decides). Refusals are logged (with
+// the workflow) and counted; their messages name only the agent and the
+// address, never the workflow: for GetAction it is the engine's choice, not
+// the caller's, and may not be the caller's organisation's to know.
 func (s *Services) checkAgent(ctx context.Context, c agentCall, workflowID string) error {
 	k := s.cfg.AgentKey
 	if k == nil {
@@ -59,18 +61,18 @@ func (s *Services) checkAgent(ctx context.Context, c agentCall, workflowID strin
 	if errors.Is(err, store.ErrNotFound) {
 		// Same answer as a bad token: an agent learns nothing about
 		// which workflows exist.
-		return refuse(connect.CodePermissionDenied, "bad_token", fmt.Errorf("agent %q: the token is not valid for workflow %s", c.agentID, workflowID))
+		return refuse(connect.CodePermissionDenied, "bad_token", errNotItsWorkflow(c.agentID))
 	}
 	if err != nil {
 		return s.toConnect(err)
 	}
 	wf := obj.(*model.Workflow)
 	if !k.Valid(c.token, wf.Key(), wf.UID) {
-		return refuse(connect.CodePermissionDenied, "bad_token", fmt.Errorf("agent %q: the token is not valid for workflow %s", c.agentID, workflowID))
+		return refuse(connect.CodePermissionDenied, "bad_token", errNotItsWorkflow(c.agentID))
 	}
 	agentID := c.agentID
 	if agentID != "" && !slices.ContainsFunc(wf.Status.Tasks, func(t model.Task) bool { return t.AgentID == agentID }) {
-		return refuse(connect.CodePermissionDenied, "wrong_agent", fmt.Errorf("agent %q has no task in workflow %s", agentID, workflowID))
+		return refuse(connect.CodePermissionDenied, "wrong_agent", fmt.Errorf("agent %q has no task in the workflow it acts on", agentID))
 	}
 	hws, err := s.agentHardware(ctx, wf, agentID)
 	if err != nil {
@@ -84,6 +86,13 @@ func (s *Services) checkAgent(ctx context.Context, c agentCall, workflowID strin
 		return refuse(connect.CodePermissionDenied, "wrong_ip", fmt.Errorf("agent %q calls from %s, which is not an address of its hardware", agentID, ip))
 	}
 	return nil
+}
+
+// errNotItsWorkflow is the refusal of a token that is not the workflow's
+// (or of a workflow that does not exist: the same answer, so that an agent
+// learns nothing about which workflows exist).
+func errNotItsWorkflow(agentID string) error {
+	return fmt.Errorf("agent %q: the token is not valid for the workflow it acts on", agentID)
 }
 
 // agentHardware returns the Hardware the agent runs on: by its agent ID in

@@ -4,7 +4,9 @@
 //
 // It owns the translation between the wire (proto messages, connect codes)
 // and the model: converting objects, parsing selectors, mapping errors to
-// codes, asking internal/auth whether the caller may (authz.go), and the few
+// codes, asking internal/auth whether the caller may (authz.go), checking a
+// write against the objects it does not touch before making it (admit.go:
+// the store's claim conflicts, the engine's worker rule), and the few
 // operations that are several store calls in one (Reprovision,
 // ProvisionDevice). It must not hold state of its own beyond a lock, open
 // listeners or decide policy — the store, the engine, the model's validation
@@ -107,6 +109,9 @@ type Services struct {
 	// reprovisionMu makes Reprovision's check (no unfinished workflow on
 	// the Hardware) and its writes one step for concurrent callers.
 	reprovisionMu sync.Mutex
+	// claimMu makes a Hardware write's claim check (no MAC, IP or agent
+	// ID of another Hardware, see admit) and the write one step.
+	claimMu sync.Mutex
 }
 
 // New returns the services for cfg.

@@ -255,8 +255,8 @@ func TestHardwareRoundTrip(t *testing.T) {
 		},
 		obj: func(name string) *v1.Hardware {
 			spec := strings.ReplaceAll(hwSpec, "node1", name)
-			if name == "two" {
-				spec = strings.ReplaceAll(spec, "00:01", "00:02")
+			if name == "two" { // a MAC and an address are one Hardware's
+				spec = strings.ReplaceAll(strings.ReplaceAll(spec, "00:01", "00:02"), "10.0.0.10", "10.0.0.12")
 			}
 			return &v1.Hardware{Metadata: meta(name, nil), Spec: mustStruct(t, spec)}
 		},
@@ -476,7 +476,8 @@ func TestWatchTooOld(t *testing.T) {
 	ctx := context.Background()
 	var first string
 	for _, mac := range []string{"01", "02", "03", "04"} {
-		hw := &v1.Hardware{Metadata: meta("n"+mac, nil), Spec: mustStruct(t, strings.ReplaceAll(hwSpec, "00:01", "00:"+mac))}
+		spec := strings.ReplaceAll(strings.ReplaceAll(hwSpec, "00:01", "00:"+mac), "10.0.0.10", "10.0.0.1"+mac)
+		hw := &v1.Hardware{Metadata: meta("n"+mac, nil), Spec: mustStruct(t, spec)}
 		got, err := msgOf(e.hw.Create(ctx, connect.NewRequest(&v1.CreateHardwareRequest{Hardware: hw})))
 		if err != nil {
 			t.Fatal(err)

@@ -119,6 +119,11 @@ func (j jobService) ProvisionDevice(ctx context.Context, req *connect.Request[v1
 	if err := model.Validate(wf); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the job's workflow %s is invalid:\n%w", wf.Key(), err))
 	}
+	unlock, err := s.admitOne(ctx, wf)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	defer unlock()
 	obj, err := s.cfg.Store.Create(ctx, wf)
 	if errors.Is(err, store.ErrAlreadyExists) {
 		// The suffix comes from the key (a digest collision, or a workflow

@@ -26,8 +26,9 @@ const (
 type manifestService struct{ s *Services }
 
 // Apply parses and validates every document, checks the Workflows'
-// references against the file and the store, and stores every changed
-// object in one atomic store.Apply. Any problem in any document stores
+// references against the file and the store and what the write may not do
+// to other objects (admit), and stores every changed object in one atomic
+// store.Apply. Any problem in any document stores
 // nothing; the error lists every problem with its line.
 //
 // The created/configured/unchanged report is computed from a read before the
@@ -71,6 +72,11 @@ func (m manifestService) Apply(ctx context.Context, req *connect.Request[v1.Appl
 	if refErr != nil {
 		return nil, s.toConnect(refErr)
 	}
+	unlock, err := s.admit(ctx, res.Docs)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	defer unlock()
 
 	out := &v1.ApplyResponse{Warnings: res.Warnings}
 	var write []model.Object

@@ -85,6 +85,11 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 	if err := model.Validate(wf); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("workflow %s/%s is invalid (choose another name with --name):\n%w", ns, name, err))
 	}
+	unlock, err := s.admitOne(ctx, wf)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	defer unlock()
 	created, err := s.cfg.Store.Create(ctx, wf)
 	if errors.Is(err, store.ErrAlreadyExists) {
 		return nil, connect.NewError(connect.CodeAlreadyExists,

@@ -73,6 +73,11 @@ func (r *resource[T, M, C, U, L, E]) Create(ctx context.Context, req *connect.Re
 	if err := authorize(ctx, writePermission(r.kind), obj.GetObjectMeta().Namespace); err != nil {
 		return nil, err
 	}
+	unlock, err := r.s.admitOne(ctx, obj)
+	if err != nil {
+		return nil, r.s.toConnect(err)
+	}
+	defer unlock()
 	stored, err := r.s.cfg.Store.Create(ctx, obj)
 	if err != nil {
 		return nil, r.s.toConnect(err)
@@ -90,6 +95,11 @@ func (r *resource[T, M, C, U, L, E]) Update(ctx context.Context, req *connect.Re
 	if err := authorize(ctx, writePermission(r.kind), obj.GetObjectMeta().Namespace); err != nil {
 		return nil, err
 	}
+	unlock, err := r.s.admitOne(ctx, obj)
+	if err != nil {
+		return nil, r.s.toConnect(err)
+	}
+	defer unlock()
 	stored, err := r.s.cfg.Store.Update(ctx, obj)
 	if err != nil {
 		return nil, r.s.toConnect(err)

@@ -58,6 +58,11 @@ func (c *CachingVerifier) Verify(ctx context.Context, raw string) (*Principal, e
 	e, ok := c.seen[raw]
 	if ok && now.Before(e.until) {
 		c.mu.Unlock()
+		// A revocation takes effect with the list's next read, not
+		// when the entry ends.
+		if err := c.v.checkRevoked(e.p); err != nil {
+			return nil, err
+		}
 		return e.p, nil
 	}
 	if ok {

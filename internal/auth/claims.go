@@ -15,6 +15,7 @@ const (
 	claimExpiry    = "exp"
 	claimNotBefore = "nbf"
 	claimIssuedAt  = "iat"
+	claimTokenID   = "jti"
 )
 
 // principal checks the registered claims of a verified token and maps the
@@ -57,6 +58,9 @@ func (v *Verifier) principal(claims map[string]any) (*Principal, error) {
 		return nil, &TokenError{Reason: ReasonMissingClaim, Detail: "no subject claim " + quote(v.subClaim)}
 	}
 	p.Subject = sub
+	if p.TokenID, _, err = stringClaim(claims, claimTokenID); err != nil {
+		return nil, err
+	}
 	if p.Org, _, err = stringClaim(claims, v.orgClaim); err != nil {
 		return nil, err
 	}

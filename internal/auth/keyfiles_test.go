@@ -2,10 +2,14 @@ package auth_test
 
 import (
 	"context"
+	"crypto"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jwk"
 
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/auth/authtest"
@@ -42,12 +46,19 @@ func TestKeyFiles(t *testing.T) {
 		token string
 		want  auth.Reason
 	}{
-		{name: "PEM EC key, any kid", files: []string{ecPEM},
-			token: idp.Sign(claims, authtest.WithKey(authtest.ECKeyID), authtest.WithKID("whatever"))},
+		// A PEM key has no kid of its own: it is known by its RFC 7638
+		// thumbprint, and a token naming another kid is refused.
+		{name: "PEM EC key, another kid", files: []string{ecPEM},
+			token: idp.Sign(claims, authtest.WithKey(authtest.ECKeyID), authtest.WithKID("whatever")), want: auth.ReasonUnknownKey},
+		{name: "PEM EC key, its thumbprint as kid", files: []string{ecPEM},
+			token: idp.Sign(claims, authtest.WithKey(authtest.ECKeyID), authtest.WithKID(thumbprint(t, idp.PublicKey(authtest.ECKeyID))))},
+		{name: "PEM EC key, thumbprint kid, claims changed", files: []string{ecPEM},
+			token: tampered(t, idp.Sign(claims, authtest.WithKey(authtest.ECKeyID), authtest.WithKID(thumbprint(t, idp.PublicKey(authtest.ECKeyID))))),
+			want:  auth.ReasonBadSignature},
 		{name: "PEM EC key, no kid", files: []string{ecPEM},
 			token: idp.Sign(claims, authtest.WithKey(authtest.ECKeyID), authtest.WithKID(""))},
 		{name: "PEM RSA key, PS256 (no alg declared)", files: []string{rsaPEM},
-			token: idp.Sign(claims, authtest.WithAlg("PS256"))},
+			token: idp.Sign(claims, authtest.WithAlg("PS256"), authtest.WithKID(""))},
 		{name: "PEM EC key, RS256 token", files: []string{ecPEM},
 			token: idp.Sign(claims, authtest.WithKID("")), want: auth.ReasonAlgorithm},
 		{name: "PEM EC key, RS256 token with a kid", files: []string{ecPEM},
@@ -56,8 +67,10 @@ func TestKeyFiles(t *testing.T) {
 			token: idp.Sign(claims, authtest.WithKey(authtest.ECKeyID))},
 		{name: "JWKS file, unknown kid", files: []string{jwks},
 			token: idp.Sign(claims, authtest.WithKID("nope")), want: auth.ReasonUnknownKey},
-		{name: "two files", files: []string{ecPEM, rsaPEM},
-			token: idp.Sign(claims)},
+		{name: "two files, no kid", files: []string{ecPEM, rsaPEM},
+			token: idp.Sign(claims, authtest.WithKID(""))},
+		{name: "two files, the RSA key's thumbprint", files: []string{ecPEM, rsaPEM},
+			token: idp.Sign(claims, authtest.WithKID(thumbprint(t, idp.PublicKey(authtest.RSAKeyID))))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := auth.Config{KeyFiles: tc.files, Issuer: authtest.Issuer, Audience: authtest.Audience}
@@ -74,6 +87,30 @@ func TestKeyFiles(t *testing.T) {
 	}
 }
 
+// thumbprint is pub's RFC 7638 SHA-256 thumbprint, base64url: the kid a
+// key without one is known by.
+func thumbprint(t testing.TB, pub crypto.PublicKey) string {
+	t.Helper()
+	k, err := jwk.FromRaw(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := k.Thumbprint(crypto.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return authtest.Segment(tp)
+}
+
+// tampered returns tok with its claims replaced (the admin role added),
+// its header and signature kept.
+func tampered(t *testing.T, tok string) string {
+	t.Helper()
+	parts := strings.Split(tok, ".")
+	parts[1] = authtest.Segment(mustJSON(t, authtest.Claims("mallory", "acme", auth.RoleAdmin)))
+	return strings.Join(parts, ".")
+}
+
 // TestKeyFileReload: a key file is read again when it changes, at most
 // once a second; a file rewritten with garbage keeps its previous keys,
 // and a removed file's keys are no longer trusted.
@@ -85,7 +122,10 @@ func TestKeyFileReload(t *testing.T) {
 	writeFile(t, path, idp.PublicKeyPEM(authtest.ECKeyID), mod)
 	v := newVerifier(t, auth.Config{KeyFiles: []string{path}, Now: clk.Now})
 	claims := authtest.Claims("alice", "acme", auth.RoleViewer)
-	ecTok := idp.Sign(claims, authtest.WithKey(authtest.ECKeyID))
+	// Named by the thumbprint, as a PEM key is known; the JWKS knows the
+	// same key as ECKeyID.
+	ecTok := idp.Sign(claims, authtest.WithKey(authtest.ECKeyID), authtest.WithKID(thumbprint(t, idp.PublicKey(authtest.ECKeyID))))
+	jwksTok := idp.Sign(claims, authtest.WithKey(authtest.ECKeyID))
 	rsaTok := idp.Sign(claims, authtest.WithKID(""))
 	ctx := context.Background()
 	check := func(step, tok string, want auth.Reason) {
@@ -103,7 +143,7 @@ func TestKeyFileReload(t *testing.T) {
 	check("changed, within a second of the last check", rsaTok, auth.ReasonAlgorithm)
 	clk.Advance(2 * time.Second)
 	check("changed, after a second", rsaTok, "")
-	check("changed, after a second", ecTok, auth.ReasonUnknownKey) // kid ec-1, and the one key left does not verify
+	check("changed, after a second", ecTok, auth.ReasonUnknownKey) // the EC key's kid; only the RSA key is left
 
 	mod = mod.Add(time.Minute)
 	writeFile(t, path, []byte("-----BEGIN PUBLIC KEY-----\nhalf"), mod)
@@ -113,13 +153,13 @@ func TestKeyFileReload(t *testing.T) {
 	mod = mod.Add(time.Minute)
 	writeFile(t, path, idp.JWKS(), mod)
 	clk.Advance(2 * time.Second)
-	check("now a JWKS", ecTok, "")
+	check("now a JWKS", jwksTok, "")
 
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Second)
-	check("removed", ecTok, auth.ReasonUnknownKey)
+	check("removed", jwksTok, auth.ReasonUnknownKey)
 }
 
 // TestJWKSAndKeyFile: keys from a JWKS URL and from a file are both

@@ -79,8 +79,10 @@ const jsonStart = '{'
 
 // verifyKey is one trusted public key.
 type verifyKey struct {
-	// kid is the key's ID; "" for a key without one (a PEM file's), which
-	// is tried for a token whatever its kid.
+	// kid is the key's ID: the one its JWK declares, else (a PEM key, a
+	// JWK without one) its RFC 7638 thumbprint, the kid the local issuer
+	// signs with. A token naming a kid is verified only by keys of that
+	// kid: a trusted key does not vouch for a token that names another.
 	kid string
 	// alg is the one algorithm the key is declared for, or "" for any that
 	// fits its type.
@@ -109,19 +111,14 @@ func (k *verifyKey) fits(alg string) bool {
 
 // keySet is an immutable set of trusted keys, indexed by kid.
 type keySet struct {
-	byKID  map[string][]*verifyKey
-	anyKID []*verifyKey // keys without a kid
-	all    []*verifyKey
+	byKID map[string][]*verifyKey
+	all   []*verifyKey
 }
 
 func newKeySet(keys []*verifyKey) *keySet {
 	s := &keySet{byKID: make(map[string][]*verifyKey), all: keys}
 	for _, k := range keys {
-		if k.kid == "" {
-			s.anyKID = append(s.anyKID, k)
-		} else {
-			s.byKID[k.kid] = append(s.byKID[k.kid], k)
-		}
+		s.byKID[k.kid] = append(s.byKID[k.kid], k)
 	}
 	return s
 }
@@ -211,7 +208,13 @@ func toVerifyKey(k jwk.Key) (*verifyKey, string) {
 	default:
 		return nil, fmt.Sprintf("unsupported key type %T", raw)
 	}
-	vk := &verifyKey{kid: k.KeyID(), alg: alg, pub: raw}
+	kid := k.KeyID()
+	if kid == "" {
+		if kid, err = thumbprint(raw); err != nil {
+			return nil, err.Error()
+		}
+	}
+	vk := &verifyKey{kid: kid, alg: alg, pub: raw}
 	// A key must fit at least one algorithm, else it is dead weight.
 	for a := range asymmetric {
 		if vk.fits(a) {

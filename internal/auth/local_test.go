@@ -2,6 +2,9 @@ package auth_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/auth/authtest"
 )
 
 // localVerifier trusts li as the server does when no IdP is configured.
@@ -73,7 +77,10 @@ func TestLocalIssuer(t *testing.T) {
 	}
 	want := auth.Principal{Subject: "alice", Org: "acme", Roles: []string{auth.RoleOperator}}
 	got := *p
-	got.ExpiresAt = time.Time{} // compared on its own
+	if got.TokenID == "" {
+		t.Error("Verify(minted): no TokenID; every local token has a jti, so that it can be revoked")
+	}
+	got.ExpiresAt, got.TokenID = time.Time{}, "" // checked on their own
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Verify(minted) = %+v; want %+v", got, want)
 	}
@@ -152,5 +159,75 @@ func TestLocalIssuerRefusals(t *testing.T) {
 	}
 	if _, err := auth.EnsureLocalIssuer(bad); err == nil {
 		t.Error("EnsureLocalIssuer with a junk key file = nil error; want one")
+	}
+}
+
+// localKey reads the local issuer's private key from dir, to sign tokens
+// the issuer would not (another kid, changed claims).
+func localKey(t *testing.T, dir string) *ecdsa.PrivateKey {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "signing-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatal("signing key: no PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.(*ecdsa.PrivateKey)
+}
+
+// TestLocalTokenKeyID: the local issuer's key is known by its kid (its
+// thumbprint). A token signed by that key but naming another kid is
+// refused as an unknown key, as docs/auth.md says; a token that was
+// changed after signing is a bad signature, not an unknown key.
+func TestLocalTokenKeyID(t *testing.T) {
+	dir := t.TempDir()
+	li, err := auth.EnsureLocalIssuer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := localVerifier(t, li)
+	key := localKey(t, dir)
+	minted, err := li.Mint("olga", "acme", []string{auth.RoleOperator}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Unix()
+	claims := map[string]any{"iss": auth.LocalIssuerName, "aud": []string{auth.LocalAudience}, "sub": "olga",
+		"org_id": "acme", "roles": []string{auth.RoleOperator}, "iat": now, "exp": now + 3600}
+	tamper := func(tok string) string {
+		parts := strings.Split(tok, ".")
+		parts[1] = authtest.Segment(mustJSON(t, with(claims, "roles", []string{auth.RoleAdmin})))
+		return strings.Join(parts, ".")
+	}
+	for _, tc := range []struct {
+		name  string
+		token string
+		want  auth.Reason // "" means accepted
+	}{
+		{name: "minted", token: minted},
+		{name: "the key's own kid", token: signWithEC(t, key, map[string]any{"alg": "ES256", "kid": li.KeyID()}, claims)},
+		{name: "no kid: tried against every key", token: signWithEC(t, key, map[string]any{"alg": "ES256"}, claims)},
+		{name: "the local key, an unknown kid", token: signWithEC(t, key, map[string]any{"alg": "ES256", "kid": "someone-else"}, claims),
+			want: auth.ReasonUnknownKey},
+		{name: "minted, claims changed", token: tamper(minted), want: auth.ReasonBadSignature},
+		{name: "no kid, claims changed", token: tamper(signWithEC(t, key, map[string]any{"alg": "ES256"}, claims)),
+			want: auth.ReasonBadSignature},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := v.Verify(context.Background(), tc.token)
+			if tc.want == "" {
+				if err != nil || p.Subject != "olga" {
+					t.Fatalf("Verify = %+v, %v; want olga accepted", p, err)
+				}
+				return
+			}
+			checkRefusal(t, tc.token, err, tc.want)
+		})
 	}
 }

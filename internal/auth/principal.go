@@ -61,6 +61,9 @@ type Principal struct {
 	// ExpiresAt is when the token it came from expires (zero: never, for
 	// Anonymous).
 	ExpiresAt time.Time
+	// TokenID is the jti of the token it came from, if any: what a
+	// revocation names.
+	TokenID string
 }
 
 // Anonymous is the principal of every call when authentication is switched

@@ -24,6 +24,7 @@ const (
 	ReasonIssuer       Reason = "wrong issuer"          // iss is not the configured issuer
 	ReasonAudience     Reason = "wrong audience"        // aud does not contain the configured audience
 	ReasonMissingClaim Reason = "missing claim"         // exp or the subject claim is absent
+	ReasonRevoked      Reason = "revoked"               // the revocation list names its jti
 )
 
 // TokenError is a refused token. Its message names the reason and a detail

@@ -68,9 +68,17 @@ type Config struct {
 	// KeyFiles are files of trusted public keys: PEM (PUBLIC KEY, RSA
 	// PUBLIC KEY, or a private key whose public half is used) or a JWKS
 	// or JWK in JSON. A file is read again when its modification time or
-	// size changes, checked at most once a second. PEM keys have no kid
-	// and are tried for any token.
+	// size changes, checked at most once a second. A key without a kid
+	// (a PEM key) is known by its RFC 7638 thumbprint, the kid of the
+	// local issuer's tokens; a token naming any other kid is not verified
+	// with it.
 	KeyFiles []string
+
+	// RevocationFile, if set, is a revocation list (see Revoke): tokens
+	// whose jti it names are refused as ReasonRevoked. It is read again
+	// when it changes, checked at most once a second; a missing file
+	// revokes nothing, and one that cannot be read at start is an error.
+	RevocationFile string
 
 	// Algorithms are the JWS algorithms accepted. If empty, uses RS256,
 	// RS384, RS512, ES256, ES384, PS256 and EdDSA. Only asymmetric
@@ -120,8 +128,9 @@ type Verifier struct {
 	roleClaim string
 	now       func() time.Time
 
-	remote *remoteKeys // nil without JWKSURL
-	files  *fileKeys   // nil without KeyFiles
+	remote  *remoteKeys  // nil without JWKSURL
+	files   *fileKeys    // nil without KeyFiles
+	revoked *revocations // nil without RevocationFile
 
 	base      context.Context // JWKS fetches run on it; Close cancels it
 	cancel    context.CancelFunc
@@ -178,6 +187,13 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	if len(cfg.KeyFiles) > 0 {
 		v.files = newFileKeys(slices.Clone(cfg.KeyFiles), v.now, log)
 		if err := v.files.load(); err != nil {
+			return nil, fmt.Errorf("auth: %w", err)
+		}
+	}
+
+	if cfg.RevocationFile != "" {
+		v.revoked = &revocations{path: cfg.RevocationFile, now: v.now, log: log}
+		if err := v.revoked.load(); err != nil {
 			return nil, fmt.Errorf("auth: %w", err)
 		}
 	}
@@ -361,16 +377,9 @@ func parseHeader(b []byte) (alg, kid string, err error) {
 // (ReasonOf gives its reason). ctx bounds the wait for a JWKS fetch when
 // the token names a kid the verifier does not hold.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
-	if raw == "" {
-		return nil, &TokenError{Reason: ReasonNoToken}
-	}
-	if len(raw) > maxTokenBytes {
-		return nil, malformed("longer than %d bytes", maxTokenBytes)
-	}
-	h, rest, _ := strings.Cut(raw, ".")
-	p, s, ok := strings.Cut(rest, ".")
-	if !ok || strings.Contains(s, ".") {
-		return nil, malformed("not a compact JWS (three dot-separated parts)")
+	h, p, s, err := splitToken(raw)
+	if err != nil {
+		return nil, err
 	}
 	hb, err := b64.DecodeString(h)
 	if err != nil {
@@ -399,7 +408,39 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
 	if err := json.Unmarshal(payload, &claims); err != nil || claims == nil {
 		return nil, malformed("payload is not a JSON object")
 	}
-	return v.principal(claims)
+	pr, err := v.principal(claims)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.checkRevoked(pr); err != nil {
+		return nil, err
+	}
+	return pr, nil
+}
+
+// splitToken returns the three base64url parts of a compact JWS, still
+// encoded, refusing an empty or oversized token or another shape.
+func splitToken(raw string) (header, payload, sig string, err error) {
+	if raw == "" {
+		return "", "", "", &TokenError{Reason: ReasonNoToken}
+	}
+	if len(raw) > maxTokenBytes {
+		return "", "", "", malformed("longer than %d bytes", maxTokenBytes)
+	}
+	h, rest, _ := strings.Cut(raw, ".")
+	p, s, ok := strings.Cut(rest, ".")
+	if !ok || strings.Contains(s, ".") {
+		return "", "", "", malformed("not a compact JWS (three dot-separated parts)")
+	}
+	return h, p, s, nil
+}
+
+// checkRevoked refuses p when the revocation list names its token.
+func (v *Verifier) checkRevoked(p *Principal) error {
+	if v.revoked == nil || p.TokenID == "" || !v.revoked.revoked(p.TokenID) {
+		return nil
+	}
+	return &TokenError{Reason: ReasonRevoked, Detail: "jti " + quote(p.TokenID)}
 }
 
 func malformed(format string, args ...any) *TokenError {
@@ -420,35 +461,43 @@ func (v *Verifier) keySets() []*keySet {
 	return sets
 }
 
-// candidates are the keys to try for a token with kid: those with that kid
-// (exact), and those without one (loose) — every key when kid is "".
-func candidates(sets []*keySet, kid string) (exact, loose []*verifyKey) {
+// candidates are the keys to try for a token with kid: those with that
+// kid, or every key when the token names none.
+func candidates(sets []*keySet, kid string) []*verifyKey {
+	var keys []*verifyKey
 	for _, s := range sets {
 		if kid == "" {
-			loose = append(loose, s.all...)
-			continue
+			keys = append(keys, s.all...)
+		} else {
+			keys = append(keys, s.byKID[kid]...)
 		}
-		exact = append(exact, s.byKID[kid]...)
-		loose = append(loose, s.anyKID...)
 	}
-	return exact, loose
+	return keys
 }
 
 // checkSignature verifies sig over input with a trusted key fit for alg.
 // A kid that no key has sends for the JWKS again (rate limited), then,
-// still unknown, is refused unless a key without a kid verifies.
+// still unknown, is refused: a key of another kid is never tried, so a
+// token names the key that signed it or none.
 func (v *Verifier) checkSignature(ctx context.Context, kid, alg string, jv jws.Verifier, input, sig []byte) error {
-	exact, loose := candidates(v.keySets(), kid)
+	keys := candidates(v.keySets(), kid)
 	var fetchErr error
-	if kid != "" && len(exact) == 0 && v.remote != nil {
+	if kid != "" && len(keys) == 0 && v.remote != nil {
 		var fetched bool
 		fetched, fetchErr = v.remote.refresh(ctx, v.base, true)
 		if fetched && fetchErr == nil {
-			exact, loose = candidates(v.keySets(), kid)
+			keys = candidates(v.keySets(), kid)
 		}
 	}
+	if len(keys) == 0 {
+		detail := "kid " + quote(kid)
+		if kid == "" {
+			detail = "no keys"
+		}
+		return &TokenError{Reason: ReasonUnknownKey, Detail: detail, Err: fetchErr}
+	}
 	fitting := 0
-	for _, k := range slices.Concat(exact, loose) {
+	for _, k := range keys {
 		if !k.fits(alg) {
 			continue
 		}
@@ -457,12 +506,7 @@ func (v *Verifier) checkSignature(ctx context.Context, kid, alg string, jv jws.V
 			return nil
 		}
 	}
-	switch {
-	case kid != "" && len(exact) == 0:
-		return &TokenError{Reason: ReasonUnknownKey, Detail: "kid " + quote(kid), Err: fetchErr}
-	case len(exact)+len(loose) == 0:
-		return &TokenError{Reason: ReasonUnknownKey, Detail: "no keys", Err: fetchErr}
-	case fitting == 0:
+	if fitting == 0 {
 		return &TokenError{Reason: ReasonAlgorithm, Detail: fmt.Sprintf("alg %s does not fit the key (kid %s)", alg, quote(kid))}
 	}
 	return &TokenError{Reason: ReasonBadSignature}

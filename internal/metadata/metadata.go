@@ -159,6 +159,10 @@ type request struct {
 	outcome string
 	bytes   int
 	detail  string
+	// logOnly is an error for the server's log and nowhere else: what
+	// the caller, an anonymous machine, must not read (the names of
+	// other Hardware).
+	logOnly error
 }
 
 // serve answers one request. item is "" for the JSON document, else the
@@ -237,8 +241,11 @@ func (h *Handler) caller(w http.ResponseWriter, q *request) (*model.Hardware, bo
 			fmt.Sprintf("no Hardware has IP %s in spec.interfaces[].dhcp.ip.address, so there is no metadata for this caller", src))
 		return nil, false
 	case errors.Is(err, ErrAmbiguousIP):
+		// The finder's error may name the Hardware, of any organisation;
+		// the answer (and the machine's record) must not.
+		q.logOnly = err
 		h.fail(w, q, http.StatusConflict, OutcomeAmbiguous,
-			fmt.Sprintf("%v; metadata is served only when exactly one Hardware has %s", err, src))
+			fmt.Sprintf("several Hardware have IP %s; metadata is served only when exactly one has it", src))
 		return nil, false
 	case err != nil:
 		h.fail(w, q, http.StatusInternalServerError, OutcomeError, fmt.Sprintf("cannot find the Hardware of %s: %v", src, err))
@@ -276,6 +283,9 @@ func (h *Handler) finish(q *request) {
 		"bytes", q.bytes, "outcome", outcome, "source", q.src, "duration", time.Since(q.start)}
 	if q.hw != "" {
 		attrs = append(attrs, "hardware", q.hw)
+	}
+	if q.logOnly != nil {
+		attrs = append(attrs, "err", q.logOnly)
 	}
 	level := slog.LevelInfo
 	if outcome == OutcomeError || outcome == OutcomeAmbiguous {

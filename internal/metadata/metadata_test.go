@@ -497,3 +497,35 @@ func TestOverHTTP(t *testing.T) {
 		t.Errorf("GET /metadata from 127.0.0.3 = %d; want 404", resp.StatusCode)
 	}
 }
+
+// TestAmbiguousIPNamesNoHardware: the 409 for an address several Hardware
+// claim goes to whatever machine asks, anonymously; it must not tell it
+// the names of those Hardware (other organisations' objects). The
+// server's log, read by its operator, names them.
+func TestAmbiguousIPNamesNoHardware(t *testing.T) {
+	var log strings.Builder
+	finder := FinderFunc(func(_ context.Context, ip netip.Addr) (*model.Hardware, error) {
+		// What the server's store finder says.
+		return nil, fmt.Errorf("%w (%s): acme/n1, globex/g1", ErrAmbiguousIP, ip)
+	})
+	ev := &events{}
+	h, err := New(Config{Finder: finder, Logger: slog.New(slog.NewTextHandler(&log, nil)), Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := get(t, h, http.MethodGet, "/metadata", node07Addr)
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "several Hardware have IP 10.20.0.17") {
+		t.Errorf("GET /metadata = %d %q; want 409 saying several Hardware have the address", w.Code, w.Body)
+	}
+	for _, name := range []string{"acme/n1", "globex/g1"} {
+		if strings.Contains(w.Body.String(), name) {
+			t.Errorf("the 409 names %s: %q", name, w.Body)
+		}
+		if e := ev.last(t); strings.Contains(e.Message, name) {
+			t.Errorf("the machine's record names %s: %q", name, e.Message)
+		}
+		if !strings.Contains(log.String(), name) {
+			t.Errorf("the server log does not name %s:\n%s", name, log.String())
+		}
+	}
+}

@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,8 +27,11 @@ const (
 	auditFile      = "audit/audit.log"
 
 	// adminTokenTTL is the lifetime of the admin token written at each
-	// start when the local issuer is in use.
+	// start when the local issuer is in use. The next start revokes it.
 	adminTokenTTL = 365 * 24 * time.Hour
+	// adminTokenReplaced is the revocation reason of the admin token a
+	// start replaces.
+	adminTokenReplaced = "admin token replaced at server start"
 )
 
 var tokensRefused = promauto.NewCounterVec(prometheus.CounterOpts{
@@ -52,10 +59,13 @@ func (s *security) close() {
 }
 
 // setupSecurity opens the audit log and, unless cfg.InsecureNoAuth,
-// builds the token verifier and loads the agent key. With no identity
-// provider configured, the local issuer's key (made once in
-// DATA_DIR/auth) is trusted and a fresh admin token is written next to it
-// for the CLI on this machine.
+// builds the token verifier and loads the agent key. Tokens named in
+// DATA_DIR/auth/revoked-tokens.json are refused (`anvil token revoke`).
+// With no identity provider configured, the local issuer's key (made once
+// in DATA_DIR/auth) is trusted and a fresh admin token is written next to
+// it for the CLI on this machine; the one it replaces is revoked, so a
+// start leaves one admin token of the local issuer valid, not one per
+// start for a year each.
 func setupSecurity(ctx context.Context, cfg Config, log *slog.Logger) (_ *security, err error) {
 	s := &security{}
 	defer func() {
@@ -81,6 +91,7 @@ func setupSecurity(ctx context.Context, cfg Config, log *slog.Logger) (_ *securi
 	}
 	vc := cfg.Auth
 	vc.Logger = log
+	vc.RevocationFile = auth.RevocationFile(cfg.DataDir)
 	if vc.JWKSURL == "" && len(vc.KeyFiles) == 0 {
 		li, err := auth.EnsureLocalIssuer(dir)
 		if err != nil {
@@ -88,11 +99,16 @@ func setupSecurity(ctx context.Context, cfg Config, log *slog.Logger) (_ *securi
 		}
 		vc.KeyFiles = []string{li.PublicKeyFile()}
 		vc.Issuer, vc.Audience = auth.LocalIssuerName, auth.LocalAudience
+		path := filepath.Join(dir, adminTokenFile)
+		// Revoked before the verifier reads the list, so the old token
+		// is refused from the first call.
+		if err := revokeAdminToken(path, vc.RevocationFile, log); err != nil {
+			return nil, err
+		}
 		tok, err := li.Mint("admin", "", []string{auth.RoleAdmin}, adminTokenTTL)
 		if err != nil {
 			return nil, err
 		}
-		path := filepath.Join(dir, adminTokenFile)
 		if err := atomicfile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
 			return nil, err
 		}
@@ -118,4 +134,37 @@ func setupSecurity(ctx context.Context, cfg Config, log *slog.Logger) (_ *securi
 		return nil, err
 	}
 	return s, nil
+}
+
+// revokeAdminToken revokes the local issuer's admin token in path, the
+// one the last start wrote, before a new one replaces it. No file is
+// nothing to revoke; a file that holds no token of the local issuer (it
+// was edited, or holds a token of another issuer) is left alone with a
+// warning: revoking an unknown jti helps nobody.
+func revokeAdminToken(path, list string, log *slog.Logger) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("previous admin token: %w", err)
+	}
+	r, err := auth.RevocationOf(strings.TrimSpace(string(b)))
+	if err == nil && r.Issuer != auth.LocalIssuerName {
+		err = fmt.Errorf("issued by %q, not the local issuer", r.Issuer)
+	}
+	if err != nil {
+		log.Warn("authentication: the previous admin token file holds no local admin token; nothing revoked", "path", path, "err", err)
+		return nil
+	}
+	now := time.Now()
+	if r.Expires.Before(now) {
+		return nil // refused anyway
+	}
+	r.Reason = adminTokenReplaced
+	if err := auth.Revoke(list, r, now); err != nil {
+		return fmt.Errorf("revoke the previous admin token: %w", err)
+	}
+	log.Info("authentication: the previous admin token is revoked", "jti", r.ID, "list", list)
+	return nil
 }

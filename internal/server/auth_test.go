@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -169,5 +170,84 @@ func TestInsecureNoAuthIsLoud(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "AUTHENTICATION IS OFF") {
 		t.Errorf("the log does not say authentication is off:\n%s", logs.String())
+	}
+}
+
+// TestAdminTokenRotatesAtRestart: each start writes a new admin token and
+// revokes the one it replaces, so a copy of an old admin token stops
+// working at the next restart; tokens made with `anvil token create` are
+// not touched, and one revoked while the server runs is refused within a
+// second.
+func TestAdminTokenRotatesAtRestart(t *testing.T) {
+	data := t.TempDir()
+	withAuth := func(c *Config) {
+		c.InsecureNoAuth = false
+		c.DataDir = data
+	}
+	adminToken := func() string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(data, "auth", "admin.token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(bytes.TrimSpace(b))
+	}
+	li, err := auth.EnsureLocalIssuer(auth.LocalIssuerDir(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := li.Mint("olga", "acme", []string{auth.RoleOperator}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const listAcme = `{"namespace":"acme"}`
+
+	base, _, cancel, wait, _ := startWith(t, withAuth)
+	first := adminToken()
+	if code, body := callJSON(t, base, listHardware, first, `{}`); code != http.StatusOK {
+		t.Fatalf("first start's admin token: %d %s; want 200", code, body)
+	}
+	cancel()
+	if err := wait(); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+
+	base, _, _, _, logs := startWith(t, withAuth)
+	second := adminToken()
+	if second == first {
+		t.Fatal("the restart kept the admin token; want a new one")
+	}
+	if code, body := callJSON(t, base, listHardware, first, `{}`); code != http.StatusUnauthorized || !strings.Contains(body, "revoked") {
+		t.Errorf("the first start's admin token after a restart: %d %s; want 401 revoked", code, body)
+	}
+	if code, body := callJSON(t, base, listHardware, second, `{}`); code != http.StatusOK {
+		t.Errorf("the new admin token: %d %s; want 200", code, body)
+	}
+	if code, body := callJSON(t, base, listHardware, op, listAcme); code != http.StatusOK {
+		t.Errorf("an operator's token made before the restart: %d %s; want 200", code, body)
+	}
+	if !strings.Contains(logs.String(), "the previous admin token is revoked") {
+		t.Errorf("the restart does not log the revocation:\n%s", logs)
+	}
+
+	// `anvil token revoke` while the server runs: the list is read again
+	// within a second.
+	r, err := auth.RevocationOf(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.Revoke(auth.RevocationFile(data), r, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := callJSON(t, base, listHardware, op, listAcme)
+		if code == http.StatusUnauthorized && strings.Contains(body, "revoked") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a revoked operator token: still %d %s after 10s; want 401 revoked within a second", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -7,7 +7,9 @@
 // watches that resume from a version — so that store/bolt (embedded, the
 // default) and a later store on the Kubernetes API (CRDs) are interchangeable
 // without touching callers. Implementations live in sub-packages; this package
-// holds no state and must not import any of them.
+// holds no state and must not import any of them. Overlay (a view of a
+// store as a write will leave it, for checking the write first) works
+// through the interface, so with every implementation.
 package store
 
 import (

@@ -51,6 +51,11 @@ func BenchmarkAgentLoop(b *testing.B) {
 	for lo := 0; lo < n; lo += batch {
 		var objs []model.Object
 		for i := lo; i < min(lo+batch, n); i++ {
+			// A worker must be an agent of the workflow's namespace.
+			objs = append(objs, &model.Hardware{
+				ObjectMeta: model.ObjectMeta{Name: fmt.Sprintf("hw-%06d", i), Namespace: "default"},
+				Spec:       model.HardwareSpec{AgentID: agent(i)},
+			})
 			objs = append(objs, &model.Workflow{
 				ObjectMeta: model.ObjectMeta{Name: fmt.Sprintf("wf-%06d", i), Namespace: "default"},
 				Spec:       model.WorkflowSpec{TemplateRef: "bench", HardwareMap: map[string]string{"device_1": agent(i)}},

@@ -75,6 +75,9 @@ type Engine struct {
 	cmu    sync.Mutex
 	seen   map[string]seenWorkflow
 	latest map[string]*model.Workflow
+
+	wmu    sync.Mutex
+	warned map[string]bool // see warnOnce
 }
 
 type seenWorkflow struct {
@@ -106,6 +109,7 @@ func New(cfg Config) *Engine {
 		timers:  map[string]*deadlineTimer{},
 		seen:    map[string]seenWorkflow{},
 		latest:  map[string]*model.Workflow{},
+		warned:  map[string]bool{},
 	}
 	if e.clock == nil {
 		e.clock = realClock{}
@@ -337,9 +341,9 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 
 	// (a) Render a new workflow.
 	if st.State == "" {
-		def, err := e.render(ctx, wf)
+		def, err := RenderStored(ctx, e.store, wf)
 		if err != nil {
-			var rerr *renderError
+			var rerr *RenderError
 			if !errors.As(err, &rerr) {
 				return err // the store failed; try again later
 			}
@@ -410,43 +414,6 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 	}
 	e.notifyWorkflowAgents(wf)
 	return nil
-}
-
-// renderError marks an error that is the workflow's fault (template,
-// hardware, rendering), as opposed to the store's.
-type renderError struct{ err error }
-
-func (r *renderError) Error() string { return r.err.Error() }
-func (r *renderError) Unwrap() error { return r.err }
-
-func (e *Engine) render(ctx context.Context, wf *model.Workflow) (*model.WorkflowDefinition, error) {
-	if wf.Spec.TemplateRef == "" {
-		return nil, &renderError{errors.New("spec.templateRef is empty")}
-	}
-	obj, err := e.store.Get(ctx, model.KindTemplate, wf.Namespace, wf.Spec.TemplateRef)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, &renderError{fmt.Errorf("template %s/%s not found", wf.Namespace, wf.Spec.TemplateRef)}
-	}
-	if err != nil {
-		return nil, err
-	}
-	tmpl := obj.(*model.Template)
-	var hw *model.Hardware
-	if wf.Spec.HardwareRef != "" {
-		obj, err := e.store.Get(ctx, model.KindHardware, wf.Namespace, wf.Spec.HardwareRef)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, &renderError{fmt.Errorf("hardware %s/%s not found", wf.Namespace, wf.Spec.HardwareRef)}
-		}
-		if err != nil {
-			return nil, err
-		}
-		hw = obj.(*model.Hardware)
-	}
-	def, err := Render(tmpl, wf, hw)
-	if err != nil {
-		return nil, &renderError{fmt.Errorf("template %s: %w", tmpl.Key(), err)}
-	}
-	return def, nil
 }
 
 // contenders returns the workflows of wf's namespace on wf's hardware that
@@ -712,6 +679,9 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 		}
 		cands = append(cands, w)
 	}
+	if cands, err = e.ownWorkflows(ctx, agentID, cands); err != nil {
+		return nil, err
+	}
 	if len(cands) > 1 {
 		slices.SortFunc(cands, compareActive)
 	}
@@ -722,6 +692,52 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 		}
 	}
 	return nil, nil
+}
+
+// ownWorkflows keeps the workflows of namespaces that have a Hardware
+// agentID runs on. The others name a machine that is not theirs (rendered
+// before admission checked workers, or the Hardware moved since): they get
+// nothing, and are logged and counted, so that neither the machine nor
+// its own organisation's workflows are captured.
+func (e *Engine) ownWorkflows(ctx context.Context, agentID string, cands []*model.Workflow) ([]*model.Workflow, error) {
+	if len(cands) == 0 {
+		return cands, nil
+	}
+	nss, err := workerNamespaces(ctx, e.store, agentID)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(cands, func(w *model.Workflow) bool {
+		if nss[w.Namespace] {
+			return false
+		}
+		foreignWorker.Inc()
+		if e.warnOnce(w.Key() + "@" + w.ResourceVersion + " " + agentID) {
+			e.log.Warn("workflow: not handing out an action to an agent of no Hardware in the workflow's namespace",
+				"workflow", w.Key(), "agent", agentID)
+		}
+		return true
+	}), nil
+}
+
+// maxWarned bounds the warnings warnOnce remembers; past it, it forgets
+// them all (and may warn again), never grows.
+const maxWarned = 1000
+
+// warnOnce reports whether key has not been warned about yet, and
+// remembers it: an agent polling every few seconds must not repeat the
+// same warning each time.
+func (e *Engine) warnOnce(key string) bool {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if e.warned[key] {
+		return false
+	}
+	if len(e.warned) >= maxWarned {
+		clear(e.warned)
+	}
+	e.warned[key] = true
+	return true
 }
 
 // ReportActionStatus records an agent's report and returns the workflow's

@@ -387,7 +387,7 @@ tasks:
 `
 	tmpl := templateOf(data)
 	tmpl.Name = "debian-raw"
-	e.create(tmpl, testWorkflow("wf", ""))
+	e.create(tmpl, testHardware(t), testWorkflow("wf", "")) // the worker is the Hardware's MAC
 	e.waitWorkflow("wf", "rendered", rendered)
 	e.runAction(mac, "flaky", model.StateFailed)
 	// Held back for 2s, then handed out to a waiting agent when the timer fires.

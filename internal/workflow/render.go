@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 
 	"github.com/Masterminds/sprig/v3"
@@ -189,7 +190,7 @@ func Render(tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*mode
 	if name == "" {
 		name = "template"
 	}
-	t, err := template.New(name).Option("missingkey=error").Funcs(FuncMap()).Parse(*tmpl.Spec.Data)
+	t, err := parseTemplate(name, *tmpl.Spec.Data)
 	if err != nil {
 		return nil, fmt.Errorf("parse template: %w", err)
 	}
@@ -205,6 +206,46 @@ func Render(tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*mode
 		return nil, fmt.Errorf("execute template: %w", err)
 	}
 	return ParseDefinition(w.buf.Bytes())
+}
+
+// Parsed templates are kept for the next render of the same text: parsing,
+// above all handing text/template the ~200 functions of FuncMap (it
+// reflects over each), is most of a render's cost, and a fleet's workflows
+// share a few templates, each rendered twice (admission checks its
+// workers, the engine renders it). A parsed template is only executed,
+// never changed, so renders share it (text/template allows parallel
+// executions).
+const (
+	maxParsedTemplates  = 64        // past it the cache is emptied, never grows
+	maxParsedTemplateSz = 256 << 10 // larger texts are parsed each time
+)
+
+var parsedTemplates = struct {
+	sync.Mutex
+	m map[string]*template.Template // name + "\x00" + text
+}{m: map[string]*template.Template{}}
+
+// parseTemplate returns text parsed as the template name, with FuncMap
+// and missingkey=error, from the cache when it was parsed before.
+func parseTemplate(name, text string) (*template.Template, error) {
+	key := name + "\x00" + text
+	parsedTemplates.Lock()
+	t := parsedTemplates.m[key]
+	parsedTemplates.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	t, err := template.New(name).Option("missingkey=error").Funcs(FuncMap()).Parse(text)
+	if err != nil || len(text) > maxParsedTemplateSz {
+		return t, err
+	}
+	parsedTemplates.Lock()
+	if len(parsedTemplates.m) >= maxParsedTemplates {
+		clear(parsedTemplates.m)
+	}
+	parsedTemplates.m[key] = t
+	parsedTemplates.Unlock()
+	return t, nil
 }
 
 // ParseDefinition parses rendered template output and validates it.

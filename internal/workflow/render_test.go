@@ -2,8 +2,10 @@ package workflow
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	k8syaml "sigs.k8s.io/yaml"
@@ -268,5 +270,29 @@ tasks:
 	tmpl := loadYAML[model.Template](t, "testdata/template.yaml")
 	if errs := CheckTemplateStatic(*tmpl.Spec.Data); errs != nil {
 		t.Errorf("example: %v", errs)
+	}
+}
+
+// TestRenderConcurrentSharedTemplate: renders of one template share its
+// parsed form (parseTemplate's cache); run at once with different data,
+// each gets its own workers, and the race detector sees no shared write.
+func TestRenderConcurrentSharedTemplate(t *testing.T) {
+	tmpl := templateOf(minimalHead + "  - name: t\n    worker: \"{{.device_1}}\"\n    actions: [{name: a, image: i}]\n")
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			wf := exampleWorkflow()
+			want := fmt.Sprintf("02:00:00:00:00:%02x", i)
+			wf.Spec.HardwareMap = map[string]string{"device_1": want}
+			def, err := Render(tmpl, wf, nil)
+			if err != nil || def.Tasks[0].Worker != want {
+				t.Errorf("render %d: %+v, %v; want worker %s", i, def, err, want)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := Render(templateOf(minimalHead+"  - name: t\n    worker: \"{{.device_2}}\"\n    actions: [{name: a, image: i}]\n"),
+		exampleWorkflow(), nil); err == nil {
+		t.Error("a template naming a missing key rendered: missingkey=error lost with the cache")
 	}
 }

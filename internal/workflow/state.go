@@ -164,13 +164,7 @@ func InitialStatus(wf *model.Workflow, def *model.WorkflowDefinition, now time.T
 	}
 	n := 0
 	for i, td := range def.Tasks {
-		// A worker that is a MAC (usually {{.device_1}}) is kept in the
-		// canonical form agents report as (worker_id=, Hardware.AgentIDs),
-		// however the workflow's hardwareMap spells it.
-		agent := td.Worker
-		if m, ok := model.CanonicalMAC(agent); ok {
-			agent = m
-		}
+		agent := WorkerID(td.Worker)
 		t := model.Task{
 			ID:          fmt.Sprintf("%st%d", p, i+1),
 			Name:        td.Name,

@@ -1,0 +1,158 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/workflow"
+)
+
+// Admission: what a write may not do to objects other than its own. It is
+// checked against the store as it will be after the write (store.Overlay:
+// the write's objects over the store, read through the store's indexes),
+// so it holds for every Store implementation and for a manifest whose
+// objects refer to each other.
+//
+//   - A Hardware's MACs, reserved IPs and agent IDs each name one machine
+//     to DHCP, the metadata service and the agent protocol, none of which
+//     can tell organisations apart: a Hardware may not claim one another
+//     Hardware has (store.Conflicts).
+//   - A Workflow's workers must be machines of its own namespace
+//     (workflow.CheckWorkers), or one organisation could hand its actions
+//     to another's machine, and keep that machine from its own work.
+//
+// Refusals never name another organisation's objects.
+
+// claimWords say how a refusal names a claim index's value.
+var claimWords = map[string]struct{ what, verb string }{
+	store.IndexMAC:     {"MAC", "claimed"},
+	store.IndexIP:      {"IP address", "reserved"},
+	store.IndexAgentID: {"agent ID", "used"},
+}
+
+// admit checks the objects of one write, docs (a manifest's documents, or
+// one API object in a Document without a Source), and returns a
+// model.ErrorList of every problem, or the store's error. When the write
+// holds Hardware it returns holding s.claimMu, and unlock releases it:
+// call it once the write is made, so that no other write claims the same
+// MAC between the check and the write. On an error nothing is held.
+func (s *Services) admit(ctx context.Context, docs []model.Document) (unlock func(), err error) {
+	objs := make([]model.Object, len(docs))
+	hardware := false
+	for i := range docs {
+		objs[i] = docs[i].Object
+		_, ok := objs[i].(*model.Hardware)
+		hardware = hardware || ok
+	}
+	unlock = func() {}
+	if hardware {
+		s.claimMu.Lock()
+		unlock = s.claimMu.Unlock
+	}
+	ov := store.NewOverlay(s.cfg.Store, objs)
+	var errs model.ErrorList
+	for i := range docs {
+		var found model.ErrorList
+		switch o := docs[i].Object.(type) {
+		case *model.Hardware:
+			found, err = checkClaims(ctx, ov, &docs[i], o)
+		case *model.Workflow:
+			found, err = checkWorkers(ctx, ov, &docs[i], o)
+		}
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		errs = append(errs, found...)
+	}
+	if len(errs) > 0 {
+		unlock()
+		return nil, errs
+	}
+	return unlock, nil
+}
+
+// admitOne is admit for the one object of a Create, Update or a
+// workflow made by the server (Reprovision, ProvisionDevice).
+func (s *Services) admitOne(ctx context.Context, obj model.Object) (unlock func(), err error) {
+	return s.admit(ctx, []model.Document{{Object: obj}})
+}
+
+// fieldError locates msg at path of d: by file and line for a manifest's
+// document, by kind and name for an API object.
+func fieldError(d *model.Document, path, msg string) *model.FieldError {
+	if d.Source == "" {
+		m := d.Object.GetObjectMeta()
+		return &model.FieldError{Doc: fmt.Sprintf("%s %s/%s", model.KindOf(d.Object), m.Namespace, m.Name), Path: path, Msg: msg}
+	}
+	return &model.FieldError{Source: d.Source, Line: d.FieldLine(path), Doc: d.Describe(), Path: path, Msg: msg}
+}
+
+// checkClaims refuses hw's MACs, IPs and agent IDs that another Hardware
+// of ov has (store.Conflicts): by name when it is in hw's namespace, as
+// "another organisation's Hardware" otherwise.
+func checkClaims(ctx context.Context, ov *store.Overlay, d *model.Document, hw *model.Hardware) (model.ErrorList, error) {
+	conflicts, err := store.Conflicts(ctx, ov, hw)
+	if err != nil {
+		return nil, err
+	}
+	var errs model.ErrorList
+	for _, c := range conflicts {
+		whose := "another organisation's Hardware"
+		if c.Other.Namespace == hw.Namespace {
+			whose = "Hardware " + c.Other.Key()
+		}
+		w := claimWords[c.Index]
+		errs = append(errs, fieldError(d, c.Path, fmt.Sprintf("%s %s is already %s by %s", w.what, c.Value, w.verb, whose)))
+	}
+	return errs, nil
+}
+
+// checkWorkers refuses wf when one of its workers is no machine of its
+// namespace: the agents of its status's tasks when it has some (a status
+// written by hand), else those of its rendering. A workflow that does not
+// render is not refused here: the engine records why on the workflow, as
+// it always has.
+func checkWorkers(ctx context.Context, ov *store.Overlay, d *model.Document, wf *model.Workflow) (model.ErrorList, error) {
+	var bad workflow.WorkerErrors
+	var err error
+	if len(wf.Status.Tasks) > 0 {
+		err = workflow.CheckWorkers(ctx, ov, wf.Namespace, wf.Status.Tasks)
+	} else {
+		_, err = workflow.RenderStored(ctx, ov, wf)
+	}
+	switch {
+	case errors.As(err, &bad):
+	case errors.As(err, new(*workflow.RenderError)):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	var errs model.ErrorList
+	for _, e := range bad {
+		errs = append(errs, fieldError(d, workerPath(wf, e), e.Error()))
+	}
+	return errs, nil
+}
+
+// workerPath is the field a refused worker came from: a status task's
+// agentID, the hardwareMap entry that holds it (in any spelling), else
+// the template, which wrote it.
+func workerPath(wf *model.Workflow, e *workflow.WorkerError) string {
+	for i, t := range wf.Status.Tasks {
+		if t.Name == e.Task && t.AgentID == e.Worker {
+			return fmt.Sprintf("status.tasks[%d].agentID", i)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(wf.Spec.HardwareMap)) {
+		if v := wf.Spec.HardwareMap[k]; v == e.Worker || workflow.WorkerID(v) == e.Worker {
+			return "spec.hardwareMap." + k
+		}
+	}
+	return "spec.templateRef"
+}
