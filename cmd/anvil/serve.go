@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/server"
 	"github.com/anvilproj/anvil/internal/version"
@@ -19,6 +20,7 @@ func newServeCmd() *cobra.Command {
 	var metadataPort int
 	var cpuProfile string
 	var noTLS bool
+	var maxRequestMiB int64
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Anvil server: API, workflow engine and (later) the boot services",
@@ -47,6 +49,7 @@ instead of --bind and the ports.`,
 				return err
 			}
 			cfg.Listeners = lns
+			cfg.MaxRequestBytes = maxRequestMiB << 20
 			cfg.MetadataPort = metadataPort
 			if metadataPort == 0 {
 				cfg.DisableMetadata = true // --metadata-port 0 is documented as "off"
@@ -129,6 +132,7 @@ instead of --bind and the ports.`,
 	f.Float64Var(&cfg.BootClientRate, "boot-client-rate", server.DefaultBootClientRate, "boot path requests per second per client address (0: unlimited)")
 	f.IntVar(&cfg.BootClientBurst, "boot-client-burst", server.DefaultBootClientBurst, "boot path requests per client admitted at once above --boot-client-rate (0: one second of it)")
 	f.IntVar(&cfg.BootClientConcurrency, "boot-client-concurrency", server.DefaultBootClientConcurrency, "boot path requests served at once per client address (0: unlimited)")
+	f.Int64Var(&maxRequestMiB, "max-request-mib", api.DefaultMaxRequestBytes>>20, "largest API request body in MiB, on every port (gRPC, gRPC-Web, Connect); a larger one is refused RESOURCE_EXHAUSTED before it is read (0: the default)")
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	return cmd

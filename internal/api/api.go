@@ -4,9 +4,11 @@
 //
 // It owns the translation between the wire (proto messages, connect codes)
 // and the model: converting objects, parsing selectors, mapping errors to
-// codes, asking internal/auth whether the caller may (authz.go), checking a
-// write against the objects it does not touch before making it (admit.go:
-// the store's claim conflicts, the engine's worker rule), and the few
+// codes, authenticating calls before their bodies are read and capping
+// those bodies (gate.go), asking internal/auth whether the caller may
+// (authz.go), checking a write against the objects it does not touch
+// before making it (admit.go: the store's claim conflicts, the engine's
+// worker rule), and the few
 // operations that are several store calls in one (Reprovision,
 // ProvisionDevice). It must not hold state of its own beyond a lock, open
 // listeners or decide policy — the store, the engine, the model's validation
@@ -18,11 +20,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/audit"
@@ -35,6 +39,16 @@ import (
 
 // DefaultMaxWait caps GetAction's long poll when Config.MaxWait is 0.
 const DefaultMaxWait = 30 * time.Second
+
+// DefaultMaxRequestBytes caps a request body when Config.MaxRequestBytes
+// is 0. The largest request anvil expects is ManifestService.Apply of a
+// fleet's manifest: 10,000 Hardware like examples/hardware.yaml weigh
+// 6.9 MB of YAML, 7.2 MB as a Connect JSON request; with a cloud-config
+// of two SSH keys and a package list each, 11.9 MB and 12.3 MB. 32 MiB is
+// 2.6 times the larger (the manifest parser's own model.MaxManifestBytes
+// still bounds what one Apply may carry), and reading that much costs the
+// server about 100 MB for the moment it takes to refuse it.
+const DefaultMaxRequestBytes = 32 << 20
 
 // Engine is what the agent and job services need from the workflow
 // engine. *workflow.Engine implements it.
@@ -94,6 +108,12 @@ type Config struct {
 	// ClientIP returns the caller's address as the server's trusted-proxy
 	// rule sees it, or "" to use the TCP peer's.
 	ClientIP func(ctx context.Context) string
+	// MaxRequestBytes caps the body of every request (see gate.go): a
+	// larger one is refused RESOURCE_EXHAUSTED having read at most this
+	// much, or nothing when its Content-Length says so. Client streams
+	// (StreamLogs) are capped per message instead. If 0, uses
+	// DefaultMaxRequestBytes.
+	MaxRequestBytes int64
 }
 
 // Services implements every anvil.v1 service. It is safe for concurrent use.
@@ -125,6 +145,9 @@ func New(cfg Config) *Services {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
 	stopping, stop := context.WithCancel(context.Background())
 	return &Services{cfg: cfg, log: cfg.Logger, stopping: stopping, stop: stop}
 }
@@ -144,8 +167,8 @@ func (s *Services) longLived(ctx context.Context) (context.Context, context.Canc
 // stopped reports whether Stop was called.
 func (s *Services) stopped() bool { return s.stopping.Err() != nil }
 
-// ServiceNames lists the fully-qualified names of the services Mount
-// serves, for server reflection.
+// ServiceNames lists the fully-qualified names of the anvil.v1 services
+// Mount serves (and its server reflection describes).
 func ServiceNames() []string {
 	return []string{
 		anvilv1connect.HardwareServiceName,
@@ -161,23 +184,32 @@ func ServiceNames() []string {
 	}
 }
 
-// Mount registers every service on mux. Each speaks gRPC, gRPC-Web and the
+// Mount registers every service on mux, and gRPC server reflection
+// (v1 and v1alpha) describing them. Each speaks gRPC, gRPC-Web and the
 // Connect protocol (binary and JSON), connect's defaults.
 //
-// Every service sits behind the guard interceptor (authentication of
-// management calls, the audit log); opts' interceptors run outside it.
+// Every handler Mount registers sits behind the gate (gate.go): management
+// calls are authenticated from their headers before a byte of the body is
+// read, and every body is capped at Config.MaxRequestBytes. Behind it, the
+// guard interceptor writes the audit log; opts' interceptors run outside
+// the guard.
 func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
-	opts = append(opts, connect.WithInterceptors(guard{s}))
-	mux.Handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
-	mux.Handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))
-	mux.Handle(anvilv1connect.NewWorkflowServiceHandler(workflowHandler{newWorkflowService(s), newHardwareService(s)}, opts...))
-	mux.Handle(anvilv1connect.NewBootProfileServiceHandler(newBootProfileService(s), opts...))
-	mux.Handle(anvilv1connect.NewManifestServiceHandler(manifestService{s}, opts...))
-	mux.Handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
-	mux.Handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))
-	mux.Handle(anvilv1connect.NewAuditServiceHandler(auditService{s}, opts...))
-	mux.Handle(anvilv1connect.NewSecretServiceHandler(secretService{s}, opts...))
-	mux.Handle(anvilv1connect.NewJobServiceHandler(jobService{s}, opts...))
+	maxMsg := connect.WithReadMaxBytes(int(min(s.cfg.MaxRequestBytes, math.MaxInt32)))
+	opts = append(opts, connect.WithInterceptors(guard{s}), maxMsg)
+	handle := func(prefix string, h http.Handler) { mux.Handle(prefix, s.gate(prefix, h)) }
+	handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
+	handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))
+	handle(anvilv1connect.NewWorkflowServiceHandler(workflowHandler{newWorkflowService(s), newHardwareService(s)}, opts...))
+	handle(anvilv1connect.NewBootProfileServiceHandler(newBootProfileService(s), opts...))
+	handle(anvilv1connect.NewManifestServiceHandler(manifestService{s}, opts...))
+	handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
+	handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))
+	handle(anvilv1connect.NewAuditServiceHandler(auditService{s}, opts...))
+	handle(anvilv1connect.NewSecretServiceHandler(secretService{s}, opts...))
+	handle(anvilv1connect.NewJobServiceHandler(jobService{s}, opts...))
+	reflector := grpcreflect.NewStaticReflector(ServiceNames()...)
+	handle(grpcreflect.NewHandlerV1(reflector, maxMsg))
+	handle(grpcreflect.NewHandlerV1Alpha(reflector, maxMsg))
 }
 
 // toConnect maps an error from the store, the engine or the model to a

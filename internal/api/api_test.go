@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -49,6 +50,9 @@ type envOptions struct {
 	// configure, if set, changes the API's configuration (authentication,
 	// agent checks, audit) before the services start.
 	configure func(*api.Config)
+	// listener, if set, wraps the server's listener (to count what the
+	// server reads).
+	listener func(net.Listener) net.Listener
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -81,6 +85,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	svc.Mount(mux)
 
 	srv := httptest.NewUnstartedServer(mux)
+	if o.listener != nil {
+		srv.Listener = o.listener(srv.Listener)
+	}
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)

@@ -15,15 +15,15 @@ import (
 // in namespace ns (its organisation; "" for a call across every
 // namespace), else PERMISSION_DENIED naming the missing permission.
 //
-// Every handler reached through Mount has a principal: the guard
-// interceptor puts one in the context (auth.Anonymous when authentication
-// is off), so a missing one means a handler was called around the guard,
-// and is refused.
+// Every management handler reached through Mount has a principal: the
+// gate puts one in the context (auth.Anonymous when authentication is
+// off), so a missing one means a handler was called around the gate, and
+// is refused.
 func authorize(ctx context.Context, perm auth.Permission, ns string) error {
 	p := auth.FromContext(ctx)
 	if p == nil {
 		return connect.NewError(connect.CodePermissionDenied,
-			errors.New("permission denied: the call carries no principal (it did not pass the authentication interceptor)"))
+			errors.New("permission denied: the call carries no principal (it did not pass the gate that authenticates)"))
 	}
 	if err := p.Allow(perm, ns); err != nil {
 		authRefused.WithLabelValues("permission").Inc()

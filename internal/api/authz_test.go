@@ -259,7 +259,9 @@ func TestAuditLog(t *testing.T) {
 		"admin /anvil.v1.ManifestService/Apply ok ns= source=orgs.yaml",
 		"globex-op /anvil.v1.HardwareService/Delete permission_denied ns=acme name=n1",
 		"globex-op /anvil.v1.WorkflowService/Reprovision ok ns=globex hardware=g1 template=t1 workflow=g1-again",
-		" /anvil.v1.HardwareService/Delete unauthenticated ns=acme name=n1",
+		// Refused before its body was read (gate.go): the object it
+		// named is not known, and no organisation's viewer sees it.
+		" /anvil.v1.HardwareService/Delete unauthenticated ns= ",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("audit records:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -278,8 +280,8 @@ func TestAuditLog(t *testing.T) {
 		}
 		return out
 	}
-	if got := list("acme-viewer"); len(got) != 2 {
-		t.Errorf("acme's viewer sees %d records %q; want the two naming acme", len(got), got)
+	if got := list("acme-viewer"); len(got) != 1 {
+		t.Errorf("acme's viewer sees %d records %q; want the one naming acme", len(got), got)
 	}
 	if got := list("admin"); len(got) != 4 {
 		t.Errorf("admin sees %d records; want 4", len(got))

@@ -13,19 +13,16 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
-	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
 )
 
 // guard is the interceptor Mount puts in front of every service: it
-// authenticates management calls (agent calls carry agent tokens and are
-// checked by the agent service itself) and writes the audit record of
-// every mutating one, refused calls included.
+// writes the audit record of every mutating call, refused calls included.
+// Authentication happens before it, in the gate (gate.go), which refuses
+// an unauthenticated management call before connect reads its body; the
+// guard finds the principal in the context.
 type guard struct{ s *Services }
-
-// agentProcedures start with this prefix.
-var agentPrefix = "/" + anvilv1connect.AgentServiceName + "/"
 
 // mutatingMethods are the method names that change stored state.
 var mutatingMethods = map[string]bool{
@@ -37,7 +34,9 @@ func isMutating(procedure string) bool {
 	return mutatingMethods[procedure[strings.LastIndexByte(procedure, '/')+1:]]
 }
 
-// authenticate returns ctx carrying the caller's principal.
+// authenticate returns ctx carrying the caller's principal. The gate
+// calls it for every management call; agent calls carry agent tokens and
+// are checked by the agent service itself.
 func (g guard) authenticate(ctx context.Context, h http.Header) (context.Context, error) {
 	if g.s.cfg.Authenticate == nil {
 		return auth.WithPrincipal(ctx, auth.Anonymous), nil
@@ -52,16 +51,8 @@ func (g guard) authenticate(ctx context.Context, h http.Header) (context.Context
 
 func (g guard) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		proc := req.Spec().Procedure
-		if strings.HasPrefix(proc, agentPrefix) {
-			return next(ctx, req)
-		}
-		ctx, err := g.authenticate(ctx, req.Header())
-		var resp connect.AnyResponse
-		if err == nil {
-			resp, err = next(ctx, req)
-		}
-		if isMutating(proc) {
+		resp, err := next(ctx, req)
+		if proc := req.Spec().Procedure; isMutating(proc) {
 			g.audit(ctx, proc, req.Any(), req.Peer().Addr, err)
 		}
 		return resp, err
@@ -72,19 +63,10 @@ func (guard) WrapStreamingClient(next connect.StreamingClientFunc) connect.Strea
 	return next
 }
 
-// WrapStreamingHandler authenticates streams (watches, and the agent's log
-// stream, which is checked by its handler); none of them is mutating.
-func (g guard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if strings.HasPrefix(conn.Spec().Procedure, agentPrefix) {
-			return next(ctx, conn)
-		}
-		ctx, err := g.authenticate(ctx, conn.RequestHeader())
-		if err != nil {
-			return err
-		}
-		return next(ctx, conn)
-	}
+// WrapStreamingHandler passes streams on: none is mutating (watches, the
+// agent's log stream).
+func (guard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // audit records a mutating call. A record that cannot be written is

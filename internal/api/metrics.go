@@ -17,6 +17,10 @@ var (
 		Name: "anvil_agent_refused_total",
 		Help: "Agent calls refused, by reason: no_token, bad_token, wrong_ip, wrong_agent.",
 	}, []string{"reason"})
+	tooLargeTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_api_request_too_large_total",
+		Help: "API requests refused because their body exceeded the server's limit (--max-request-mib), by procedure (\"other\" for a path that is none).",
+	}, []string{"procedure"})
 	auditFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "anvil_audit_write_failures_total",
 		Help: "Audit records that could not be written (each also logged as an error).",

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/anvilproj/anvil/internal/api"
@@ -192,6 +191,13 @@ type Config struct {
 	BootClientBurst       int
 	BootClientConcurrency int
 
+	// MaxRequestBytes caps the body of every API request (gRPC, gRPC-Web
+	// and Connect, on every port): larger ones are refused
+	// RESOURCE_EXHAUSTED having read at most this much. The boot and
+	// metadata routes read no body. If 0, uses api.DefaultMaxRequestBytes;
+	// `anvil serve --max-request-mib` sets it.
+	MaxRequestBytes int64
+
 	// TLS switches TLS on for the API (see tls.go): an HTTPS listener on
 	// HTTPSPort serving what the HTTP port serves, and TLS on the gRPC
 	// port unless GRPCPlaintext. The HTTP port stays plain either way
@@ -277,6 +283,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.BootRate < 0 || cfg.BootBurst < 0 || cfg.BootConcurrency < 0 ||
 		cfg.BootClientRate < 0 || cfg.BootClientBurst < 0 || cfg.BootClientConcurrency < 0 {
 		return errors.New("--boot-* limits must not be negative (0 switches a limit off)")
+	}
+	if cfg.MaxRequestBytes < 0 {
+		return errors.New("--max-request-mib must not be negative")
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = api.DefaultMaxRequestBytes
 	}
 
 	// Stage 1: storage.
@@ -415,6 +427,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Stage 4: handlers.
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore,
+		MaxRequestBytes: cfg.MaxRequestBytes,
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the
 			// client a trusted proxy forwarded for.
@@ -425,9 +438,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}})
 	apiMux := http.NewServeMux()
 	services.Mount(apiMux, connect.WithInterceptors(metricsInterceptor{}))
-	reflector := grpcreflect.NewStaticReflector(api.ServiceNames()...)
-	apiMux.Handle(grpcreflect.NewHandlerV1(reflector))
-	apiMux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 
 	var shuttingDown atomic.Bool
 	ready := func() error {
@@ -471,7 +481,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	grpcHandler := outer(apiMux)
 	log.Info("http routes", "path_prefix", pathPrefix, "boot_rate", cfg.BootRate, "boot_burst", cfg.BootBurst,
 		"boot_concurrency", cfg.BootConcurrency, "boot_client_rate", cfg.BootClientRate,
-		"boot_client_burst", cfg.BootClientBurst, "boot_client_concurrency", cfg.BootClientConcurrency)
+		"boot_client_burst", cfg.BootClientBurst, "boot_client_concurrency", cfg.BootClientConcurrency,
+		"max_request_bytes", cfg.MaxRequestBytes)
 
 	// Stage 5: serve.
 	serveErr := make(chan error, len(lns)+len(boot.packets)+1)

@@ -5,7 +5,9 @@
 // (Queued). A missing need fails the test under CI — CI runs as root
 // after scripts/install-deps.sh installed everything, so a CI runner
 // without it is broken and must not pass by skipping — and skips it
-// elsewhere, so a developer without root or QEMU still runs the rest.
+// elsewhere, so a developer without root or QEMU still runs the rest. It
+// also counts the bytes that cross a connection (netcount.go), for tests
+// that prove a server read, or let a client send, next to nothing.
 //
 // It is for tests and test helper packages only; no command imports it.
 package testtool
