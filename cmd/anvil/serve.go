@@ -133,6 +133,9 @@ instead of --bind and the ports.`,
 	f.IntVar(&cfg.BootClientBurst, "boot-client-burst", server.DefaultBootClientBurst, "boot path requests per client admitted at once above --boot-client-rate (0: one second of it)")
 	f.IntVar(&cfg.BootClientConcurrency, "boot-client-concurrency", server.DefaultBootClientConcurrency, "boot path requests served at once per client address (0: unlimited)")
 	f.Int64Var(&maxRequestMiB, "max-request-mib", api.DefaultMaxRequestBytes>>20, "largest API request body in MiB, on every port (gRPC, gRPC-Web, Connect); a larger one is refused RESOURCE_EXHAUSTED before it is read (0: the default)")
+	f.DurationVar(&cfg.BootStallTimeout, "boot-stall-timeout", server.DefaultBootStallTimeout, "cut a boot path download whose client takes nothing for this long, freeing its place in the limits (0: never)")
+	f.Int64Var(&cfg.BootMinSendRate, "boot-min-send-rate", server.DefaultBootMinSendRate, "cut a boot path download that averages fewer bytes per second than this once --boot-send-grace has passed (0: never)")
+	f.DurationVar(&cfg.BootSendGrace, "boot-send-grace", server.DefaultBootSendGrace, "how long a boot path download may start below --boot-min-send-rate")
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	return cmd

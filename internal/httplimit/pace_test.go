@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -12,9 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // TestPaceRule is the deadline rule on its own, with explicit times.
@@ -131,32 +131,6 @@ func bigFile(t *testing.T, size int64) string {
 	return path
 }
 
-// smallBuffers is a dialer whose sockets have a small receive buffer, so a
-// server's writes block as soon as its client stops reading.
-var smallBuffers = net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-	})
-	return errors.Join(err, serr)
-}}
-
-// stalledGet opens a TCP connection to addr with a small receive buffer,
-// sends a GET for path and reads nothing. Closing the returned conn ends
-// it.
-func stalledGet(t *testing.T, addr, path string) net.Conn {
-	t.Helper()
-	c, err := smallBuffers.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: anvil\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // TestPacerFreesStalledSlots: downloads whose clients stop reading fill
 // the concurrency limit; the pacer cuts each after the stall timeout, the
 // slots are released, and a client that reads gets the whole file — over
@@ -177,7 +151,7 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 			name:  "HTTP/1.1",
 			start: (*httptest.Server).Start,
 			stall: func(t *testing.T, srv *httptest.Server) {
-				stalledGet(t, srv.Listener.Addr().String(), "/image.raw")
+				testtool.StalledGet(t, nil, srv.Listener.Addr().String(), "/stalled/image.raw")
 			},
 			reader: (*httptest.Server).Client,
 		},
@@ -185,13 +159,13 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 			name:  "HTTP/1.1 over TLS",
 			start: (*httptest.Server).StartTLS,
 			stall: func(t *testing.T, srv *httptest.Server) {
-				raw, err := smallBuffers.Dial("tcp", srv.Listener.Addr().String())
+				raw, err := (&net.Dialer{Control: testtool.SmallReceiveBuffer}).Dial("tcp", srv.Listener.Addr().String())
 				if err != nil {
 					t.Fatal(err)
 				}
 				c := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) // the test's own server
 				t.Cleanup(func() { c.Close() })
-				if _, err := io.WriteString(c, "GET /image.raw HTTP/1.1\r\nHost: anvil\r\n\r\n"); err != nil {
+				if _, err := io.WriteString(c, "GET /stalled/image.raw HTTP/1.1\r\nHost: anvil\r\n\r\n"); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -205,10 +179,10 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 				srv.Start()
 			},
 			stall: func(t *testing.T, srv *httptest.Server) {
-				tr := &http.Transport{Protocols: new(http.Protocols), DialContext: smallBuffers.DialContext}
+				tr := &http.Transport{Protocols: new(http.Protocols), DialContext: (&net.Dialer{Control: testtool.SmallReceiveBuffer}).DialContext}
 				tr.Protocols.SetUnencryptedHTTP2(true)
 				t.Cleanup(tr.CloseIdleConnections)
-				resp, err := (&http.Client{Transport: tr}).Get(srv.URL + "/image.raw")
+				resp, err := (&http.Client{Transport: tr}).Get(srv.URL + "/stalled/image.raw")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -225,13 +199,17 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := New(Config{Concurrency: 3})
 			cuts := make(chan Cut, 10)
-			h := NewHandler(HandlerConfig{Limiter: l, Next: NewPacer(PacerConfig{
-				Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, path) }),
-				// Short, so the test waits little; what it waits for is
-				// the cut, not the time.
-				StallTimeout: 300 * time.Millisecond,
-				Cut:          func(_ *http.Request, c Cut) { cuts <- c },
-			})})
+			file := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, path) })
+			// The stalled clients ask /stalled/, paced with a short stall
+			// timeout, so the test waits little (what it waits for is the
+			// cut, not the time); the reading client asks /, with a
+			// minute's, so a busy machine's pause in its reads is no cut.
+			mux := http.NewServeMux()
+			mux.Handle("/stalled/", NewPacer(PacerConfig{Next: file, StallTimeout: 300 * time.Millisecond,
+				Cut: func(_ *http.Request, c Cut) { cuts <- c }}))
+			mux.Handle("/", NewPacer(PacerConfig{Next: file, StallTimeout: time.Minute,
+				Cut: func(_ *http.Request, c Cut) { cuts <- c }}))
+			h := NewHandler(HandlerConfig{Limiter: l, Next: mux})
 			srv := httptest.NewUnstartedServer(h)
 			tc.start(srv)
 			// Registered before the stalled clients: cleanups run last
@@ -243,7 +221,7 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 				tc.stall(t, srv)
 			}
 			// The limit fills: a fourth request is refused while they hang.
-			waitFor(t, "3 requests in flight", func() bool { return l.InFlight() == 3 })
+			testtool.WaitFor(t, "3 requests in flight", func() bool { return l.InFlight() == 3 })
 			client := tc.reader(srv)
 			resp, err := client.Get(srv.URL + "/image.raw")
 			if err != nil {
@@ -254,12 +232,12 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 				t.Fatalf("GET with the limit full of stalled downloads = %d; want 503", resp.StatusCode)
 			}
 			for range 3 {
-				c := receive(t, cuts, "a stalled download cut")
+				c := testtool.Receive(t, cuts, "a stalled download cut")
 				if c.Reason != CutStall || c.Bytes <= 0 || c.Bytes >= size {
 					t.Errorf("cut %+v; want reason stall after some but not all of the file", c)
 				}
 			}
-			waitFor(t, "every slot released", func() bool { return l.InFlight() == 0 })
+			testtool.WaitFor(t, "every slot released", func() bool { return l.InFlight() == 0 })
 
 			// A client that reads gets the whole file, uncut.
 			resp, err = client.Get(srv.URL + "/image.raw")
@@ -283,20 +261,20 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 // TestPacerMinRate: a client that reads, but too slowly, is cut for its
 // rate once the grace has passed; one that reads fast is not. The slow
 // reader takes 4 KiB every 10 ms (at most 400 KiB/s) against a minimum
-// of 16 MiB/s, which loopback beats many times over: far apart, so neither
-// outcome depends on the machine's speed.
+// of 2 MiB/s, which loopback beats many times over even on a busy machine:
+// far apart, so neither outcome depends on the machine's speed.
 func TestPacerMinRate(t *testing.T) {
-	const size = 64 << 20
+	const size = 16 << 20
 	path := bigFile(t, size)
 	cuts := make(chan Cut, 10)
 	srv := httptest.NewServer(NewPacer(PacerConfig{
 		Next:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, path) }),
-		MinRate: 16 << 20, Grace: 200 * time.Millisecond,
+		MinRate: 2 << 20, Grace: 200 * time.Millisecond,
 		Cut: func(_ *http.Request, c Cut) { cuts <- c },
 	}))
 	t.Cleanup(srv.Close) // after the slow reader's conn is closed (see TestPacerFreesStalledSlots)
 
-	c := stalledGet(t, srv.Listener.Addr().String(), "/image.raw")
+	c := testtool.StalledGet(t, nil, srv.Listener.Addr().String(), "/image.raw")
 	var read atomic.Int64
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -311,7 +289,7 @@ func TestPacerMinRate(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // its pace, not an assertion
 		}
 	}()
-	got := receive(t, cuts, "the slow reader cut")
+	got := testtool.Receive(t, cuts, "the slow reader cut")
 	if got.Reason != CutMinRate {
 		t.Errorf("slow reader cut %+v; want min_rate", got)
 	}
@@ -332,33 +310,6 @@ func TestPacerMinRate(t *testing.T) {
 	case c := <-cuts:
 		t.Errorf("the fast reader was cut: %+v", c)
 	default:
-	}
-}
-
-// waitFor polls cond until it holds, failing t if it does not within a
-// minute: the bound only keeps a broken test from hanging, it proves
-// nothing.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// receive returns the next value of ch, failing t if none comes within a
-// minute (a bound against hanging, as in waitFor).
-func receive[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(time.Minute):
-		t.Fatalf("waited a minute for %s", what)
-		panic("unreachable")
 	}
 }
 

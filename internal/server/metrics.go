@@ -30,6 +30,10 @@ var (
 		Name: "anvil_http_boot_limited_total",
 		Help: "Boot path requests (iPXE scripts and binaries, boot environment files, OS images, metadata) refused by a limit: rate, concurrency, client_rate or client_concurrency.",
 	}, []string{"limit"})
+	bootCut = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_http_boot_cut_total",
+		Help: "Boot path responses cut because the client took nothing for --boot-stall-timeout (stall) or averaged under --boot-min-send-rate after --boot-send-grace (min_rate).",
+	}, []string{"reason"})
 	bootInFlight = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "anvil_http_boot_requests_in_flight",
 		Help: "Boot path requests admitted by the limits and being served.",
@@ -39,6 +43,9 @@ var (
 func init() {
 	for _, l := range httplimit.Limits { // every series from the start, at 0
 		bootLimited.WithLabelValues(string(l))
+	}
+	for _, r := range httplimit.CutReasons {
+		bootCut.WithLabelValues(string(r))
 	}
 }
 

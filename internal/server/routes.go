@@ -2,9 +2,11 @@ package server
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/httplimit"
@@ -34,6 +36,22 @@ const (
 	// time (iPXE) or a few ranges of one image; 8 leaves room for retries
 	// of dropped connections.
 	DefaultBootClientConcurrency = 8
+
+	// DefaultBootStallTimeout cuts a download whose client has taken
+	// nothing for a minute — nginx's send_timeout, long proven on file
+	// servers. A live TCP peer takes something within it even through
+	// heavy loss: retransmissions back off 0.2, 0.4, … 25.6 s, eight
+	// tries in about 51 s.
+	DefaultBootStallTimeout = time.Minute
+	// DefaultBootMinSendRate (bytes/s) cuts a download that averages
+	// less than 16 KiB/s after DefaultBootSendGrace. A real machine is
+	// far above it: a 100 Mbit/s link shared by the default 70 downloads
+	// gives each 178 KB/s, 11 times more; at 16 KiB/s a 2 GB image would
+	// take 36 hours. A client below it holds a slot without booting.
+	DefaultBootMinSendRate = 16 << 10
+	// DefaultBootSendGrace lets a download start slowly (TCP's slow
+	// start, a link settling) before its average is held to the minimum.
+	DefaultBootSendGrace = time.Minute
 )
 
 // reservedPrefixes are the first path elements of anvil's own routes: a
@@ -121,6 +139,24 @@ func bootRouter(bootMux *http.ServeMux, boot, rest http.Handler) http.Handler {
 			return
 		}
 		rest.ServeHTTP(w, r)
+	})
+}
+
+// bootPacer puts next behind the boot path's write deadlines: responses
+// whose clients stall or read too slowly are cut, logged and counted.
+func bootPacer(cfg Config, next http.Handler, log *slog.Logger) http.Handler {
+	return httplimit.NewPacer(httplimit.PacerConfig{
+		Next:         next,
+		StallTimeout: cfg.BootStallTimeout,
+		MinRate:      float64(cfg.BootMinSendRate),
+		Grace:        cfg.BootSendGrace,
+		Cut: func(r *http.Request, c httplimit.Cut) {
+			bootCut.WithLabelValues(string(c.Reason)).Inc()
+			client, _ := clientip.FromContext(r.Context())
+			log.Warn("http boot: download cut: its client stopped reading or reads too slowly; its slot is free",
+				"reason", string(c.Reason), "path", r.URL.Path, "source", client.Key(), "bytes", c.Bytes,
+				"duration", c.Elapsed, "stall_timeout", cfg.BootStallTimeout, "min_send_rate", cfg.BootMinSendRate)
+		},
 	})
 }
 

@@ -190,6 +190,16 @@ type Config struct {
 	BootClientRate        float64
 	BootClientBurst       int
 	BootClientConcurrency int
+	// BootStallTimeout cuts a boot path response whose client takes
+	// nothing for this long; BootMinSendRate (bytes/s) one that averages
+	// less once BootSendGrace has passed since its first write. A cut
+	// frees the response's place in the limits. Each is off when 0;
+	// `anvil serve`'s flags default to DefaultBootStallTimeout,
+	// DefaultBootMinSendRate and DefaultBootSendGrace. See
+	// httplimit.Pacer.
+	BootStallTimeout time.Duration
+	BootMinSendRate  int64
+	BootSendGrace    time.Duration
 
 	// MaxRequestBytes caps the body of every API request (gRPC, gRPC-Web
 	// and Connect, on every port): larger ones are refused
@@ -281,7 +291,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	if cfg.BootRate < 0 || cfg.BootBurst < 0 || cfg.BootConcurrency < 0 ||
-		cfg.BootClientRate < 0 || cfg.BootClientBurst < 0 || cfg.BootClientConcurrency < 0 {
+		cfg.BootClientRate < 0 || cfg.BootClientBurst < 0 || cfg.BootClientConcurrency < 0 ||
+		cfg.BootStallTimeout < 0 || cfg.BootMinSendRate < 0 || cfg.BootSendGrace < 0 {
 		return errors.New("--boot-* limits must not be negative (0 switches a limit off)")
 	}
 	if cfg.MaxRequestBytes < 0 {
@@ -476,13 +487,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	registerConfigs(bootMux, boot, secretStore, log)
 	clients := clientip.Resolver{Trusted: trusted}
 	outer := func(h http.Handler) http.Handler { return withPathPrefix(pathPrefix, clients.Handler(h)) }
-	httpHandler := outer(bootRouter(bootMux, limitBoot(limiter, bootMux), httpMux))
-	metadataHandler := outer(limitBoot(limiter, boot.metadata))
+	httpHandler := outer(bootRouter(bootMux, limitBoot(limiter, bootPacer(cfg, bootMux, log)), httpMux))
+	metadataHandler := outer(limitBoot(limiter, bootPacer(cfg, boot.metadata, log)))
 	grpcHandler := outer(apiMux)
 	log.Info("http routes", "path_prefix", pathPrefix, "boot_rate", cfg.BootRate, "boot_burst", cfg.BootBurst,
 		"boot_concurrency", cfg.BootConcurrency, "boot_client_rate", cfg.BootClientRate,
 		"boot_client_burst", cfg.BootClientBurst, "boot_client_concurrency", cfg.BootClientConcurrency,
-		"max_request_bytes", cfg.MaxRequestBytes)
+		"boot_stall_timeout", cfg.BootStallTimeout, "boot_min_send_rate", cfg.BootMinSendRate,
+		"boot_send_grace", cfg.BootSendGrace, "max_request_bytes", cfg.MaxRequestBytes)
 
 	// Stage 5: serve.
 	serveErr := make(chan error, len(lns)+len(boot.packets)+1)

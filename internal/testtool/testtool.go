@@ -7,7 +7,9 @@
 // without it is broken and must not pass by skipping — and skips it
 // elsewhere, so a developer without root or QEMU still runs the rest. It
 // also counts the bytes that cross a connection (netcount.go), for tests
-// that prove a server read, or let a client send, next to nothing.
+// that prove a server read, or let a client send, next to nothing; makes
+// clients that stop reading (stall.go); and waits for an event with a
+// bound against hanging (wait.go).
 //
 // It is for tests and test helper packages only; no command imports it.
 package testtool
