@@ -19,8 +19,14 @@
 // Service Unavailable (the overall concurrency limit: the server is busy),
 // both with Retry-After, which iPXE and anvil's own fetches honour.
 //
+// A Pacer (pace.go) keeps admitted responses moving: each write gets a
+// deadline, and a response whose client stops reading, or reads under a
+// minimum average rate after a grace period, is cut — ending the request,
+// so its place in the limits is released.
+//
 // The Limiter is pure: time comes from Config.Now, so tests step a clock
-// instead of sleeping. It knows nothing of Prometheus or of anvil's routes.
+// instead of sleeping; the Pacer's rule is pure too, its deadlines the
+// network's. It knows nothing of Prometheus or of anvil's routes.
 package httplimit
 
 import (
