@@ -112,7 +112,8 @@ func (p *Pacer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	pw := &pacedWriter{ResponseWriter: w, rc: rc, r: r, p: p,
 		pace:      pace{stall: p.cfg.StallTimeout, minRate: p.cfg.MinRate, grace: p.cfg.Grace},
-		resumable: r.ProtoMajor == 1 && r.TLS == nil}
+		resumable: r.ProtoMajor == 1 && r.TLS == nil,
+		lagging:   r.ProtoMajor == 2}
 	p.cfg.Next.ServeHTTP(pw, r)
 	if pw.cut != "" || !pw.started {
 		return
@@ -189,9 +190,14 @@ type pacedWriter struct {
 	p         *Pacer
 	pace      pace
 	resumable bool // sendfile on plain TCP: a call cut short by its deadline may go on
+	// lagging: deadlines take effect later than they are set (HTTP/2's
+	// are handed to the connection's goroutine), so the one before the
+	// last may still be the one in force.
+	lagging bool
 
 	started  bool
 	deadline time.Time // the one set last
+	previous time.Time // the one before
 	cut      CutReason
 }
 
@@ -206,14 +212,16 @@ func (w *pacedWriter) begin() {
 }
 
 func (w *pacedWriter) set(d time.Time) {
-	w.deadline = d
+	w.previous, w.deadline = w.deadline, d
 	_ = w.rc.SetWriteDeadline(d) // supported: ServeHTTP checked
 }
 
-// missed reports whether the deadline set last has passed: a write that
+// missed reports whether the deadline in force has passed: a write that
 // failed then was cut by it, not by the client going away.
 func (w *pacedWriter) missed() bool {
-	return !w.deadline.IsZero() && !w.p.now().Before(w.deadline)
+	now := w.p.now()
+	passed := func(d time.Time) bool { return !d.IsZero() && !now.Before(d) }
+	return passed(w.deadline) || w.lagging && passed(w.previous)
 }
 
 func (w *pacedWriter) cutNow(reason CutReason) {

@@ -181,12 +181,20 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 			stall: func(t *testing.T, srv *httptest.Server) {
 				tr := &http.Transport{Protocols: new(http.Protocols), DialContext: (&net.Dialer{Control: testtool.SmallReceiveBuffer}).DialContext}
 				tr.Protocols.SetUnencryptedHTTP2(true)
-				t.Cleanup(tr.CloseIdleConnections)
-				resp, err := (&http.Client{Transport: tr}).Get(srv.URL + "/stalled/image.raw")
+				req, err := http.NewRequest(http.MethodGet, srv.URL+"/stalled/image.raw", nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { resp.Body.Close() }) // never read
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(func() { cancel(); tr.CloseIdleConnections() })
+				// The answer comes only when the test releases it: ask in
+				// the background, and never read the body.
+				go func() {
+					if resp, err := (&http.Client{Transport: tr}).Do(req.WithContext(ctx)); err == nil {
+						<-ctx.Done()
+						resp.Body.Close()
+					}
+				}()
 			},
 			reader: func(*httptest.Server) *http.Client {
 				tr := &http.Transport{Protocols: new(http.Protocols)}
@@ -204,8 +212,18 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 			// timeout, so the test waits little (what it waits for is the
 			// cut, not the time); the reading client asks /, with a
 			// minute's, so a busy machine's pause in its reads is no cut.
+			// The stalled downloads start writing (and their deadlines
+			// running) only once the test has seen the limit full.
+			release := make(chan struct{})
+			held := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-release:
+					file.ServeHTTP(w, r)
+				case <-r.Context().Done():
+				}
+			})
 			mux := http.NewServeMux()
-			mux.Handle("/stalled/", NewPacer(PacerConfig{Next: file, StallTimeout: 300 * time.Millisecond,
+			mux.Handle("/stalled/", NewPacer(PacerConfig{Next: held, StallTimeout: 300 * time.Millisecond,
 				Cut: func(_ *http.Request, c Cut) { cuts <- c }}))
 			mux.Handle("/", NewPacer(PacerConfig{Next: file, StallTimeout: time.Minute,
 				Cut: func(_ *http.Request, c Cut) { cuts <- c }}))
@@ -231,6 +249,7 @@ func TestPacerFreesStalledSlots(t *testing.T) {
 			if resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("GET with the limit full of stalled downloads = %d; want 503", resp.StatusCode)
 			}
+			close(release)
 			for range 3 {
 				c := testtool.Receive(t, cuts, "a stalled download cut")
 				if c.Reason != CutStall || c.Bytes <= 0 || c.Bytes >= size {

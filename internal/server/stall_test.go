@@ -36,9 +36,11 @@ func TestStalledDownloadsFreeTheBootPath(t *testing.T) {
 		c.BootRate, c.BootBurst, c.BootConcurrency = DefaultBootRate, DefaultBootBurst, DefaultBootConcurrency
 		c.BootClientRate, c.BootClientBurst, c.BootClientConcurrency = DefaultBootClientRate, DefaultBootClientBurst, DefaultBootClientConcurrency
 		// Short, so the test waits little (what it waits for is the
-		// counter and the gauge, not the time), yet long enough that
-		// curl's own download, on a busy machine, never pauses as long.
-		c.BootStallTimeout = 3 * time.Second
+		// counter and the gauge, not the time), yet long enough that the
+		// 70 connections are all admitted before the first is cut, and
+		// that curl's own download never pauses as long, on a busy
+		// machine.
+		c.BootStallTimeout = 5 * time.Second
 	})
 	addr := strings.TrimPrefix(base, "http://")
 	url := base + "/images/os.raw"
