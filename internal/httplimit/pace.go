@@ -272,9 +272,10 @@ func (w *pacedWriter) ReadFrom(src io.Reader) (int64, error) {
 		return 0, ErrCut
 	}
 	rf, ok := w.ResponseWriter.(io.ReaderFrom)
-	if !ok || !w.resumable {
-		// TLS, HTTP/2: no sendfile, and a write past its deadline
-		// cannot be resumed: pieces, each with its deadline.
+	if !ok || !w.resumable || w.Header().Get("Content-Length") == "" {
+		// TLS, HTTP/2, or a chunked HTTP/1.1 body: no sendfile, and a
+		// write past its deadline cannot be resumed: pieces, each with
+		// its deadline.
 		return io.Copy(writerOnly{w}, src)
 	}
 	w.begin()
