@@ -147,6 +147,12 @@ func TestScriptBootProfile(t *testing.T) {
 	spaced.Spec.Selector = []string{"role=spaced"}
 	spaced.Spec.KernelArgs = []string{"x={{ .Hardware.Name }} y"}
 	other := profile("default", "other", 0, "site=lab")
+	// Nested ranges pass the apply-time check (each literal is within the
+	// step budget) and are stopped by the budget at boot.
+	endless := flatcar()
+	endless.Name = "endless"
+	endless.Spec.Selector = []string{"role=endless"}
+	endless.Spec.KernelArgs = []string{"x={{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}"}
 
 	tests := []struct {
 		name      string
@@ -177,6 +183,8 @@ func TestScriptBootProfile(t *testing.T) {
 			err: "matches boot profiles flatcar-worker (by role=worker), other (by site=lab)", notFound: true, wantWarns: 1},
 		{name: "template error: 500", objs: []model.Object{labelled("default", "m1", "role", "broken"), broken},
 			err: `hardware default/m1: boot profile broken: spec.kernelArgs[0]`, wantWarns: 1},
+		{name: "kernel arg over its budget: 500", objs: []model.Object{labelled("default", "m1", "role", "endless"), endless},
+			err: "template exceeded its steps budget", wantWarns: 1},
 		{name: "rendered arg with whitespace", objs: []model.Object{labelled("default", "m1", "role", "spaced"), spaced},
 			err: "spec.kernelArgs[0] renders to", wantWarns: 1},
 		{name: "no profile: existing behaviour", objs: []model.Object{labelled("default", "m1", "role", "none"), flatcar()},
