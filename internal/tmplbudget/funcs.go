@@ -111,9 +111,10 @@ func checkSize(fn, what string, vs ...reflect.Value) error {
 
 var errorType = reflect.TypeFor[error]()
 
-// wrap returns fn (a template function) checked against the value budget:
-// its arguments before the call, its result after.
-func wrap(name string, fn any) any {
+// wrap returns fn (a template function) checked: before the call, that
+// its run may go on (check) and its arguments are within the value budget;
+// after, its result.
+func wrap(name string, fn any, check func() error) any {
 	v := reflect.ValueOf(fn)
 	typ := v.Type()
 	if typ.Kind() != reflect.Func {
@@ -129,6 +130,9 @@ func wrap(name string, fn any) any {
 		return []reflect.Value{reflect.Zero(typ.Out(0)), reflect.ValueOf(&err).Elem()}
 	}
 	return reflect.MakeFunc(typ, func(args []reflect.Value) []reflect.Value {
+		if err := check(); err != nil {
+			return fail(err)
+		}
 		if err := checkSize(name, "its arguments", args...); err != nil {
 			return fail(err)
 		}
@@ -150,28 +154,22 @@ func wrap(name string, fn any) any {
 	}).Interface()
 }
 
-// builtins replaces text/template's functions whose result is not bounded
-// by their arguments' size (printf widths, js escaping doubles
-// backslashes) with the same functions, checked.
-var builtins = sync.OnceValue(func() template.FuncMap {
-	f := template.FuncMap{
-		"print":    fmt.Sprint,
-		"println":  fmt.Sprintln,
-		"printf":   printf,
-		"html":     template.HTMLEscaper,
-		"js":       template.JSEscaper,
-		"urlquery": template.URLQueryEscaper,
-	}
-	for k, v := range f {
-		f[k] = wrap(k, v)
-	}
-	return f
-})
+// builtins replaces text/template's functions that make strings with the
+// same functions, so that they are checked like every other (printf's
+// widths, js escaping doubles backslashes).
+var builtins = template.FuncMap{
+	"print":    fmt.Sprint,
+	"println":  fmt.Sprintln,
+	"printf":   printf,
+	"html":     template.HTMLEscaper,
+	"js":       template.JSEscaper,
+	"urlquery": template.URLQueryEscaper,
+}
 
-// sprigFuncs is Sprig's hermetic function set with every function checked
-// against the value budget, and those whose result can be far larger than
-// their arguments (a count, a width, a separator put between many
-// elements, a replacement put at many places) checked before they run.
+// sprigFuncs is Sprig's hermetic function set with those whose result can
+// be far larger than their arguments (a count, a width, a separator put
+// between many elements, a replacement put at many places) checked before
+// they run. Execute holds every function to the value budget besides.
 var sprigFuncs = sync.OnceValue(func() template.FuncMap {
 	f := sprig.HermeticTxtFuncMap()
 	bounded := template.FuncMap{
@@ -190,9 +188,6 @@ var sprigFuncs = sync.OnceValue(func() template.FuncMap {
 	}
 	for k, v := range bounded {
 		f[k] = v
-	}
-	for k, v := range f {
-		f[k] = wrap(k, v)
 	}
 	return f
 })

@@ -170,6 +170,9 @@ type Options struct {
 type Template struct {
 	t      *template.Template
 	budget Budget
+	// funcs are the functions the template calls (of those Parse was
+	// given), unchecked: Execute binds each to its run.
+	funcs map[string]any
 }
 
 // Parse parses src as the template name (missing map keys are errors),
@@ -179,7 +182,7 @@ type Template struct {
 func Parse(name, src string, o Options) (*Template, error) {
 	b := o.Budget.withDefaults()
 	funcs := template.FuncMap{}
-	for k, v := range builtins() {
+	for k, v := range builtins {
 		funcs[k] = v
 	}
 	if o.Sprig {
@@ -188,7 +191,7 @@ func Parse(name, src string, o Options) (*Template, error) {
 		}
 	}
 	for k, v := range o.Funcs {
-		funcs[k] = wrap(k, v)
+		funcs[k] = v
 	}
 	// Placeholders until Execute binds the real ones: executing the
 	// template another way must fail, not run unbounded.
@@ -199,6 +202,7 @@ func Parse(name, src string, o Options) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
+	used := map[string]any{}
 	for _, tt := range t.Templates() {
 		if tt.Tree == nil || tt.Root == nil {
 			continue
@@ -206,9 +210,15 @@ func Parse(name, src string, o Options) (*Template, error) {
 		if err := CheckRanges(tt.Tree, b); err != nil {
 			return nil, count(err)
 		}
+		tmplwalk.Walk(tt.Root, func(n parse.Node) bool {
+			if id, ok := n.(*parse.IdentifierNode); ok && funcs[id.Ident] != nil {
+				used[id.Ident] = funcs[id.Ident]
+			}
+			return true
+		})
 		instrument(tt.Tree)
 	}
-	return &Template{t: t, budget: b}, nil
+	return &Template{t: t, budget: b, funcs: used}, nil
 }
 
 // CheckRanges refuses {{ range N }} over an integer literal beyond b's
@@ -279,7 +289,15 @@ func (t *Template) Execute(ctx context.Context, data any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.Funcs(template.FuncMap{stepFunc: r.step, enterFunc: r.enter, leaveFunc: r.leave})
+	// Each function the template calls is checked, for this run: a call
+	// fails once the run must stop (so straight-line calls to a slow
+	// function stop too), and its arguments and result are held to the
+	// value budget.
+	bound := template.FuncMap{stepFunc: r.step, enterFunc: r.enter, leaveFunc: r.leave}
+	for name, fn := range t.funcs {
+		bound[name] = wrap(name, fn, r.check)
+	}
+	c.Funcs(bound)
 	inProgress.Inc()
 	defer inProgress.Dec()
 	w := &limitWriter{max: t.budget.Output}

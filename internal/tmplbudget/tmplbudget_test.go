@@ -222,3 +222,27 @@ func BenchmarkSteps(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// TestStraightLineCallsStop: calls in a row with no range between them
+// (each maybe slow: a key generated, a large hash) stop once the run must:
+// each call checks first.
+func TestStraightLineCallsStop(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	tm, err := Parse("t", strings.Repeat(`{{ slow }}`, 100), Options{Funcs: template.FuncMap{"slow": func() string {
+		if calls++; calls == 2 {
+			cancel() // the workflow is deleted while the second call runs
+		}
+		return ""
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tm.Execute(ctx, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Execute = %v; want context.Canceled", err)
+	}
+	if calls != 2 {
+		t.Errorf("%d calls ran; want the 2 before the cancel was seen", calls)
+	}
+}
