@@ -176,8 +176,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// ErrTooLarge is returned (wrapped in *Error) when a template or its output
-// exceeds MaxTemplateSize or MaxOutputSize.
+// ErrTooLarge is returned (wrapped in *Error) when a template exceeds
+// MaxTemplateSize or the config it translates to exceeds MaxOutputSize. (The
+// executed template's own output is held to Budget: an *Error of stage
+// "budget" wrapping tmplbudget.ErrExceeded.)
 var ErrTooLarge = errors.New("size limit exceeded")
 
 func newError(cfg Config, stage string, err error, ps ...Problem) *Error {
