@@ -12,8 +12,9 @@
 // error — once the context is done (deleted workflow, shutdown, finished
 // request), the time budget is spent, the range iterations and template
 // calls exceed the step budget, or template calls nest deeper than the
-// depth budget. Functions are bounded too (see Sprig and the value budget
-// in funcs.go), and the output goes to a writer that fails past the output
+// depth budget. Every function call checks the same before it runs (a row
+// of slow calls has no range between them) and is held to the value budget
+// (funcs.go), and the output goes to a writer that fails past the output
 // budget. Execution is synchronous: when Execute returns, nothing of the
 // template is left running.
 //
