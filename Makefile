@@ -10,7 +10,9 @@ LDFLAGS := -s -w -X github.com/anvilproj/anvil/internal/version.Version=$(VERSIO
            -X github.com/anvilproj/anvil/internal/version.Commit=$(COMMIT)
 BIN     := bin/anvil
 
-# Fuzz targets run briefly on every `make test`; FUZZTIME=5m for a real session.
+# Fuzz targets run briefly on every `make test`. For a longer, nightly-style
+# session: `make fuzz FUZZTIME=10m` (each target 10 minutes, every target run
+# even after a finding), or one target: `make fuzz FUZZ_TARGETS=PKG:FUNC`.
 FUZZTIME ?= 8s
 FUZZ_TARGETS := \
 	./internal/actions:FuzzDetect \
@@ -18,6 +20,7 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzExtract \
 	./internal/actions:FuzzParseChecksum \
 	./internal/actions:FuzzParseMode \
+	./internal/agent:FuzzParseCmdline \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
@@ -38,7 +41,8 @@ FUZZ_TARGETS := \
 	./internal/inventory:FuzzConvert \
 	./internal/render:FuzzRender \
 	./test/powercut:FuzzNBDServer \
-	./internal/doctest:FuzzParse
+	./internal/doctest:FuzzParse \
+	./internal/tmplbudget:FuzzExecute
 
 .PHONY: all build test unit fuzz lint labcheck demo bench generate deps tools kernel clean ipxe-refresh
 

@@ -116,7 +116,10 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return BootParams{}, fmt.Errorf("%s=%q: want an http:// or https:// URL", argServer, server)
 		}
-		p.Server = strings.TrimRight(server, "/")
+		// The scheme as url.Parse read it (lower case: "HTTP://" is
+		// http), then the rest as given.
+		_, rest, _ := strings.Cut(server, ":")
+		p.Server = strings.TrimRight(u.Scheme+":"+rest, "/")
 	case authority != "":
 		if _, _, err := net.SplitHostPort(authority); err != nil {
 			return BootParams{}, fmt.Errorf("%s=%q: want host:port", argGRPCAuthority, authority)

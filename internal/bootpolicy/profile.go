@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"text/template"
 
 	"github.com/anvilproj/anvil/internal/labels"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
 // Errors of boot profile selection, wrapped by SelectProfile's and
@@ -49,9 +49,14 @@ const byRef = "spec.bootProfileRef"
 type compiledProfile struct {
 	p     *model.BootProfile
 	terms []labels.Selector // nil entries: terms that do not parse, never matched
-	args  []*template.Template
+	args  []*tmplbudget.Template
 	err   error // why the kernel arguments cannot be rendered, if they cannot
 }
+
+// kernelArgBudget bounds one kernel argument's rendering: the default
+// time, steps and depth, and 4 KiB of output, twice the whole kernel
+// command line x86 Linux accepts (2048 bytes).
+var kernelArgBudget = tmplbudget.Budget{Output: 4 << 10}
 
 func compileProfile(p *model.BootProfile) *compiledProfile {
 	c := &compiledProfile{p: p}
@@ -63,7 +68,7 @@ func compileProfile(p *model.BootProfile) *compiledProfile {
 		c.terms = append(c.terms, s)
 	}
 	for i, a := range p.Spec.KernelArgs {
-		t, err := template.New(fmt.Sprintf("spec.kernelArgs[%d]", i)).Option("missingkey=error").Parse(a)
+		t, err := tmplbudget.Parse(fmt.Sprintf("spec.kernelArgs[%d]", i), a, tmplbudget.Options{Budget: kernelArgBudget})
 		if err != nil {
 			c.err = fmt.Errorf("spec.kernelArgs[%d]: %w", i, err)
 			break

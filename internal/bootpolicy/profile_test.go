@@ -151,6 +151,12 @@ func TestScriptBootProfile(t *testing.T) {
 	nocloud.Name = "nocloud"
 	nocloud.Spec.Selector = []string{"role=nocloud"}
 	nocloud.Spec.KernelArgs = []string{`ds=nocloud-net;s={{ .ConfigURL "" }}`}
+	// Nested ranges pass the apply-time check (each literal is within the
+	// step budget) and are stopped by the budget at boot.
+	endless := flatcar()
+	endless.Name = "endless"
+	endless.Spec.Selector = []string{"role=endless"}
+	endless.Spec.KernelArgs = []string{"x={{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}"}
 
 	tests := []struct {
 		name      string
@@ -181,6 +187,8 @@ func TestScriptBootProfile(t *testing.T) {
 			err: "matches boot profiles flatcar-worker (by role=worker), other (by site=lab)", notFound: true, wantWarns: 1},
 		{name: "template error: 500", objs: []model.Object{labelled("default", "m1", "role", "broken"), broken},
 			err: `hardware default/m1: boot profile broken: spec.kernelArgs[0]`, wantWarns: 1},
+		{name: "kernel arg over its budget: 500", objs: []model.Object{labelled("default", "m1", "role", "endless"), endless},
+			err: "template exceeded its steps budget", wantWarns: 1},
 		{name: "rendered arg with whitespace", objs: []model.Object{labelled("default", "m1", "role", "spaced"), spaced},
 			err: "spec.kernelArgs[0] renders to", wantWarns: 1},
 		{name: "no profile: existing behaviour", objs: []model.Object{labelled("default", "m1", "role", "none"), flatcar()},

@@ -122,7 +122,7 @@ func (p *Policy) assetURL(s string) string {
 // profileScript renders the iPXE script that boots sel's profile on
 // interface i of hw. Every error names the Hardware, the profile and the
 // field; nothing is returned alongside one.
-func (p *Policy) profileScript(hw *model.Hardware, i int, sel *Selection, cp *compiledProfile, r httpboot.ScriptRequest) (*httpboot.Script, error) {
+func (p *Policy) profileScript(ctx context.Context, hw *model.Hardware, i int, sel *Selection, cp *compiledProfile, r httpboot.ScriptRequest) (*httpboot.Script, error) {
 	bp := sel.Profile
 	who := fmt.Sprintf("hardware %s: boot profile %s", hw.Key(), bp.Name)
 	if cp.err != nil {
@@ -130,13 +130,12 @@ func (p *Policy) profileScript(hw *model.Hardware, i int, sel *Selection, cp *co
 	}
 	data := p.profileData(hw, i, r.MAC, bp)
 	args := make([]string, 0, len(cp.args))
-	var b strings.Builder
 	for j, t := range cp.args {
-		b.Reset()
-		if err := t.Execute(&b, data); err != nil {
+		out, err := t.Execute(ctx, data)
+		if err != nil {
 			return nil, fmt.Errorf("%s: spec.kernelArgs[%d]: %w", who, j, err)
 		}
-		a := b.String()
+		a := string(out)
 		if a == "" {
 			continue // a conditional argument that is off for this machine
 		}

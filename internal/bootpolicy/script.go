@@ -92,7 +92,7 @@ func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboo
 			return nil, p.profileRefusal(hw, err)
 		}
 		if sel != nil {
-			s, err := p.profileScript(hw, i, sel, cp, r)
+			s, err := p.profileScript(ctx, hw, i, sel, cp, r)
 			if err != nil {
 				p.warnOnce("profile script "+hw.Key()+"@"+hw.ResourceVersion+"@"+sel.Profile.ResourceVersion+" "+err.Error(),
 					"bootpolicy: cannot render a boot profile's script: "+err.Error(), "hardware", hw.Key(), "profile", sel.Profile.Key())

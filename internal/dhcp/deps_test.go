@@ -21,6 +21,7 @@ func TestDependencies(t *testing.T) {
 		"golang.org/x/net/",                    // ipv4 control messages
 		module + "internal/ipxe",               // binary names and URL paths
 		module + "internal/machinelog",         // the events it emits
+		module + "internal/lograte",            // the malformed-packet log limit the packet loops share
 	}
 	tests := []struct {
 		dir   string

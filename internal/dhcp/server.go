@@ -14,6 +14,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
+	"github.com/anvilproj/anvil/internal/lograte"
 	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
@@ -76,8 +77,9 @@ type Config struct {
 	// Events receives one machinelog.Event per packet with a client MAC.
 	// If nil, uses machinelog.Discard (and the event text is not built).
 	Events machinelog.Sink
-	// Logger logs every decision at Info (ignored packets at Debug). If
-	// nil, uses slog.Default().
+	// Logger logs every decision at Info (ignored packets at Debug), and
+	// malformed packets at Info at most once a second. If nil, uses
+	// slog.Default().
 	Logger *slog.Logger
 	// DefaultLeaseTime is the lease time of hosts without their own. If 0,
 	// uses DefaultLeaseTime.
@@ -90,6 +92,10 @@ type Config struct {
 	// thousands of requests a second, and more contend for the socket.
 	// Raise it for a Backend whose Lookup blocks (a remote store).
 	Workers int
+	// Now stamps Events and drives the malformed-packet log limit (one
+	// line a second; every packet is still counted). If nil, uses
+	// time.Now.
+	Now func() time.Time
 }
 
 // Server answers DHCPv4 and PXE requests as its Config says. It keeps no
@@ -106,6 +112,10 @@ type Server struct {
 	lease     time.Duration
 	relayPort uint16
 	workers   int
+	now       func() time.Time
+	// malformedLog lets one malformed-packet line a second through: a
+	// broken or hostile sender must not flood the log.
+	malformedLog *lograte.Limiter
 }
 
 // New returns a Server for cfg, or an error naming the first bad field.
@@ -120,7 +130,12 @@ func New(cfg Config) (*Server, error) {
 		lease:     cfg.DefaultLeaseTime,
 		relayPort: ServerPort,
 		workers:   cfg.Workers,
+		now:       cfg.Now,
 	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.malformedLog = lograte.New(lograte.DefaultEvery, s.now)
 	if s.mode == "" {
 		s.mode = ModeReservation
 	}
@@ -273,9 +288,10 @@ func (s *Server) process(ctx context.Context, sc *scratch, pkt []byte, from neti
 	req, err := sc.parseInto(pkt)
 	if err != nil {
 		countPacket(typeMalformed, OutcomeMalformed)
-		if s.log.Enabled(ctx, slog.LevelInfo) {
-			s.log.LogAttrs(ctx, slog.LevelInfo, "dhcp: malformed packet", slog.String("from", from.String()),
-				slog.Int("bytes", len(pkt)), slog.String("outcome", OutcomeMalformed), slog.String("reason", err.Error()))
+		if ok, skipped := s.malformedLog.Allow(); ok && s.log.Enabled(ctx, slog.LevelInfo) {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "dhcp: malformed packet (further ones within a second are only counted)",
+				slog.String("from", from.String()), slog.Int("bytes", len(pkt)), slog.String("outcome", OutcomeMalformed),
+				slog.String("reason", err.Error()), slog.Int("skipped", skipped))
 		}
 		return nil, netip.AddrPort{}, nil
 	}
@@ -334,7 +350,7 @@ func (s *Server) record(ctx context.Context, d *Decision, from, to netip.AddrPor
 	}
 	if s.events != nil && len(d.MAC) > 0 {
 		s.events.Record(machinelog.Event{
-			Time:    time.Now(),
+			Time:    s.now(),
 			Service: machinelog.ServiceDHCP,
 			MAC:     d.MAC,
 			IP:      d.IP,

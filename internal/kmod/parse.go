@@ -151,6 +151,11 @@ func ParseSoftdep(r io.Reader) (map[string]Softdep, error) {
 			return fmt.Errorf("modules.softdep line %d: softdep without a module", n)
 		}
 		name := ModuleName(f[1])
+		if name == "" || ModuleName(name) != name {
+			// "softdep .ko": no name left; "x.ko.ko": a name that
+			// still looks like a file after its extension went.
+			return fmt.Errorf("modules.softdep line %d: %q is not a module name", n, clip(f[1]))
+		}
 		pre, post := parseSoftdepWords(f[2:])
 		if len(pre)+len(post) == 0 {
 			return nil // "softdep cifs gcm": nothing modprobe would load

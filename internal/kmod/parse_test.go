@@ -134,6 +134,8 @@ func TestParseSoftdep(t *testing.T) {
 			},
 		},
 		{name: "module only", in: "softdep\n", wantErr: "modules.softdep line 1"},
+		{name: "no name left", in: "softdep x pre: y\nsoftdep .ko pre: a\n", wantErr: `modules.softdep line 2: ".ko" is not a module name`},
+		{name: "a file name twice", in: "softdep x.ko.ko pre: a\n", wantErr: `"x.ko.ko" is not a module name`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -284,6 +286,9 @@ func FuzzParseAlias(f *testing.F) {
 func FuzzParseSoftdep(f *testing.F) {
 	f.Add("softdep ext4 pre: crypto-crc32c\nsoftdep cifs gcm\nsoftdep cifs pre: md4 post: x y\n")
 	f.Add("softdep\n")
+	// Lines for one module merge in order; a name is canonical (dashes,
+	// .ko); words before pre:/post: are ignored.
+	f.Add("softdep a-b.ko pre: x y\nsoftdep a_b post: z pre: w\nsoftdep q ignored pre: r\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		soft, err := ParseSoftdep(strings.NewReader(in))
 		if err != nil {
@@ -298,9 +303,20 @@ func FuzzParseSoftdep(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-parse of %q: %v", b.String(), err)
 		}
+		// The same modules, each with the same dependencies in the same
+		// order (modprobe loads them in that order).
+		if len(again) != len(soft) {
+			t.Fatalf("round trip: %d modules %q became %d %q", len(soft), sortedKeys(soft), len(again), sortedKeys(again))
+		}
 		for name, sd := range soft {
-			if got := again[name]; len(got.Pre) != len(sd.Pre) || len(got.Post) != len(sd.Post) {
-				t.Fatalf("round trip of %s: %+v became %+v", name, sd, got)
+			got, ok := again[name]
+			if !ok || !slices.Equal(got.Pre, sd.Pre) || !slices.Equal(got.Post, sd.Post) {
+				t.Fatalf("round trip of %q: %+v became %+v (present: %v)", name, sd, got, ok)
+			}
+			for _, d := range slices.Concat(sd.Pre, sd.Post) {
+				if d == "" || d == "pre:" || d == "post:" || strings.ContainsAny(d, " \t\n") {
+					t.Fatalf("%s: dependency %q is not one module word", name, d)
+				}
 			}
 		}
 	})

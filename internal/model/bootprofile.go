@@ -10,6 +10,7 @@ import (
 	"text/template/parse"
 
 	"github.com/anvilproj/anvil/internal/labels"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 	"github.com/anvilproj/anvil/internal/tmplwalk"
 )
 
@@ -128,6 +129,13 @@ func validateBootProfile(b *BootProfile, add addFunc) {
 			add(p, "template: %v", strings.TrimPrefix(err.Error(), "template: "))
 			continue
 		}
+		// The renderer (internal/bootpolicy) refuses the same, per
+		// machine; here it is refused before anything boots.
+		for _, tt := range t.Templates() {
+			if err := tmplbudget.CheckRanges(tt.Tree, tmplbudget.Budget{}); err != nil {
+				add(p, "%v", strings.TrimPrefix(err.Error(), "template: "))
+			}
+		}
 		for _, name := range configURLNames(t.Tree) {
 			if err := s.CheckConfigURL(name); err != nil {
 				add(p, "%v", err)
@@ -150,13 +158,21 @@ func validateBootProfile(b *BootProfile, add addFunc) {
 		default:
 			add(p+".format", "unknown format %q (want one of %s)", c.Format, strings.Join(ConfigFormats, ", "))
 		}
-		// Syntax only: the functions (sprig's, secret, toJSON, …) belong
-		// to the renderer (internal/render), which checks them, and the
-		// rest, per machine when the config is fetched.
+		// Syntax, and ranges that could never finish, only: the functions
+		// (sprig's, secret, toJSON, …) belong to the renderer
+		// (internal/render), which checks them, and the rest, per machine
+		// when the config is fetched.
 		t := parse.New(name)
 		t.Mode = parse.SkipFuncCheck
-		if _, err := t.Parse(c.Template, "", "", map[string]*parse.Tree{}); err != nil {
+		trees := map[string]*parse.Tree{}
+		if _, err := t.Parse(c.Template, "", "", trees); err != nil {
 			add(p+".template", "template: %v", strings.TrimPrefix(err.Error(), "template: "))
+			continue
+		}
+		for _, n := range sortedKeys(trees) {
+			if err := tmplbudget.CheckRanges(trees[n], tmplbudget.Budget{}); err != nil {
+				add(p+".template", "%v", strings.TrimPrefix(err.Error(), "template: "))
+			}
 		}
 	}
 }

@@ -45,7 +45,7 @@ func FuzzRender(f *testing.F) {
 			Vars:      map[string]any{"v": v, "n": len(v)},
 			ServerURL: "http://10.0.0.1:7080",
 		}
-		res, err := render.Render(cfg, data, nil)
+		res, err := render.Render(t.Context(), cfg, data, nil)
 		if err != nil {
 			if res.Body != nil {
 				t.Fatalf("Render returned %d bytes with error %v", len(res.Body), err)

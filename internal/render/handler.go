@@ -67,7 +67,7 @@ func Handler(find Finder, secrets SecretSource, log *slog.Logger) http.Handler {
 		if data.MAC == "" {
 			data.MAC = mac.String()
 		}
-		res, err := Render(cfg, data, secrets)
+		res, err := Render(r.Context(), cfg, data, secrets)
 		if err != nil {
 			log.Error("config render failed", append(attrs, "format", cfg.Format, "err", err.Error())...)
 			http.Error(w, err.Error(), http.StatusInternalServerError)

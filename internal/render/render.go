@@ -11,18 +11,14 @@
 package render
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
-	"strconv"
 	"strings"
-	"text/template"
-	"text/template/parse"
 
 	"github.com/anvilproj/anvil/internal/model"
-	"github.com/anvilproj/anvil/internal/tmplwalk"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
 // Formats a Config may have.
@@ -53,10 +49,6 @@ const (
 	// MaxOutputSize is the largest output Render produces (4 MiB), both
 	// the executed template and the translated config.
 	MaxOutputSize = 4 << 20
-	// MaxRangeLiteral is the largest integer a template may range over
-	// ({{ range 1000 }}) and the longest list until/seq may build, so that
-	// a template cannot spin or allocate without bound.
-	MaxRangeLiteral = 100000
 )
 
 // Config is one named config template of a boot profile.
@@ -164,8 +156,9 @@ func (p Problem) String() string {
 type Error struct {
 	// Config is the config's name.
 	Config string
-	// Stage is what failed: "template", "execute", "butane", "ignition",
-	// "cloud-config", "meta-data", "size", "format".
+	// Stage is what failed: "template", "execute", "budget" (the template
+	// went over tmplbudget's limits), "butane", "ignition", "cloud-config",
+	// "meta-data", "size", "format".
 	Stage string
 	// Problems are what is wrong, at least one.
 	Problems []Problem
@@ -183,8 +176,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// ErrTooLarge is returned (wrapped in *Error) when a template or its output
-// exceeds MaxTemplateSize or MaxOutputSize.
+// ErrTooLarge is returned (wrapped in *Error) when a template exceeds
+// MaxTemplateSize or the config it translates to exceeds MaxOutputSize. (The
+// executed template's own output is held to Budget: an *Error of stage
+// "budget" wrapping tmplbudget.ErrExceeded.)
 var ErrTooLarge = errors.New("size limit exceeded")
 
 func newError(cfg Config, stage string, err error, ps ...Problem) *Error {
@@ -199,7 +194,11 @@ func newError(cfg Config, stage string, err error, ps ...Problem) *Error {
 // validator, Ignition is validated, cloud-config and meta-data are checked as
 // YAML mappings. secrets may be nil when the template uses no secret. On
 // failure it returns an *Error and no bytes.
-func Render(cfg Config, data Data, secrets SecretSource) (Result, error) {
+//
+// The template runs under Budget (internal/tmplbudget) and stops when ctx
+// ends; such a failure is an *Error of stage "budget" or "execute" whose Err
+// matches tmplbudget.ErrExceeded or ctx's error.
+func Render(ctx context.Context, cfg Config, data Data, secrets SecretSource) (Result, error) {
 	ct, ok := contentTypes[cfg.Format]
 	if !ok {
 		return Result{}, newError(cfg, "format", fmt.Errorf("unknown format %q (want one of %s)", cfg.Format, strings.Join(Formats, ", ")))
@@ -208,7 +207,7 @@ func Render(cfg Config, data Data, secrets SecretSource) (Result, error) {
 		return Result{}, newError(cfg, "size", fmt.Errorf("template is %d bytes, more than the %d MiB limit: %w",
 			len(cfg.Template), MaxTemplateSize>>20, ErrTooLarge))
 	}
-	out, err := execute(cfg, data, secrets)
+	out, err := execute(ctx, cfg, data, secrets)
 	if err != nil {
 		return Result{}, err
 	}
@@ -251,85 +250,40 @@ var contentTypes = map[string]string{
 // or "" for an unknown format.
 func ContentType(format string) string { return contentTypes[format] }
 
-// templateErrorRE matches text/template's "template: NAME:LINE[:COL]: MSG".
-var templateErrorRE = regexp.MustCompile(`^template: .*?:(\d+)(?::(\d+))?: (?s)(.*)$`)
-
-// templateProblem turns a text/template error into a Problem with its line.
+// templateProblem turns a template error into a Problem with its line.
 func templateProblem(err error, name string) Problem {
-	msg := err.Error()
-	// Strip the name first so a name with colons does not confuse the match.
-	if rest, ok := strings.CutPrefix(msg, "template: "+name+":"); ok {
-		msg = "template: x:" + rest
-	}
-	m := templateErrorRE.FindStringSubmatch(msg)
-	if m == nil {
+	line, col, msg, ok := tmplbudget.Position(err, name)
+	if !ok {
 		return Problem{Message: err.Error()}
 	}
-	line, _ := strconv.Atoi(m[1])
-	col, _ := strconv.Atoi(m[2])
-	return Problem{Line: line, Column: col, Message: m[3]}
+	return Problem{Line: line, Column: col, Message: msg}
 }
 
-// execute parses and runs the template into a bounded buffer.
-func execute(cfg Config, data Data, secrets SecretSource) ([]byte, error) {
+// Budget bounds the execution of a config template: the default time,
+// steps and depth, and MaxOutputSize of output.
+var Budget = tmplbudget.Budget{Output: MaxOutputSize}
+
+// execute parses and runs the template under Budget.
+func execute(ctx context.Context, cfg Config, data Data, secrets SecretSource) ([]byte, error) {
 	name := cfg.Name
 	if name == "" {
 		name = "config"
 	}
-	t, err := template.New(name).Option("missingkey=error").Funcs(funcMap(data, secrets)).Parse(cfg.Template)
+	t, err := tmplbudget.Parse(name, cfg.Template, tmplbudget.Options{Budget: Budget, Sprig: true, Funcs: funcMap(data, secrets)})
 	if err != nil {
-		return nil, newError(cfg, "template", err, templateProblem(err, name))
+		return nil, newError(cfg, stageOf(err, "template"), err, templateProblem(err, name))
 	}
-	if err := checkRanges(t); err != nil {
-		return nil, newError(cfg, "template", err, templateProblem(fmt.Errorf("template: %w", err), name))
+	out, err := t.Execute(ctx, data)
+	if err != nil {
+		return nil, newError(cfg, stageOf(err, "execute"), err, templateProblem(err, name))
 	}
-	w := &limitWriter{n: MaxOutputSize}
-	if err := t.Execute(w, data); err != nil {
-		if errors.Is(err, ErrTooLarge) {
-			return nil, newError(cfg, "size", fmt.Errorf("output exceeds the %d MiB limit: %w", MaxOutputSize>>20, ErrTooLarge))
-		}
-		return nil, newError(cfg, "execute", err, templateProblem(err, name))
-	}
-	return w.buf.Bytes(), nil
+	return out, nil
 }
 
-// limitWriter fails once more than n bytes have been written.
-type limitWriter struct {
-	buf bytes.Buffer
-	n   int
-}
-
-func (w *limitWriter) Write(p []byte) (int, error) {
-	if w.buf.Len()+len(p) > w.n {
-		return 0, ErrTooLarge
+// stageOf is "budget" for an error that went over the budget, else stage.
+func stageOf(err error, stage string) string {
+	if errors.Is(err, tmplbudget.ErrExceeded) {
+		return "budget"
 	}
-	return w.buf.Write(p)
-}
-
-// checkRanges refuses {{ range N }} over an integer literal above
-// MaxRangeLiteral: such a loop may write nothing and so escape the output
-// limit while spinning.
-func checkRanges(t *template.Template) error {
-	var err error
-	for _, tt := range t.Templates() {
-		if tt.Tree == nil {
-			continue
-		}
-		tmplwalk.Walk(tt.Tree.Root, func(n parse.Node) bool {
-			if err != nil {
-				return false
-			}
-			r, ok := n.(*parse.RangeNode)
-			if !ok || r.Pipe == nil || len(r.Pipe.Cmds) != 1 || len(r.Pipe.Cmds[0].Args) != 1 {
-				return true
-			}
-			if num, ok := r.Pipe.Cmds[0].Args[0].(*parse.NumberNode); ok && (!num.IsInt || num.Int64 > MaxRangeLiteral) {
-				loc, _ := tt.ErrorContext(r)
-				err = fmt.Errorf("%s: range over %s: more than %d iterations", loc, num.Text, MaxRangeLiteral)
-				return false
-			}
-			return true
-		})
-	}
-	return err
+	return stage
 }

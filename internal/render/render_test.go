@@ -2,6 +2,7 @@ package render_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"math/rand/v2"
@@ -19,6 +20,7 @@ import (
 	"github.com/anvilproj/anvil/internal/render"
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/testtool"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the renderer's output")
@@ -132,7 +134,7 @@ func TestRenderPerHost(t *testing.T) {
 		c.cfg.Template = readTestdata(t, c.file)
 		for _, h := range hosts() {
 			t.Run(c.cfg.Name+"/"+h.Hostname, func(t *testing.T) {
-				res, err := render.Render(c.cfg, h, sec)
+				res, err := render.Render(t.Context(), c.cfg, h, sec)
 				if err != nil {
 					t.Fatalf("Render = %v", err)
 				}
@@ -322,17 +324,29 @@ func TestRenderErrors(t *testing.T) {
 		{
 			name:      "output too large",
 			cfg:       render.Config{Format: render.FormatPlain, Template: "{{ range 5000 }}" + strings.Repeat("x", 1024) + "{{ end }}"},
-			wantStage: "size", wantMsg: "output exceeds the 4 MiB limit",
+			wantStage: "budget", wantMsg: "output budget: output is more than 4194304 bytes",
 		},
 		{
 			name:      "repeat too large",
 			cfg:       render.Config{Format: render.FormatPlain, Template: `{{ repeat 100000000 "xx" }}`},
-			wantStage: "execute", wantLine: 1, wantMsg: "more than the output limit",
+			wantStage: "budget", wantLine: 1, wantMsg: "value budget: repeat: 100000000 × 2 bytes",
 		},
 		{
 			name:      "range too long",
 			cfg:       render.Config{Format: render.FormatPlain, Template: "\n{{ range 100000000000 }}{{ end }}"},
-			wantStage: "template", wantLine: 2, wantMsg: "more than 100000 iterations",
+			wantStage: "budget", wantLine: 2, wantMsg: "steps budget: range over 100000000000",
+		},
+		{
+			name: "computed range too long",
+			cfg:  render.Config{Format: render.FormatPlain, Template: "\n\n{{ range (atoi \"100000000000\") }}{{ end }}"},
+			// The step budget, or on a slow (race-instrumented, busy)
+			// machine the time budget first: either stops it.
+			wantStage: "budget", wantLine: 3, wantMsg: "template exceeded its",
+		},
+		{
+			name:      "recursive template",
+			cfg:       render.Config{Format: render.FormatPlain, Template: `{{ define "r" }}{{ template "r" }}{{ end }}{{ template "r" }}`},
+			wantStage: "budget", wantLine: 1, wantMsg: "depth budget",
 		},
 		{
 			name:      "unknown format",
@@ -362,7 +376,7 @@ func TestRenderErrors(t *testing.T) {
 			if !strings.Contains(tc.name, "without a store") {
 				sec = newSecrets(t)
 			}
-			res, err := render.Render(tc.cfg, data, sec)
+			res, err := render.Render(t.Context(), tc.cfg, data, sec)
 			if err == nil {
 				t.Fatalf("Render = %q, nil; want an error", res.Body)
 			}
@@ -388,14 +402,28 @@ func TestRenderErrors(t *testing.T) {
 			if tc.wantStage == "size" && !errors.Is(err, render.ErrTooLarge) {
 				t.Errorf("error = %v; want it to wrap ErrTooLarge", err)
 			}
+			if tc.wantStage == "budget" && !errors.Is(err, tmplbudget.ErrExceeded) {
+				t.Errorf("error = %v; want it to wrap tmplbudget.ErrExceeded", err)
+			}
 		})
+	}
+}
+
+// TestRenderStopsWithItsContext: a config whose request went away stops
+// rendering, with the context's error.
+func TestRenderStopsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	cfg := render.Config{Name: "x", Format: render.FormatPlain, Template: `{{ range 10 }}x{{ end }}`}
+	if _, err := render.Render(ctx, cfg, hosts()[0], nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Render with an ended context = %v; want context.Canceled", err)
 	}
 }
 
 func TestRenderSecretKindConflict(t *testing.T) {
 	sec := newSecrets(t)
 	cfg := render.Config{Name: "x", Format: render.FormatPlain, Template: `{{ secret "k" "hex32" }} {{ secret "k" "password" }}`}
-	_, err := render.Render(cfg, hosts()[0], sec)
+	_, err := render.Render(t.Context(), cfg, hosts()[0], sec)
 	if err == nil || !strings.Contains(err.Error(), "is of kind hex32, not password") {
 		t.Errorf("Render = %v; want a kind conflict", err)
 	}
@@ -406,7 +434,7 @@ func TestRenderSSHHostKey(t *testing.T) {
 	cfg := render.Config{Name: "x", Format: render.FormatCloudConfig, Template: "#cloud-config\n" +
 		"ssh_keys:\n  ed25519_private: |\n{{ secret \"host-key\" \"ssh-ed25519\" | indent 4 }}\n" +
 		"  ed25519_public: {{ secret \"host-key\" \"ssh-ed25519\" | sshPublicKey | quote }}\n"}
-	res, err := render.Render(cfg, hosts()[0], sec)
+	res, err := render.Render(t.Context(), cfg, hosts()[0], sec)
 	if err != nil {
 		t.Fatal(err)
 	}

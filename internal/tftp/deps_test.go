@@ -14,6 +14,7 @@ func TestImports(t *testing.T) {
 	const module = "github.com/anvilproj/anvil/"
 	allowed := map[string]string{
 		module + "internal/machinelog":                            "the Event contract every service emits",
+		module + "internal/lograte":                               "the malformed-packet log limit every packet loop shares",
 		"golang.org/x/sys/unix":                                   "sendmsg/sendmmsg with UDP_SEGMENT",
 		"golang.org/x/net/ipv4":                                   "the destination address of requests on a wildcard socket",
 		"golang.org/x/net/ipv6":                                   "the same for IPv6",

@@ -11,12 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 
+	"github.com/anvilproj/anvil/internal/lograte"
 	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
@@ -109,19 +109,19 @@ type Config struct {
 // concurrent use, and Serve may run on several sockets at once (the
 // transfer bound is shared).
 type Server struct {
-	fs            fs.FS
-	log           *slog.Logger
-	events        machinelog.Sink
-	listen        func(ctx context.Context) (net.PacketConn, error)
-	timeout       time.Duration
-	retries       int
-	maxBlock      int
-	maxBlock6     int
-	maxWindow     int
-	slots         chan struct{}
-	malformedLast atomic.Int64 // unix nanoseconds of the last malformed-packet log line
-	now           func() time.Time
-	refusals      *refusalLimiter // nil: every refusal is recorded
+	fs           fs.FS
+	log          *slog.Logger
+	events       machinelog.Sink
+	listen       func(ctx context.Context) (net.PacketConn, error)
+	timeout      time.Duration
+	retries      int
+	maxBlock     int
+	maxBlock6    int
+	maxWindow    int
+	slots        chan struct{}
+	malformedLog *lograte.Limiter // one malformed-packet log line a second
+	now          func() time.Time
+	refusals     *refusalLimiter // nil: every refusal is recorded
 
 	mu sync.Mutex
 	// active maps a client's address to its newest transfer, to drop
@@ -156,6 +156,7 @@ func New(cfg Config) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.malformedLog = lograte.New(lograte.DefaultEvery, s.now)
 	switch {
 	case cfg.RefusalEvery < 0:
 		return nil, fmt.Errorf("tftp: negative RefusalEvery %v", cfg.RefusalEvery)
@@ -389,13 +390,12 @@ func sendError(conn net.PacketConn, to netip.AddrPort, code uint16, msg string) 
 	_, _ = conn.WriteTo(appendError(nil, code, msg), net.UDPAddrFromAddrPort(to))
 }
 
-// malformed logs (at most once a second) and counts a packet that is not
-// a request.
+// malformed counts a packet that is not a request, and logs it if the
+// malformed-packet limit (internal/lograte) lets it through.
 func (s *Server) malformed(src netip.AddrPort, pkt []byte, why string) {
 	malformedTotal.Inc()
-	now := time.Now().UnixNano()
-	last := s.malformedLast.Load()
-	if now-last < int64(time.Second) || !s.malformedLast.CompareAndSwap(last, now) {
+	ok, skipped := s.malformedLog.Allow()
+	if !ok {
 		return
 	}
 	op := -1
@@ -403,7 +403,7 @@ func (s *Server) malformed(src netip.AddrPort, pkt []byte, why string) {
 		op = int(pkt[0])<<8 | int(pkt[1])
 	}
 	s.log.Warn("tftp: malformed packet dropped (further ones within a second are only counted)",
-		"from", src, "len", len(pkt), "opcode", op, "reason", why)
+		"from", src, "len", len(pkt), "opcode", op, "reason", why, "skipped", skipped)
 }
 
 // event is what an Event says about a request before its outcome.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
 // Config configures an Engine.
@@ -30,6 +31,9 @@ type Config struct {
 	// to the fleet, and the store's group commit still gets full batches.
 	// 0 means DefaultMaxConcurrentReports.
 	MaxConcurrentReports int
+	// RenderBudget bounds each rendering of a workflow's Template. If
+	// zero, uses Budget.
+	RenderBudget tmplbudget.Budget
 }
 
 // DefaultMaxWait is the GetAction long-poll cap when Config.MaxWait is 0.
@@ -59,6 +63,7 @@ type Engine struct {
 	maxWait time.Duration
 	// reportSlots is a semaphore bounding reports in progress.
 	reportSlots chan struct{}
+	budget      tmplbudget.Budget
 
 	queue *workQueue
 
@@ -78,7 +83,16 @@ type Engine struct {
 
 	wmu    sync.Mutex
 	warned map[string]bool // see warnOnce
+
+	// rmu guards rendering: the cancel function of each workflow's
+	// template rendering in progress, so that deleting the workflow stops
+	// it (a Template's rendering can take its whole time budget).
+	rmu       sync.Mutex
+	rendering map[string]context.CancelCauseFunc
 }
+
+// errWorkflowDeleted cancels the rendering of a workflow that was deleted.
+var errWorkflowDeleted = errors.New("the workflow was deleted")
 
 type seenWorkflow struct {
 	rv, hardwareRef string
@@ -104,12 +118,15 @@ func New(cfg Config) *Engine {
 		clock:   cfg.Clock,
 		log:     cfg.Logger,
 		maxWait: cfg.MaxWait,
+		budget:  cfg.RenderBudget,
 		queue:   newWorkQueue(),
 		waiters: map[string]chan struct{}{},
 		timers:  map[string]*deadlineTimer{},
 		seen:    map[string]seenWorkflow{},
 		latest:  map[string]*model.Workflow{},
 		warned:  map[string]bool{},
+
+		rendering: map[string]context.CancelCauseFunc{},
 	}
 	if e.clock == nil {
 		e.clock = realClock{}
@@ -119,6 +136,9 @@ func New(cfg Config) *Engine {
 	}
 	if e.maxWait <= 0 {
 		e.maxWait = DefaultMaxWait
+	}
+	if e.budget == (tmplbudget.Budget{}) {
+		e.budget = Budget
 	}
 	slots := cfg.MaxConcurrentReports
 	if slots <= 0 {
@@ -203,6 +223,7 @@ func (e *Engine) watch(ctx context.Context) error {
 						continue
 					}
 					if ev.Type == store.Deleted {
+						e.cancelRendering(wf.Key())
 						e.forget(wf.Key())
 						e.queue.add(wf.Key())
 						e.notifyWorkflowAgents(wf)
@@ -297,6 +318,7 @@ func (e *Engine) relisted(ctx context.Context, objs []model.Object) {
 	}
 	e.cmu.Unlock()
 	for i, k := range goneKeys {
+		e.cancelRendering(k)
 		e.forget(k)
 		e.queue.add(k)
 		ns, name, _ := splitKey(k)
@@ -341,11 +363,14 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 
 	// (a) Render a new workflow.
 	if st.State == "" {
-		def, err := RenderStored(ctx, e.store, wf)
+		def, err := e.render(ctx, wf)
 		if err != nil {
+			if errors.Is(err, errWorkflowDeleted) {
+				return nil // nothing left to record it on
+			}
 			var rerr *RenderError
 			if !errors.As(err, &rerr) {
-				return err // the store failed; try again later
+				return err // the store failed or the engine is stopping; try again later
 			}
 			RenderFailedStatus(st, err, now)
 			e.log.Info("workflow template rendering failed", "workflow", key, "err", err)
@@ -414,6 +439,37 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 	}
 	e.notifyWorkflowAgents(wf)
 	return nil
+}
+
+func (e *Engine) render(ctx context.Context, wf *model.Workflow) (*model.WorkflowDefinition, error) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	key := wf.Key()
+	e.rmu.Lock()
+	e.rendering[key] = cancel
+	e.rmu.Unlock()
+	defer func() {
+		e.rmu.Lock()
+		delete(e.rendering, key)
+		e.rmu.Unlock()
+	}()
+	def, err := renderStored(rctx, e.store, e.budget, wf)
+	if err != nil && rctx.Err() != nil {
+		// Stopped from outside (deleted, or the engine is stopping), not
+		// the template's fault: nothing to record.
+		return nil, fmt.Errorf("rendering workflow %s: %w", key, context.Cause(rctx))
+	}
+	return def, err
+}
+
+// cancelRendering stops the rendering of workflow key, if one is running.
+func (e *Engine) cancelRendering(key string) {
+	e.rmu.Lock()
+	cancel := e.rendering[key]
+	e.rmu.Unlock()
+	if cancel != nil {
+		cancel(errWorkflowDeleted)
+	}
 }
 
 // contenders returns the workflows of wf's namespace on wf's hardware that

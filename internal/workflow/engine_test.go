@@ -12,6 +12,7 @@ import (
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/bolt"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
 // fakeClock's timers fire only when the test advances time.
@@ -97,6 +98,7 @@ func (c *fakeClock) hasTimerAt(at time.Time) bool {
 
 type env struct {
 	t      *testing.T
+	budget tmplbudget.Budget // the engine's RenderBudget
 	path   string
 	store  *bolt.Store
 	clock  *fakeClock
@@ -118,7 +120,7 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	e.store = st
-	e.engine = New(Config{Store: st, Clock: e.clock})
+	e.engine = New(Config{Store: st, Clock: e.clock, RenderBudget: e.budget})
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.done = make(chan error, 1)
@@ -508,3 +510,32 @@ func TestWorkQueueDedup(t *testing.T) {
 }
 
 var _ store.Store = (*bolt.Store)(nil)
+
+// TestEngineDeleteCancelsRendering: a Template whose rendering would run
+// for as long as its budget allows is stopped when its workflow is
+// deleted, and nothing is left executing.
+func TestEngineDeleteCancelsRendering(t *testing.T) {
+	e := &env{t: t, path: filepath.Join(t.TempDir(), "anvil.db"), clock: newFakeClock()}
+	// A budget that would never end the loop by itself: only the deletion can.
+	e.budget = tmplbudget.Budget{Time: time.Hour, Steps: 1 << 62}
+	e.start()
+	t.Cleanup(e.stop)
+	tmpl := templateOf(minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i}]}\n{{ range (atoi .n) }}{{ end }}")
+	tmpl.Name = "debian-raw"
+	wf := testWorkflow("wf", "")
+	wf.Spec.HardwareMap["n"] = "1000000000000"
+	e.create(tmpl, wf)
+	renderingWF := func() bool {
+		e.engine.rmu.Lock()
+		defer e.engine.rmu.Unlock()
+		return e.engine.rendering["default/wf"] != nil
+	}
+	e.waitUntil("the workflow's rendering to start", renderingWF)
+	if err := e.store.Delete(context.Background(), model.KindWorkflow, "default", "wf", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitUntil("the rendering to stop", func() bool { return !renderingWF() })
+	if g := executingTemplates(); len(g) > 0 {
+		t.Errorf("a template is still executing after its rendering stopped:\n%s", strings.Join(g, "\n\n"))
+	}
+}

@@ -1,7 +1,7 @@
 package workflow
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,19 +12,20 @@ import (
 	"sync"
 	"text/template"
 
-	"github.com/Masterminds/sprig/v3"
 	yamlv3 "gopkg.in/yaml.v3"
 	k8syaml "sigs.k8s.io/yaml"
 
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
-// MaxRenderedSize caps the output of a template rendering (256 KiB).
+// MaxRenderedSize caps the output of a template rendering (256 KiB): the
+// output budget of Budget.
 const MaxRenderedSize = 256 << 10
 
-// ErrRenderedTooLarge is returned (wrapped) when a template renders to more
-// than MaxRenderedSize bytes.
-var ErrRenderedTooLarge = fmt.Errorf("rendered template exceeds the %d KiB output limit", MaxRenderedSize>>10)
+// Budget bounds one rendering of a workflow Template (see internal/tmplbudget):
+// the default time, steps and depth, and MaxRenderedSize of output.
+var Budget = tmplbudget.Budget{Output: MaxRenderedSize}
 
 // LegacyHardware is the template data Tinkerbell exposes as `.Hardware`:
 // disks as plain device paths, plus the interfaces, user data and metadata.
@@ -36,15 +37,60 @@ type LegacyHardware struct {
 	VendorData string
 }
 
-// FuncMap returns the functions templates may call: Sprig's hermetic set plus
-// formatPartition, netmaskToPrefixLength, toYaml and fromYaml.
-func FuncMap() template.FuncMap {
-	f := sprig.HermeticTxtFuncMap()
-	f["formatPartition"] = formatPartition
-	f["netmaskToPrefixLength"] = netmaskToPrefixLength
-	f["toYaml"] = toYaml
-	f["fromYaml"] = fromYaml
-	return f
+// funcs are the functions templates may call besides Sprig's hermetic set
+// (bounded by internal/tmplbudget): formatPartition, netmaskToPrefixLength,
+// toYaml and fromYaml.
+func funcs() template.FuncMap {
+	return template.FuncMap{
+		"formatPartition":       formatPartition,
+		"netmaskToPrefixLength": netmaskToPrefixLength,
+		"toYaml":                toYaml,
+		"fromYaml":              fromYaml,
+	}
+}
+
+// Parsed templates are kept for the next render of the same text: parsing,
+// above all handing text/template the ~200 functions (it reflects over
+// each), is most of a render's cost, and a fleet's workflows share a few
+// templates, each rendered twice (admission checks its workers, the engine
+// renders it). A tmplbudget.Template binds its functions per execution on
+// a clone, so renders share one parse.
+const (
+	maxParsedTemplates  = 64        // past it the cache is emptied, never grows
+	maxParsedTemplateSz = 256 << 10 // larger texts are parsed each time
+)
+
+type parsedKey struct {
+	name, text string
+	budget     tmplbudget.Budget
+}
+
+var parsedTemplates = struct {
+	sync.Mutex
+	m map[parsedKey]*tmplbudget.Template
+}{m: map[parsedKey]*tmplbudget.Template{}}
+
+// parseTemplate parses a Template's data with the workflow functions,
+// instrumented for b, from the cache when it was parsed before.
+func parseTemplate(name, data string, b tmplbudget.Budget) (*tmplbudget.Template, error) {
+	key := parsedKey{name, data, b}
+	parsedTemplates.Lock()
+	t := parsedTemplates.m[key]
+	parsedTemplates.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	t, err := tmplbudget.Parse(name, data, tmplbudget.Options{Budget: b, Sprig: true, Funcs: funcs()})
+	if err != nil || len(data) > maxParsedTemplateSz {
+		return t, err
+	}
+	parsedTemplates.Lock()
+	if len(parsedTemplates.m) >= maxParsedTemplates {
+		clear(parsedTemplates.m)
+	}
+	parsedTemplates.m[key] = t
+	parsedTemplates.Unlock()
+	return t, nil
 }
 
 // formatPartition returns the device path of partition n of dev: "/dev/sda",1
@@ -122,19 +168,6 @@ func fromYaml(s string) (map[string]any, error) {
 	return m, nil
 }
 
-// limitWriter fails once more than n bytes have been written.
-type limitWriter struct {
-	buf bytes.Buffer
-	n   int
-}
-
-func (w *limitWriter) Write(p []byte) (int, error) {
-	if w.buf.Len()+len(p) > w.n {
-		return 0, ErrRenderedTooLarge
-	}
-	return w.buf.Write(p)
-}
-
 // TemplateData builds the data a template is executed with: every key of the
 // workflow's hardwareMap at the top level, `.Hardware` (LegacyHardware) and
 // `.hardware` (the Hardware spec as a generic map with its JSON names). hw may
@@ -179,10 +212,17 @@ func TemplateData(wf *model.Workflow, hw *model.Hardware) (map[string]any, error
 }
 
 // Render executes the Template's data against the workflow's hardwareMap and
-// the Hardware (nil when the workflow has none), parses the result as a
-// workflow definition and validates it. Errors carry the template engine's own
-// message so the workflow can show it.
-func Render(tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*model.WorkflowDefinition, error) {
+// the Hardware (nil when the workflow has none), under Budget and until ctx
+// ends, parses the result as a workflow definition and validates it. Errors
+// carry the template engine's own message so the workflow can show it; one
+// that went over the budget matches tmplbudget.ErrExceeded, one stopped by
+// ctx matches ctx's error.
+func Render(ctx context.Context, tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*model.WorkflowDefinition, error) {
+	return render(ctx, Budget, tmpl, wf, hw)
+}
+
+// render is Render under budget b.
+func render(ctx context.Context, b tmplbudget.Budget, tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*model.WorkflowDefinition, error) {
 	if tmpl == nil || tmpl.Spec.Data == nil || strings.TrimSpace(*tmpl.Spec.Data) == "" {
 		return nil, errors.New("template has no spec.data")
 	}
@@ -190,7 +230,7 @@ func Render(tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*mode
 	if name == "" {
 		name = "template"
 	}
-	t, err := parseTemplate(name, *tmpl.Spec.Data)
+	t, err := parseTemplate(name, *tmpl.Spec.Data, b)
 	if err != nil {
 		return nil, fmt.Errorf("parse template: %w", err)
 	}
@@ -198,54 +238,11 @@ func Render(tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*mode
 	if err != nil {
 		return nil, err
 	}
-	w := &limitWriter{n: MaxRenderedSize}
-	if err := t.Execute(w, data); err != nil {
-		if errors.Is(err, ErrRenderedTooLarge) {
-			return nil, fmt.Errorf("execute template: %w", ErrRenderedTooLarge)
-		}
+	out, err := t.Execute(ctx, data)
+	if err != nil {
 		return nil, fmt.Errorf("execute template: %w", err)
 	}
-	return ParseDefinition(w.buf.Bytes())
-}
-
-// Parsed templates are kept for the next render of the same text: parsing,
-// above all handing text/template the ~200 functions of FuncMap (it
-// reflects over each), is most of a render's cost, and a fleet's workflows
-// share a few templates, each rendered twice (admission checks its
-// workers, the engine renders it). A parsed template is only executed,
-// never changed, so renders share it (text/template allows parallel
-// executions).
-const (
-	maxParsedTemplates  = 64        // past it the cache is emptied, never grows
-	maxParsedTemplateSz = 256 << 10 // larger texts are parsed each time
-)
-
-var parsedTemplates = struct {
-	sync.Mutex
-	m map[string]*template.Template // name + "\x00" + text
-}{m: map[string]*template.Template{}}
-
-// parseTemplate returns text parsed as the template name, with FuncMap
-// and missingkey=error, from the cache when it was parsed before.
-func parseTemplate(name, text string) (*template.Template, error) {
-	key := name + "\x00" + text
-	parsedTemplates.Lock()
-	t := parsedTemplates.m[key]
-	parsedTemplates.Unlock()
-	if t != nil {
-		return t, nil
-	}
-	t, err := template.New(name).Option("missingkey=error").Funcs(FuncMap()).Parse(text)
-	if err != nil || len(text) > maxParsedTemplateSz {
-		return t, err
-	}
-	parsedTemplates.Lock()
-	if len(parsedTemplates.m) >= maxParsedTemplates {
-		clear(parsedTemplates.m)
-	}
-	parsedTemplates.m[key] = t
-	parsedTemplates.Unlock()
-	return t, nil
+	return ParseDefinition(out)
 }
 
 // ParseDefinition parses rendered template output and validates it.
@@ -317,17 +314,30 @@ func ValidateDefinition(def *model.WorkflowDefinition) error {
 // templateAction matches one {{ ... }} action, across lines.
 var templateAction = regexp.MustCompile(`(?s)\{\{.*?\}\}`)
 
+// staticName names the template CheckTemplateStatic parses; its errors
+// carry only the line.
+const staticName = "data"
+
 // placeholder replaces template actions in CheckTemplateStatic.
 const placeholder = "ANVIL_TEMPLATE_PLACEHOLDER"
 
-// CheckTemplateStatic is a best-effort check of a Template's data at apply
-// time, before any rendering: it replaces every {{...}} action with a
-// placeholder, parses the result as YAML and reports duplicate task names and
-// duplicate action names within a task (names that contain a template action
-// are ignored). Each error names the duplicate and its line in data. If the
-// substitution leaves YAML that does not parse, it returns nil: render time
-// will catch problems.
+// CheckTemplateStatic checks a Template's data at apply time, before any
+// rendering. First the template must parse, with the functions rendering
+// offers, and contain no range that could never finish within Budget
+// (`{{ range 1000000000000 }}`); that failure is the only error returned,
+// at its line. Then, best-effort, it replaces every {{...}} action with a
+// placeholder, parses the result as YAML and reports duplicate task names
+// and duplicate action names within a task (names that contain a template
+// action are ignored). Each error names the duplicate and its line in data.
+// If the substitution leaves YAML that does not parse, that part reports
+// nothing: render time will catch problems.
 func CheckTemplateStatic(data string) []error {
+	if _, err := parseTemplate(staticName, data, Budget); err != nil {
+		if line, _, msg, ok := tmplbudget.Position(err, staticName); ok {
+			return []error{&StaticError{Line: line, Msg: msg}}
+		}
+		return []error{err}
+	}
 	// Build the substituted text and, for each of its lines, the line of
 	// data it starts on (an action spanning lines collapses them).
 	var sb strings.Builder

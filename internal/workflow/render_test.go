@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	k8syaml "sigs.k8s.io/yaml"
 
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
 func loadYAML[T any](t testing.TB, path string) *T {
@@ -45,7 +48,7 @@ func templateOf(data string) *model.Template {
 func TestRenderTinkerbellExample(t *testing.T) {
 	tmpl := loadYAML[model.Template](t, "testdata/template.yaml")
 	hw := loadYAML[model.Hardware](t, "testdata/hardware.yaml")
-	def, err := Render(tmpl, exampleWorkflow(), hw)
+	def, err := Render(t.Context(), tmpl, exampleWorkflow(), hw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +146,7 @@ func TestRenderErrors(t *testing.T) {
 	}{
 		{"missing key", minimalHead + "  - name: t\n    worker: \"{{.device_2}}\"\n    actions: [{name: a, image: i}]\n",
 			nil, `map has no entry for key "device_2"`},
-		{"output cap", big, nil, "256 KiB output limit"},
+		{"output cap", big, nil, "output budget: output is more than 262144 bytes"},
 		{"dup task", minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i}]}\n  - {name: t, worker: w, actions: [{name: a, image: i}]}\n",
 			nil, `duplicate task name "t"`},
 		{"dup action", minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i}, {name: a, image: j}]}\n",
@@ -168,12 +171,12 @@ func TestRenderErrors(t *testing.T) {
 			if c.wf != nil {
 				c.wf(wf)
 			}
-			_, err := Render(templateOf(c.data), wf, hw)
+			_, err := Render(t.Context(), templateOf(c.data), wf, hw)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v; want it to contain %q", err, c.want)
 			}
-			if c.name == "output cap" && !errors.Is(err, ErrRenderedTooLarge) {
-				t.Fatalf("err = %v; want ErrRenderedTooLarge", err)
+			if c.name == "output cap" && !errors.Is(err, tmplbudget.ErrExceeded) {
+				t.Fatalf("err = %v; want tmplbudget.ErrExceeded", err)
 			}
 		})
 	}
@@ -197,7 +200,7 @@ func TestRenderFunctions(t *testing.T) {
 	wf := exampleWorkflow()
 	wf.Spec.HardwareMap["nothing_here"] = ""
 	hw := loadYAML[model.Hardware](t, "testdata/hardware.yaml")
-	def, err := Render(templateOf(data), wf, hw)
+	def, err := Render(t.Context(), templateOf(data), wf, hw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,14 +220,14 @@ func TestRenderFunctions(t *testing.T) {
 func TestRenderWithoutHardware(t *testing.T) {
 	wf := exampleWorkflow()
 	wf.Spec.HardwareRef = ""
-	def, err := Render(templateOf(minimalHead+"  - {name: t, worker: '{{.device_1}}', actions: [{name: a, image: i}]}\n"), wf, nil)
+	def, err := Render(t.Context(), templateOf(minimalHead+"  - {name: t, worker: '{{.device_1}}', actions: [{name: a, image: i}]}\n"), wf, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if def.Tasks[0].Worker != "3c:ec:ef:12:34:07" {
 		t.Errorf("worker %q", def.Tasks[0].Worker)
 	}
-	_, err = Render(templateOf(minimalHead+"  - {name: t, worker: '{{.hardware.metadata}}', actions: [{name: a, image: i}]}\n"), wf, nil)
+	_, err = Render(t.Context(), templateOf(minimalHead+"  - {name: t, worker: '{{.hardware.metadata}}', actions: [{name: a, image: i}]}\n"), wf, nil)
 	if err == nil || !strings.Contains(err.Error(), "map has no entry for key") {
 		t.Fatalf("err = %v", err)
 	}
@@ -284,15 +287,83 @@ func TestRenderConcurrentSharedTemplate(t *testing.T) {
 			wf := exampleWorkflow()
 			want := fmt.Sprintf("02:00:00:00:00:%02x", i)
 			wf.Spec.HardwareMap = map[string]string{"device_1": want}
-			def, err := Render(tmpl, wf, nil)
+			def, err := Render(t.Context(), tmpl, wf, nil)
 			if err != nil || def.Tasks[0].Worker != want {
 				t.Errorf("render %d: %+v, %v; want worker %s", i, def, err, want)
 			}
 		})
 	}
 	wg.Wait()
-	if _, err := Render(templateOf(minimalHead+"  - name: t\n    worker: \"{{.device_2}}\"\n    actions: [{name: a, image: i}]\n"),
+	if _, err := Render(t.Context(), templateOf(minimalHead+"  - name: t\n    worker: \"{{.device_2}}\"\n    actions: [{name: a, image: i}]\n"),
 		exampleWorkflow(), nil); err == nil {
 		t.Error("a template naming a missing key rendered: missingkey=error lost with the cache")
 	}
+}
+
+// TestCheckTemplateStaticRefusesUnrunnable: what can never render is
+// refused at apply time, at its line: a syntax error, an unknown function,
+// a range that could never finish.
+func TestCheckTemplateStaticRefusesUnrunnable(t *testing.T) {
+	for _, c := range []struct{ name, data, want string }{
+		{"range over a huge literal", minimalHead + "  - name: t\n    worker: '{{ range 1000000000000 }}{{ end }}'\n",
+			"line 6: template exceeded its steps budget: range over 1000000000000"},
+		{"syntax", minimalHead + "  - name: '{{ .x '\n", "line 5: "},
+		{"unknown function", minimalHead + "\n  - name: '{{ env \"HOME\" }}'\n", `line 6: function "env" not defined`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			errs := CheckTemplateStatic(c.data)
+			if len(errs) != 1 || !strings.Contains(errs[0].Error(), c.want) {
+				t.Fatalf("CheckTemplateStatic = %v; want one error containing %q", errs, c.want)
+			}
+			var se *StaticError
+			if !errors.As(errs[0], &se) {
+				t.Errorf("error %v is a %T; want a *StaticError (with its line)", errs[0], errs[0])
+			}
+		})
+	}
+}
+
+// TestRenderBudget: the probes that spun a core forever in the workflow
+// renderer fail with the budget they hit, leaving nothing running.
+func TestRenderBudget(t *testing.T) {
+	wf := exampleWorkflow()
+	wf.Spec.HardwareMap["n"] = "1000000000000"
+	for _, c := range []struct{ name, expr, limit string }{
+		{"range over a computed count", `{{ range (atoi .n) }}{{ end }}`, tmplbudget.LimitSteps},
+		{"nested ranges", `{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}`, tmplbudget.LimitSteps},
+		{"repeat", `{{ repeat (atoi .n) "x" }}`, tmplbudget.LimitValue},
+		{"until", `{{ until (atoi .n) }}`, tmplbudget.LimitValue},
+		{"untilStep", `{{ untilStep 0 (atoi .n) 1 }}`, tmplbudget.LimitValue},
+		{"recursive template", `{{ define "r" }}{{ template "r" . }}{{ end }}{{ template "r" . }}`, tmplbudget.LimitDepth},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i, command: ['" + c.expr + "']}]}\n"
+			// The time budget is not under test: a race-instrumented run
+			// on a busy machine must not reach it first.
+			b := Budget
+			b.Time = time.Hour
+			_, err := render(t.Context(), b, templateOf(data), wf, nil)
+			var e *tmplbudget.ExceededError
+			if !errors.As(err, &e) || e.Limit != c.limit || !strings.Contains(err.Error(), c.limit+" budget") {
+				t.Fatalf("Render = %v; want the %s budget exceeded", err, c.limit)
+			}
+			if g := executingTemplates(); len(g) > 0 {
+				t.Errorf("a template is still executing:\n%s", strings.Join(g, "\n\n"))
+			}
+		})
+	}
+}
+
+// executingTemplates returns the stacks of goroutines inside a template
+// execution.
+func executingTemplates() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "text/template.(*state)") {
+			out = append(out, g)
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
 // A workflow's tasks run on workers: the agents that ask for work as the
@@ -126,6 +127,11 @@ func CheckWorkers(ctx context.Context, idx store.Indexer, ns string, tasks []mod
 // *RenderError, wrapping WorkerErrors when a worker is refused; others
 // are src's.
 func RenderStored(ctx context.Context, src Source, wf *model.Workflow) (*model.WorkflowDefinition, error) {
+	return renderStored(ctx, src, Budget, wf)
+}
+
+// renderStored is RenderStored under budget b.
+func renderStored(ctx context.Context, src Source, b tmplbudget.Budget, wf *model.Workflow) (*model.WorkflowDefinition, error) {
 	if wf.Spec.TemplateRef == "" {
 		return nil, &RenderError{errors.New("spec.templateRef is empty")}
 	}
@@ -148,7 +154,7 @@ func RenderStored(ctx context.Context, src Source, wf *model.Workflow) (*model.W
 		}
 		hw = obj.(*model.Hardware)
 	}
-	def, err := Render(tmpl, wf, hw)
+	def, err := render(ctx, b, tmpl, wf, hw)
 	if err != nil {
 		return nil, &RenderError{fmt.Errorf("template %s: %w", tmpl.Key(), err)}
 	}
