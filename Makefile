@@ -14,10 +14,10 @@ BIN     := bin/anvil
 FUZZTIME ?= 8s
 FUZZ_TARGETS := \
 	./internal/actions:FuzzDetect \
-	./internal/actions:FuzzEntryPath \
-	./internal/actions:FuzzExtract \
 	./internal/actions:FuzzParseChecksum \
 	./internal/actions:FuzzParseMode \
+	./internal/untar:FuzzEntryPath \
+	./internal/untar:FuzzExtract \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
