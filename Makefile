@@ -18,6 +18,9 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzParseMode \
 	./internal/untar:FuzzEntryPath \
 	./internal/untar:FuzzExtract \
+	./internal/oci:FuzzParseSettings \
+	./internal/oci:FuzzResolve \
+	./internal/container:FuzzParseVolume \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
