@@ -121,7 +121,7 @@ func (c *Catalog) unpackURL(parent context.Context, out Output, dir, rel, archiv
 	linef(out, "unpacking %s (%s tar, %s) into /%s", archiveURL, f, sizeText(src.Size()), strings.TrimPrefix(rel, "."))
 
 	x := &untar.Extractor{Root: dest}
-	stop := c.reportProgress(out, interval, src.Size(), src.Fetched, x.Written)
+	stop := c.reportProgress(out, interval, src.Size, src.Fetched, x.Written)
 	xerr := x.Extract(ctx, dec)
 	if xerr != nil {
 		cancel()

@@ -352,8 +352,8 @@ func (p *Puller) fetch(ctx context.Context, src Source, img v1.Image, h v1.Hash,
 			if n := p.Used() - reserved; n > 0 {
 				held = fmt.Sprintf(", of which %s is held by images in use", mib(n))
 			}
-			return nil, fmt.Errorf("%w: unpacked, it is more than %s (%s compressed); the cache's limit is %s%s", ErrTooBig,
-				mib(counted.n), mib(compressed), mib(p.cfg.Limit), held)
+			return nil, fmt.Errorf("%w: while it unpacks, its %s of compressed layers and more than %s unpacked exceed the cache's limit of %s%s",
+				ErrTooBig, mib(compressed), mib(counted.n), mib(p.cfg.Limit), held)
 		}
 		return nil, fmt.Errorf("unpack its layers: %w", xerr)
 	}

@@ -312,7 +312,7 @@ func TestPullBadInput(t *testing.T) {
 			want: []string{"pull " + good, "download", "verifying sha256 checksum", layerDigest.Hex}},
 		{name: "layer does not decompress", ref: reg.Ref("bad/notgzip:1"), want: []string{"pull " + reg.Ref("bad/notgzip:1"), "unpack its layers", "flate: corrupt input"}},
 		{name: "too big unpacked", ref: reg.Ref("bad/bomb:1"), tooBig: true,
-			want: []string{"pull " + reg.Ref("bad/bomb:1"), "too big for the image cache: unpacked, it is more than", "compressed); the cache's limit is 2.0 MiB"}},
+			want: []string{"pull " + reg.Ref("bad/bomb:1"), "too big for the image cache: while it unpacks", "exceed the cache's limit of 2.0 MiB"}},
 		{name: "too big compressed", ref: reg.Ref("bad/big:1"), tooBig: true,
 			want: []string{"pull " + reg.Ref("bad/big:1"), "too big for the image cache: its layers are", "more than the cache's limit of 2.0 MiB"}},
 	}
