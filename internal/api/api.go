@@ -27,6 +27,7 @@ import (
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -92,6 +93,11 @@ type Config struct {
 	// ClientIP returns the caller's address as the server's trusted-proxy
 	// rule sees it, or "" to use the TCP peer's.
 	ClientIP func(ctx context.Context) string
+	// Registries are the server's registry settings (normalized), under
+	// each Hardware's anvil.dev/registries: how agents pull the images of
+	// actions that run in containers. Zero: every registry directly,
+	// anonymously.
+	Registries oci.Settings
 }
 
 // Services implements every anvil.v1 service. It is safe for concurrent use.

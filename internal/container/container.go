@@ -45,6 +45,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -257,14 +258,14 @@ type ExitError struct {
 	// Code is the exit status; -1 when a signal ended the program.
 	Code int
 	// Signal is the signal that ended it, if one did.
-	Signal string
+	Signal syscall.Signal
 }
 
 func (e *ExitError) Error() string {
 	if e.Code >= 0 {
 		return fmt.Sprintf("exited with status %d", e.Code)
 	}
-	return "killed by signal " + e.Signal
+	return fmt.Sprintf("killed by signal %d (%s)", int(e.Signal), e.Signal)
 }
 
 // Run runs s and returns once every process of the container is gone and

@@ -316,7 +316,7 @@ func exitError(err error) error {
 	}
 	x := &ExitError{Code: ee.ExitCode()}
 	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		x.Code, x.Signal = -1, ws.Signal().String()
+		x.Code, x.Signal = -1, ws.Signal()
 	}
 	return x
 }

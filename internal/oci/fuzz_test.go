@@ -77,3 +77,23 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSize: an accepted size is positive and prints (FormatSize) to
+// a string that parses to the same size.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"512M", "2GiB", "1073741824", "1k", " 3 G ", "0", "-1M", "8T", "9223372036854775807", "8589934592G", "M", "1.5G"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseSize(s)
+		if err != nil {
+			return
+		}
+		if n <= 0 {
+			t.Fatalf("ParseSize(%q) = %d", s, n)
+		}
+		if again, err := ParseSize(FormatSize(n)); err != nil || again != n {
+			t.Fatalf("ParseSize(%q) = %d; FormatSize gives %q, which parses to %d, %v", s, n, FormatSize(n), again, err)
+		}
+	})
+}

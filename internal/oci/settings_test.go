@@ -175,3 +175,16 @@ func TestParseDockerConfig(t *testing.T) {
 		t.Errorf("ParseDockerConfig = %s; want %s", got, w)
 	}
 }
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"512M": 512 << 20, "2GiB": 2 << 30, "1073741824": 1 << 30, "64k": 64 << 10, "3 g": 3 << 30, "10B": 10} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1M", "1.5G", "M", "10 PB", "99999999999T"} {
+		if _, err := ParseSize(bad); err == nil || !strings.Contains(err.Error(), "want a positive whole number") {
+			t.Errorf("ParseSize(%q) = %v; want an error", bad, err)
+		}
+	}
+}

@@ -188,6 +188,7 @@ func InitialStatus(wf *model.Workflow, def *model.WorkflowDefinition, now time.T
 				Command:     ad.Command,
 				Volumes:     ad.Volumes,
 				Pid:         ad.Pid,
+				Runtime:     ad.Runtime,
 				Environment: ad.Environment,
 				State:       model.StatePending,
 				Retries:     ad.Retries,
@@ -576,6 +577,7 @@ func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now tim
 		Timeout:    a.Timeout,
 		Command:    append([]string(nil), a.Command...),
 		Pid:        a.Pid,
+		Runtime:    a.Runtime,
 		Attempt:    a.Attempt,
 	}
 	if model.NormalizeState(a.State) == model.StatePending {
