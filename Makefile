@@ -20,6 +20,7 @@ FUZZ_TARGETS := \
 	./internal/untar:FuzzExtract \
 	./internal/oci:FuzzParseSettings \
 	./internal/oci:FuzzResolve \
+	./internal/oci:FuzzParseSize \
 	./internal/container:FuzzParseVolume \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \

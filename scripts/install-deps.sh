@@ -45,6 +45,11 @@ APT_PACKAGES+=(zstd syslinux syslinux-common mtools dosfstools fdisk busybox-sta
 # bzip2 writer); curl is half of the image2disk benchmark's peer pipeline
 # (curl | zstd -dc | dd).
 APT_PACKAGES+=(bzip2 curl)
+# The container path: xz unpacks the upstream Tinkerbell action programs
+# the tests rebuild as images (internal/oci/ocitest); the benchmark
+# (bench/ocirun) pulls from Debian's docker-registry and times runc's
+# container start as the peer.
+APT_PACKAGES+=(xz-utils docker-registry runc)
 # Kernel modules: kmod's depmod is the reference internal/kmod's index
 # generator is checked against.
 APT_PACKAGES+=(kmod)

@@ -5,7 +5,9 @@
 // the project's shared directory, as upstream's Dockerfiles do: FROM
 // scratch, the one static binary as the entrypoint.
 //
-// It is for tests, benchmarks and the lab only; no command imports it.
+// Each helper that fails a test has a twin returning an error, for the
+// benchmarks. It is for tests, benchmarks and the lab only; no command
+// imports it.
 package ocitest
 
 import (
@@ -13,6 +15,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -68,6 +71,13 @@ func WithHandler(wrap func(http.Handler) http.Handler) RegistryOption {
 // NewRegistry starts a registry that the test's end stops.
 func NewRegistry(t testing.TB, opts ...RegistryOption) *Registry {
 	t.Helper()
+	r := StartRegistry(opts...)
+	t.Cleanup(r.Server.Close)
+	return r
+}
+
+// StartRegistry starts a registry; Server.Close stops it.
+func StartRegistry(opts ...RegistryOption) *Registry {
 	var c registryConfig
 	for _, o := range opts {
 		o(&c)
@@ -82,7 +92,6 @@ func NewRegistry(t testing.TB, opts ...RegistryOption) *Registry {
 	} else {
 		r.Server = httptest.NewServer(h)
 	}
-	t.Cleanup(r.Server.Close)
 	r.Host = strings.TrimPrefix(strings.TrimPrefix(r.Server.URL, "http://"), "https://")
 	return r
 }
@@ -131,18 +140,27 @@ func (r *Registry) Ref(repo string) string { return r.Host + "/" + repo }
 // and returns its digest.
 func (r *Registry) Push(t testing.TB, ref string, img v1.Image) string {
 	t.Helper()
-	n, err := name.ParseReference(ref, name.Insecure)
+	d, err := r.PushImage(ref, img)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// PushImage is Push for programs without a testing.TB (benchmarks).
+func (r *Registry) PushImage(ref string, img v1.Image) (string, error) {
+	n, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		return "", err
+	}
 	if err := remote.Write(n, img, r.remoteOptions()...); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
+		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	d, err := img.Digest()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	return d.String()
+	return d.String(), nil
 }
 
 // PushIndex pushes a multi-platform index as ref and returns its digest.
@@ -163,7 +181,7 @@ func (r *Registry) PushIndex(t testing.TB, ref string, idx v1.ImageIndex) string
 }
 
 func (r *Registry) remoteOptions() []remote.Option {
-	if r.Server.TLS == nil {
+	if r.Server == nil || r.Server.TLS == nil { // another registry (Host only), or plain HTTP
 		return nil
 	}
 	pool := x509.NewCertPool()
@@ -176,39 +194,60 @@ func (r *Registry) remoteOptions() []remote.Option {
 // Layer is a gzip-compressed layer holding entries.
 func Layer(t testing.TB, entries []untartest.Entry) v1.Layer {
 	t.Helper()
-	data := untartest.Tar(t, entries)
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	v, err := LayerOf(entries)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return v
+}
+
+// LayerOf is Layer for programs without a testing.TB (benchmarks).
+func LayerOf(entries []untartest.Entry) (v1.Layer, error) {
+	data, err := untartest.TarBytes(entries)
+	if err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
 }
 
 // Image is a linux/amd64 image of layers (bottom first) with cfg as its
 // configuration.
 func Image(t testing.TB, cfg v1.Config, layers ...v1.Layer) v1.Image {
 	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
+	v, err := ImageOf(cfg, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Configure(t, img, cfg, "amd64")
+	return v
+}
+
+// ImageOf is Image for programs without a testing.TB (benchmarks).
+func ImageOf(cfg v1.Config, layers ...v1.Layer) (v1.Image, error) {
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		return nil, err
+	}
+	return configure(img, cfg, "amd64")
 }
 
 // Configure sets img's configuration and platform (linux/arch).
 func Configure(t testing.TB, img v1.Image, cfg v1.Config, arch string) v1.Image {
 	t.Helper()
-	cf, err := img.ConfigFile()
+	v, err := configure(img, cfg, arch)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+func configure(img v1.Image, cfg v1.Config, arch string) (v1.Image, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture, cf.Config = "linux", arch, cfg
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return mutate.ConfigFile(img, cf)
 }
 
 // ProgramImage is an image made as upstream's action Dockerfiles make
@@ -216,11 +255,25 @@ func Configure(t testing.TB, img v1.Image, cfg v1.Config, arch string) v1.Image 
 // entrypoint, and extra files beside it.
 func ProgramImage(t testing.TB, program []byte, path string, extra ...untartest.Entry) v1.Image {
 	t.Helper()
+	v, err := ProgramImageOf(program, path, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// ProgramImageOf is ProgramImage for programs without a testing.TB
+// (benchmarks).
+func ProgramImageOf(program []byte, path string, extra ...untartest.Entry) (v1.Image, error) {
 	entries := append([]untartest.Entry{{Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Body: string(program)}}, extra...)
-	return Image(t, v1.Config{
+	l, err := LayerOf(entries)
+	if err != nil {
+		return nil, err
+	}
+	return ImageOf(v1.Config{
 		Entrypoint: []string{path},
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-	}, Layer(t, entries))
+	}, l)
 }
 
 // TinkerbellDir is the directory of the upstream Tinkerbell programs

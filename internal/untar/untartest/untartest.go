@@ -1,6 +1,6 @@
 // Package untartest builds tar archives for tests: of the extractor
-// itself, of archive2disk, and of OCI image layers. It is for _test.go
-// files only.
+// itself, of archive2disk, and of OCI image layers. It is for tests and
+// benchmarks only; no command imports it.
 package untartest
 
 import (
@@ -25,6 +25,15 @@ var MTime = time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 // Tar returns the PAX archive of entries, in order.
 func Tar(t testing.TB, entries []Entry) []byte {
 	t.Helper()
+	b, err := TarBytes(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TarBytes is Tar for programs without a testing.TB (benchmarks).
+func TarBytes(entries []Entry) ([]byte, error) {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	for _, e := range entries {
@@ -42,18 +51,18 @@ func Tar(t testing.TB, entries []Entry) []byte {
 			h.Size = 0
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if typ == tar.TypeReg {
 			if _, err := tw.Write([]byte(e.Body)); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 		}
 	}
 	if err := tw.Close(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return b.Bytes()
+	return b.Bytes(), nil
 }
 
 // RootFS is a small root filesystem's archive: owners, setuid, links
