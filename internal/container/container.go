@@ -243,6 +243,10 @@ func New(cfg Config) (*Runtime, error) {
 	return &Runtime{cfg: cfg, cgroups: cg}, nil
 }
 
+// Cgroups is the cgroup directory the containers' cgroups are made in
+// (each removed when its container is gone).
+func (r *Runtime) Cgroups() string { return r.cgroups }
+
 // StartError is a container whose program did not start: its setup (a
 // mount, a volume, the working directory) or the exec of its program
 // failed. Nothing of the program ran.

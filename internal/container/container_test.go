@@ -286,6 +286,12 @@ func TestKillsTheTree(t *testing.T) {
 			}
 		})
 	}
+	t.Cleanup(func() {
+		left, _ := filepath.Glob(filepath.Join(r.Cgroups(), fmt.Sprintf("c%d-*", os.Getpid())))
+		if len(left) > 0 {
+			t.Errorf("cgroups left behind: %v", left)
+		}
+	})
 	t.Run("daemon left by a program that exits", func(t *testing.T) {
 		tag := fmt.Sprintf("%d", 800000+os.Getpid()%1000)
 		if err := r.Run(context.Background(), container.Spec{Rootfs: root, HostPID: true,
