@@ -247,6 +247,7 @@ func TestContainerBadInput(t *testing.T) {
 	notExec := l.push(t, "tinkerbell/actions/notexec:v1", ocitest.Image(t, v1.Config{Entrypoint: []string{"/usr/bin/tool"}},
 		ocitest.Layer(t, []untartest.Entry{{Name: "usr/bin/tool", Mode: 0o644, Body: string(ocitest.UpstreamAction(t, "cexec"))}})))
 	big := l.push(t, "tinkerbell/actions/big:v1", ocitest.ProgramImage(t, diskImage(16<<20, 7), "/usr/bin/big"))
+	damaged := l.push(t, "tinkerbell/actions/damaged:v1", ocitest.Image(t, v1.Config{Entrypoint: []string{"/f"}}, ocitest.DamagedLayer(t)))
 
 	// The disk every action names: it must never change.
 	backing := filepath.Join(t.TempDir(), "disk")
@@ -293,6 +294,8 @@ func TestContainerBadInput(t *testing.T) {
 				return false
 			},
 			want: []string{"pull " + good, "verifying sha256 checksum", layerDigest.Hex}},
+		{name: "layer that does not decompress", spec: func() Spec { return l.spec(t, damaged, env) },
+			want: []string{"pull " + damaged, "unpack its layers", "flate: corrupt input"}},
 		{name: "image too big for the cache", spec: func() Spec { return l.spec(t, big, env) },
 			want: []string{"pull " + big, "too big for the image cache", "the cache's limit of 12.0 MiB"}},
 		{name: "entrypoint not executable", spec: func() Spec { return l.spec(t, notExec, env) },

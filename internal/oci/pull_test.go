@@ -3,7 +3,6 @@ package oci_test
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -18,8 +17,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/oci/ocitest"
@@ -242,24 +239,8 @@ func TestPullBadInput(t *testing.T) {
 	good := reg.Ref("good/img:1")
 	goodDigest := reg.Push(t, good, twoLayers(t))
 
-	// A gzip layer damaged after its header, under the digest of the
-	// damaged bytes (and the diff ID of the tar it was made from): it
-	// downloads and verifies, and fails to decompress.
-	tarball := untartest.Tar(t, []untartest.Entry{{Name: "f", Body: strings.Repeat("data ", 1000)}})
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(tarball)
-	zw.Close()
-	damaged := gz.Bytes()
-	for i := 20; i < len(damaged)-8; i += 7 {
-		damaged[i] ^= 0x5a
-	}
-	diffID, _, _ := v1.SHA256(bytes.NewReader(tarball))
-	notGzip, err := mutate.AppendLayers(empty.Image, withDiffID{static.NewLayer(damaged, types.DockerLayer), diffID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.Push(t, reg.Ref("bad/notgzip:1"), ocitest.Configure(t, notGzip, v1.Config{}, "amd64"))
+	notGzip := ocitest.Image(t, v1.Config{}, ocitest.DamagedLayer(t))
+	reg.Push(t, reg.Ref("bad/notgzip:1"), notGzip)
 	// 4 MiB of zeros: a few KiB compressed, too big unpacked for 2 MiB.
 	reg.Push(t, reg.Ref("bad/bomb:1"), ocitest.ProgramImage(t, make([]byte, 4<<20), "/bin/zeros"))
 	// An image whose layer is 3 MiB compressed: random bytes.
@@ -472,12 +453,3 @@ func TestPullThroughMirror(t *testing.T) {
 		t.Error("the mirror was not asked for the image under its prefix")
 	}
 }
-
-// withDiffID is a layer whose bytes do not decompress to its diff ID: a
-// layer damaged after it was built.
-type withDiffID struct {
-	v1.Layer
-	diffID v1.Hash
-}
-
-func (l withDiffID) DiffID() (v1.Hash, error) { return l.diffID, nil }

@@ -12,6 +12,7 @@ package ocitest
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -33,7 +34,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/anvilproj/anvil/internal/testtool"
 	"github.com/anvilproj/anvil/internal/untar/untartest"
@@ -249,6 +252,38 @@ func configure(img v1.Image, cfg v1.Config, arch string) (v1.Image, error) {
 	cf.OS, cf.Architecture, cf.Config = "linux", arch, cfg
 	return mutate.ConfigFile(img, cf)
 }
+
+// DamagedLayer is a gzip layer damaged after its header, as a layer
+// corrupted after it was built is: its digest is of the damaged bytes (so
+// it downloads and verifies), its diff ID of the tar it was made from, and
+// it fails to decompress ("flate: corrupt input").
+func DamagedLayer(t testing.TB) v1.Layer {
+	t.Helper()
+	data := untartest.Tar(t, []untartest.Entry{{Name: "f", Body: strings.Repeat("data ", 1000)}})
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(data)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	damaged := gz.Bytes()
+	for i := 20; i < len(damaged)-8; i += 7 {
+		damaged[i] ^= 0x5a
+	}
+	diffID, _, err := v1.SHA256(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withDiffID{static.NewLayer(damaged, types.DockerLayer), diffID}
+}
+
+// withDiffID is a layer with the given diff ID.
+type withDiffID struct {
+	v1.Layer
+	diffID v1.Hash
+}
+
+func (l withDiffID) DiffID() (v1.Hash, error) { return l.diffID, nil }
 
 // ProgramImage is an image made as upstream's action Dockerfiles make
 // theirs: FROM scratch, the program at path (mode 0755) as the
