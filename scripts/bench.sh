@@ -184,9 +184,9 @@ section_install() {
 
 run=("${SECTIONS[@]}")
 [ $# -gt 0 ] && run=("$@")
-# Sections that do not run the anvil binary (image2disk runs the action
+# Sections that do not run the anvil binary (image2disk and ocirun run the action
 # package directly).
-if [ "${run[*]}" != "image2disk" ] && [ "${run[*]}" != "bootenv" ] && [ "${run[*]}" != "install" ] && [ ! -x "$ANVIL" ]; then
+if [ "${run[*]}" != "image2disk" ] && [ "${run[*]}" != "bootenv" ] && [ "${run[*]}" != "install" ] && [ "${run[*]}" != "ocirun" ] && [ ! -x "$ANVIL" ]; then
   say "$ANVIL not found: run \`make build\` first (or set ANVIL)"
   exit 1
 fi
