@@ -16,11 +16,15 @@ BIN     := bin/anvil
 FUZZTIME ?= 8s
 FUZZ_TARGETS := \
 	./internal/actions:FuzzDetect \
-	./internal/actions:FuzzEntryPath \
-	./internal/actions:FuzzExtract \
 	./internal/actions:FuzzParseChecksum \
 	./internal/actions:FuzzParseMode \
 	./internal/agent:FuzzParseCmdline \
+	./internal/untar:FuzzEntryPath \
+	./internal/untar:FuzzExtract \
+	./internal/oci:FuzzParseSettings \
+	./internal/oci:FuzzResolve \
+	./internal/oci:FuzzParseSize \
+	./internal/container:FuzzParseVolume \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \

@@ -18,6 +18,7 @@
 #   IMAGE2DISK_ARGS extra flags for bench/image2disk (e.g. "-runs 5 -checksum")
 #   BOOTENV_ARGS extra flags for bench/bootenv (e.g. "-runs 3 -compress lz4-9,zstd-19")
 #   APIAUTH_ARGS extra flags for bench/apiauth (e.g. "-rounds 5 -clients 16")
+#   OCIRUN_ARGS  extra flags for bench/ocirun (e.g. "-runs 20 -no-runc")
 #   INSTALL_RUNS how many end-to-end installs the install section times (default 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp tftp image2disk bootenv install apiauth)
+SECTIONS=(fleet dhcp tftp image2disk bootenv install apiauth ocirun)
 
 say() { echo "bench: $*" >&2; }
 
@@ -110,6 +111,21 @@ section_image2disk() {
   return $rc
 }
 
+# ocirun: what the container path costs an action (bench/ocirun): time from
+# the action's start to its program running, native vs a 10 MiB image in a
+# container, pulled cold and warm (by tag and by digest), with Debian's
+# docker-registry as the registry and runc's start as the peer. Needs root.
+section_ocirun() {
+  go build -o "$BENCH_OUT/ocirunbench" ./bench/ocirun || return 1
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/ocirunbench" -json ${OCIRUN_ARGS:-} >"$BENCH_OUT/ocirun.txt" \
+    2> >(tee "$BENCH_OUT/ocirun.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/ocirun.txt"
+  grep '^{' "$BENCH_OUT/ocirun.txt" >"$BENCH_OUT/ocirun.json" || true
+  return $rc
+}
+
 # bootenv: the boot environment's initramfs compressions (bench/bootenv):
 # size, build time, and QEMU TCG's time to /init booting directly and over
 # iPXE and HTTP. Needs QEMU and Debian's kernel (make kernel); no root.
@@ -168,9 +184,9 @@ section_install() {
 
 run=("${SECTIONS[@]}")
 [ $# -gt 0 ] && run=("$@")
-# Sections that do not run the anvil binary (image2disk runs the action
+# Sections that do not run the anvil binary (image2disk and ocirun run the action
 # package directly).
-if [ "${run[*]}" != "image2disk" ] && [ "${run[*]}" != "bootenv" ] && [ "${run[*]}" != "install" ] && [ ! -x "$ANVIL" ]; then
+if [ "${run[*]}" != "image2disk" ] && [ "${run[*]}" != "bootenv" ] && [ "${run[*]}" != "install" ] && [ "${run[*]}" != "ocirun" ] && [ ! -x "$ANVIL" ]; then
   say "$ANVIL not found: run \`make build\` first (or set ANVIL)"
   exit 1
 fi

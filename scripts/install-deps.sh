@@ -59,6 +59,11 @@ APT_PACKAGES+=(bzip2 curl)
 # disk with mkfs.ext4 and checks every crash image with e2fsck; mount (the
 # host's kernel replays the journal of each image on a loop device).
 APT_PACKAGES+=(e2fsprogs mount)
+# The container path: xz unpacks the upstream Tinkerbell action programs
+# the tests rebuild as images (internal/oci/ocitest); the benchmark
+# (bench/ocirun) pulls from Debian's docker-registry and times runc's
+# container start as the peer.
+APT_PACKAGES+=(xz-utils docker-registry runc)
 # Kernel modules: kmod's depmod is the reference internal/kmod's index
 # generator is checked against.
 APT_PACKAGES+=(kmod)

@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
-	"github.com/anvilproj/anvil/internal/actions"
 	"github.com/anvilproj/anvil/internal/agent"
 	"github.com/anvilproj/anvil/internal/cli"
+	"github.com/anvilproj/anvil/internal/oci"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -21,13 +21,16 @@ func newAgentCmd() *cobra.Command {
 		cmdline      string
 		exitWhenDone bool
 		token        string
+		cacheDir     string
+		cacheSize    string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run a machine's workflow actions (the boot environment runs this as /init)",
 		Long: `agent asks the Anvil server for the next action of this machine's workflow,
 runs it natively (image2disk, writefile, cexec, kexec, archive2disk, reboot,
-poweroff), and reports its start, progress, end and output.
+poweroff) or, for any other image (or runtime: container), pulls the image
+and runs it in a container, and reports its start, progress, end and output.
 
 In the boot environment anvil is /init: PID 1 mounts the kernel's filesystems
 and starts "anvil agent --boot", which reads the server and worker ID from the
@@ -41,12 +44,21 @@ it is: give --server and --worker-id.`,
   anvil agent --boot      # as the boot environment does`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set := actions.New(actions.Config{})
 			if boot {
 				return agent.Boot(cmd.Context(), agent.BootConfig{
-					Cmdline: cmdline, Actions: set, Network: true, Drivers: true,
+					Cmdline: cmdline, Network: true, Drivers: true,
 				})
 			}
+			cc := agent.CatalogConfig{ImageCacheDir: cacheDir}
+			if cacheSize != "" {
+				n, err := oci.ParseSize(cacheSize)
+				if err != nil {
+					return fmt.Errorf("--image-cache-size: %w", err)
+				}
+				cc.ImageCacheSize = n
+			}
+			set, note := agent.NewCatalog(cc)
+			fmt.Fprintln(cmd.ErrOrStderr(), "anvil agent:", note)
 			if workerID == "" {
 				return errors.New("--worker-id is required (the machine's agent ID: its Hardware's spec.agentID or first MAC)")
 			}
@@ -82,5 +94,7 @@ it is: give --server and --worker-id.`,
 	f.StringVar(&token, "token", os.Getenv("ANVIL_AGENT_TOKEN"), "the workflow's agent token (without --boot; default $ANVIL_AGENT_TOKEN): the anvil.token= of the machine's boot script")
 	f.StringVar(&cmdline, "cmdline", "", "with --boot: use this kernel command line instead of /proc/cmdline")
 	f.BoolVar(&exitWhenDone, "exit-when-done", false, "exit when a workflow this agent worked on ends (exit code 3 unless SUCCESS)")
+	f.StringVar(&cacheDir, "image-cache-dir", agent.DefaultImageCacheDir, "without --boot: where container images are kept (emptied at start)")
+	f.StringVar(&cacheSize, "image-cache-size", "", "without --boot: the image cache's limit, e.g. 2G (default a quarter of the RAM; with --boot: anvil.image_cache= on the kernel command line)")
 	return cmd
 }

@@ -20,10 +20,14 @@ import (
 
 	"github.com/anvilproj/anvil/internal/agent"
 	"github.com/anvilproj/anvil/internal/cli"
+	"github.com/anvilproj/anvil/internal/container"
 	"github.com/anvilproj/anvil/internal/version"
 )
 
 func main() {
+	// A container's init is this binary started again by the agent: it
+	// is PID 1 of its own namespace, so this comes before the check below.
+	container.InitIfChild()
 	// In the boot environment anvil is /init: PID 1 mounts the kernel's
 	// filesystems, reaps orphans and keeps `anvil agent --boot` running.
 	if os.Getpid() == 1 {

@@ -119,7 +119,12 @@ instead of --bind and the ports.`,
 	f.DurationVar(&cfg.Auth.ClockSkew, "auth-clock-skew", 0, "tolerance in checking exp and nbf (default 30s)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
 	f.StringVar(&cfg.AssetsDir, "assets-dir", "", "directory served at /assets/ for boot profiles: kernels, initrds, images, sysext .raw and .conf files, with /assets/SHA256SUMS and a JSON listing at /assets/ (default DATA_DIR/assets)")
-	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200")
+	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200 (anvil.image_cache=2GiB sizes the agent's image cache)")
+	// Registries of the images of actions that run in containers (docs/actions.md).
+	f.StringArrayVar(&cfg.RegistryMirrors, "registry-mirror", nil, "REGISTRY=URL: pull the images of REGISTRY from a mirror, e.g. --registry-mirror quay.io=http://10.0.0.2:5000 (http:// is plain HTTP; a path prefixes the repositories) (repeatable)")
+	f.StringArrayVar(&cfg.RegistryPlainHTTP, "registry-plain-http", nil, "HOST[:PORT] of a registry reached over plain HTTP (repeatable)")
+	f.StringArrayVar(&cfg.RegistryCAs, "registry-ca", nil, "REGISTRY=FILE: PEM certificates to trust for the registry (or mirror) REGISTRY (repeatable)")
+	f.StringVar(&cfg.RegistryAuthFile, "registry-auth-file", "", "docker config.json (what docker login writes; a Kubernetes dockerconfigjson) with the registries' credentials: basic, identity or registry tokens; each image is sent only its registry's")
 	// Metadata.
 	f.IntVar(&metadataPort, "metadata-port", metadata.DefaultPort, "port of the metadata service's own listener (Hegel's); the metadata routes are on the HTTP port too. 0: no own listener")
 	f.BoolVar(&cfg.DisableMetadata, "no-metadata", false, "do not open the metadata service's own listener (the routes stay on the HTTP port)")

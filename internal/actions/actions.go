@@ -22,6 +22,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/container"
+	"github.com/anvilproj/anvil/internal/oci"
 )
 
 // Spec is one action as the server hands it to the agent.
@@ -31,6 +34,17 @@ type Spec struct {
 	Command []string
 	Env     map[string]string
 	Volumes []string
+	// Pid is Tinkerbell's `pid`: "host" runs a container in the
+	// machine's PID namespace.
+	Pid string
+	// Runtime is the action's `runtime` (Anvil's field): RuntimeAuto,
+	// RuntimeContainer or RuntimeNative. Select reads it.
+	Runtime string
+	// Images says how to pull each image the action names (its Image;
+	// waitdaemon's IMAGE), by the reference as written, as the server
+	// resolved them from its registry settings and the Hardware's. An
+	// image missing here is pulled from its own registry, anonymously.
+	Images map[string]ImageSource
 	// Timeout bounds the run; 0 means none. The caller enforces it via ctx.
 	Timeout time.Duration
 }
@@ -161,6 +175,11 @@ type Config struct {
 	// WriteBuffer is the size of each write to the destination disk. If
 	// 0, DefaultWriteBuffer (4 MiB).
 	WriteBuffer int
+	// Images pulls the images of actions that run in a container, and
+	// Containers runs them. If either is nil, there is no container path:
+	// an image without a native implementation fails.
+	Images     *oci.Puller
+	Containers *container.Runtime
 }
 
 // Catalog is the set of native actions, configured once. It is safe for
@@ -231,16 +250,17 @@ func defaultHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
-// Lookup returns the Runner for an action image: a Tinkerbell image name
-// of any registry, repository and tag (quay.io/tinkerbell/actions/cexec:v1.0.0,
+// Lookup returns the native Runner for an action image: a Tinkerbell
+// image name of any registry, repository and tag
+// (quay.io/tinkerbell/actions/cexec:v1.0.0,
 // ghcr.io/jacobweinstock/waitdaemon:latest) or a short name ("cexec"). An
-// image with no native action is an error wrapping ErrUnknownImage.
+// image with no native action is an error wrapping ErrUnknownImage. Select
+// is what decides how an action runs (natively or in a container).
 func (c *Catalog) Lookup(image string) (Runner, error) {
 	if r, ok := c.runners[actionName(image)]; ok {
 		return r, nil
 	}
-	return nil, fmt.Errorf("%w %q: no container runtime is available in Anvil's boot environment, so only native actions run (%s)",
-		ErrUnknownImage, image, strings.Join(c.Names(), ", "))
+	return nil, fmt.Errorf("%w %q (native actions: %s)", ErrUnknownImage, image, strings.Join(c.Names(), ", "))
 }
 
 // Names lists the short names Lookup knows, sorted.

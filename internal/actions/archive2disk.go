@@ -1,18 +1,17 @@
 package actions
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"strings"
-	"sync/atomic"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/untar"
 )
 
 // archiveTypes maps ARCHIVE_TYPE to the compression around the tar.
@@ -24,9 +23,6 @@ var archiveTypes = map[string]format{
 	"tarxz":  formatXz,
 	"tarbz2": formatBzip2,
 }
-
-// archiveCopyBuffer is the buffer of each extracted file's copy.
-const archiveCopyBuffer = 1 << 20
 
 // archive2disk mounts DEST_DISK (FS_TYPE) and unpacks the tar archive at
 // ARCHIVE_URL (ARCHIVE_TYPE) into DEST_PATH on it. Entries that would
@@ -124,9 +120,9 @@ func (c *Catalog) unpackURL(parent context.Context, out Output, dir, rel, archiv
 	}
 	linef(out, "unpacking %s (%s tar, %s) into /%s", archiveURL, f, sizeText(src.Size()), strings.TrimPrefix(rel, "."))
 
-	x := &extractor{root: dest, out: out}
-	stop := c.reportProgress(out, interval, src.Size(), src.Fetched, x.written.Load)
-	xerr := x.extract(ctx, dec)
+	x := &untar.Extractor{Root: dest}
+	stop := c.reportProgress(out, interval, src.Size, src.Fetched, x.Written)
+	xerr := x.Extract(ctx, dec)
 	if xerr != nil {
 		cancel()
 	}
@@ -137,223 +133,22 @@ func (c *Catalog) unpackURL(parent context.Context, out Output, dir, rel, archiv
 		}
 	}
 	stop()
-	out.Progress(Progress{Bytes: src.Fetched(), TotalBytes: max(src.Size(), 0), Written: x.written.Load()})
+	out.Progress(Progress{Bytes: src.Fetched(), TotalBytes: max(src.Size(), 0), Written: x.Written()})
 	switch {
 	case parent.Err() != nil:
-		return fmt.Errorf("stopped at byte %d%s of %s (%d entries unpacked): %w", src.Fetched(), src.ofSize(), archiveURL, x.entries, context.Cause(parent))
+		return fmt.Errorf("stopped at byte %d%s of %s (%d entries unpacked): %w", src.Fetched(), src.ofSize(), archiveURL, x.Entries(), context.Cause(parent))
 	case src.Err() != nil:
-		return fmt.Errorf("%w (%d entries unpacked)", src.Err(), x.entries)
+		return fmt.Errorf("%w (%d entries unpacked)", src.Err(), x.Entries())
 	case xerr != nil:
 		return fmt.Errorf("%s near byte %d%s of the download: %w", archiveURL, src.Fetched(), src.ofSize(), xerr)
 	}
 	if want != nil {
 		if got := opts.hash.Sum(nil); !bytes.Equal(got, want.sum) {
 			return fmt.Errorf("TARFILE_CHECKSUM mismatch: %s has %s:%x, want %s; its %d entries are unpacked in %s and must not be trusted",
-				archiveURL, want.algo, got, want, x.entries, "/"+strings.TrimPrefix(rel, "."))
+				archiveURL, want.algo, got, want, x.Entries(), "/"+strings.TrimPrefix(rel, "."))
 		}
 		linef(out, "checksum %s verified", want)
 	}
-	linef(out, "unpacked %d entries (%d bytes of file data)%s", x.entries, x.written.Load(), x.skippedText())
+	linef(out, "unpacked %d entries (%d bytes of file data)%s", x.Entries(), x.Written(), x.SkippedText())
 	return nil
-}
-
-// extractor unpacks a tar stream into a directory (os.Root: nothing it
-// does resolves outside it, whatever the archive's links say).
-type extractor struct {
-	root    *os.Root
-	out     Output
-	entries int
-	skipped int // entries of types that cannot be made here
-	written atomic.Int64
-	dirs    []dirTimes
-	buf     []byte
-}
-
-// dirTimes is a directory's modification time, set after its contents.
-type dirTimes struct {
-	name  string
-	mtime time.Time
-}
-
-// extract unpacks every entry of the tar stream r. The first entry that
-// fails or is refused ends it with an error naming the entry.
-func (x *extractor) extract(ctx context.Context, r io.Reader) error {
-	tr := tar.NewReader(r)
-	x.buf = make([]byte, archiveCopyBuffer)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("reading the tar after %d entries: %w", x.entries, err)
-		}
-		if err := x.entry(hdr, tr); err != nil {
-			return fmt.Errorf("entry %d %q: %w", x.entries+1, hdr.Name, err)
-		}
-		x.entries++
-	}
-	for i := len(x.dirs) - 1; i >= 0; i-- {
-		d := x.dirs[i]
-		if err := x.root.Chtimes(d.name, d.mtime, d.mtime); err != nil {
-			return fmt.Errorf("directory %q: %w", d.name, err)
-		}
-	}
-	return nil
-}
-
-// entry makes one tar entry.
-func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
-	name, err := entryPath(hdr.Name)
-	if err != nil {
-		return err
-	}
-	mode := unixMode(uint32(hdr.Mode) & 0o7777)
-	if hdr.Typeflag == tar.TypeXGlobalHeader {
-		return nil
-	}
-	if name != "." {
-		if err := x.root.MkdirAll(path.Dir(name), defaultDirMode); err != nil {
-			return err
-		}
-	}
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		if err := x.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		if err := x.root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
-			return err
-		}
-		if err := x.root.Chmod(name, mode); err != nil {
-			return err
-		}
-		x.dirs = append(x.dirs, dirTimes{name: name, mtime: hdr.ModTime})
-		return nil
-	case tar.TypeReg, tar.TypeChar, tar.TypeBlock, tar.TypeFifo, tar.TypeSymlink, tar.TypeLink:
-	default:
-		x.skipped++
-		return nil
-	}
-	if name == "." {
-		return errors.New("only a directory can be the top of the archive")
-	}
-	if err := x.clear(name); err != nil {
-		return err
-	}
-	switch hdr.Typeflag {
-	case tar.TypeSymlink:
-		if err := x.root.Symlink(hdr.Linkname, name); err != nil {
-			return err
-		}
-		return x.root.Lchown(name, hdr.Uid, hdr.Gid)
-	case tar.TypeLink:
-		target, err := entryPath(hdr.Linkname)
-		if err != nil {
-			return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
-		}
-		return x.root.Link(target, name)
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		made, err := x.mknod(name, hdr, mode)
-		if err != nil || !made {
-			return err
-		}
-	case tar.TypeReg:
-		if err := x.file(name, hdr, mode, r); err != nil {
-			return err
-		}
-	}
-	return x.root.Chtimes(name, hdr.AccessTime, hdr.ModTime)
-}
-
-// clear removes what is at name unless it is a directory, as tar does
-// before it makes an entry: a link left by an earlier entry is replaced,
-// never written through.
-func (x *extractor) clear(name string) error {
-	st, err := x.root.Lstat(name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return err
-	case st.IsDir():
-		return errors.New("a directory is in the way")
-	}
-	return x.root.Remove(name)
-}
-
-// file makes a regular file with the entry's data, owner and mode.
-func (x *extractor) file(name string, hdr *tar.Header, mode fs.FileMode, r io.Reader) error {
-	f, err := x.root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	n, err := io.CopyBuffer(onlyWriter{f}, r, x.buf)
-	x.written.Add(n)
-	if err == nil {
-		err = f.Chown(hdr.Uid, hdr.Gid)
-	}
-	if err == nil {
-		err = f.Chmod(mode) // after chown, which clears setuid
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// mknod makes a device node or FIFO; made is false when this system
-// cannot (the entry is counted as skipped).
-func (x *extractor) mknod(name string, hdr *tar.Header, mode fs.FileMode) (made bool, err error) {
-	parent, err := x.root.Open(path.Dir(name))
-	if err != nil {
-		return false, err
-	}
-	defer parent.Close()
-	err = mknodAt(parent, path.Base(name), hdr.Typeflag, unixPerm(mode), hdr.Devmajor, hdr.Devminor)
-	if errors.Is(err, errors.ErrUnsupported) {
-		x.skipped++
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if err := x.root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
-		return false, err
-	}
-	return true, x.root.Chmod(name, mode)
-}
-
-func (x *extractor) skippedText() string {
-	if x.skipped == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; %d entries of types that are not made here were skipped", x.skipped)
-}
-
-// onlyWriter hides a file's ReadFrom, so io.CopyBuffer uses the buffer
-// (large writes) rather than small copy_file_range attempts.
-type onlyWriter struct{ io.Writer }
-
-// entryPath checks a tar entry's name and returns it cleaned, relative to
-// the archive's top ("." for the top itself). Absolute names and names
-// with a ".." element are refused, never rewritten.
-func entryPath(name string) (string, error) {
-	switch {
-	case name == "":
-		return "", errors.New("empty name")
-	case strings.IndexByte(name, 0) >= 0:
-		return "", errors.New("NUL in the name")
-	case strings.HasPrefix(name, "/"):
-		return "", errors.New("absolute name: refused (it would land outside DEST_PATH)")
-	}
-	for _, elem := range strings.Split(name, "/") {
-		if elem == ".." {
-			return "", errors.New(`".." in the name: refused (it could land outside DEST_PATH)`)
-		}
-	}
-	return path.Clean(name), nil
 }

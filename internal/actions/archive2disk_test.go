@@ -2,7 +2,6 @@ package actions
 
 import (
 	"archive/tar"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io/fs"
@@ -12,68 +11,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/untar/untartest"
 )
-
-// tarEntry is one entry of a test archive.
-type tarEntry struct {
-	name, link string
-	typ        byte
-	mode       int64
-	uid, gid   int
-	body       string
-}
-
-func makeTar(t testing.TB, entries []tarEntry) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	mtime := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
-	for _, e := range entries {
-		typ := e.typ
-		if typ == 0 {
-			typ = tar.TypeReg
-		}
-		mode := e.mode
-		if mode == 0 {
-			mode = 0o644
-		}
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: mode, Uid: e.uid, Gid: e.gid,
-			Size: int64(len(e.body)), ModTime: mtime, Format: tar.FormatPAX}
-		if typ != tar.TypeReg {
-			h.Size = 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if typ == tar.TypeReg {
-			tw.Write([]byte(e.body))
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// rootfsTar is a small root filesystem's archive.
-var rootfsTar = []tarEntry{
-	{name: "./", typ: tar.TypeDir, mode: 0o755},
-	{name: "./etc/", typ: tar.TypeDir, mode: 0o755},
-	{name: "./etc/os-release", body: "ID=debian\n"},
-	{name: "./etc/shadow", mode: 0o640, gid: 42, body: "root:*:1::::::\n"},
-	{name: "./usr/bin/sudo", mode: 0o4755, body: "ELF"}, // parents not in the archive
-	{name: "./bin", typ: tar.TypeSymlink, link: "usr/bin"},
-	{name: "./etc/localtime", typ: tar.TypeSymlink, link: "/usr/share/zoneinfo/UTC"}, // absolute: kept as written
-	{name: "./usr/bin/sudoedit", typ: tar.TypeLink, link: "./usr/bin/sudo"},
-	{name: "./home/ops/", typ: tar.TypeDir, mode: 0o700, uid: 1000, gid: 1000},
-	{name: "./home/ops/.profile", mode: 0o600, uid: 1000, gid: 1000, body: "PS1='$ '\n"},
-	{name: "./run/initctl", typ: tar.TypeFifo, mode: 0o600},
-	{name: "./tmp/", typ: tar.TypeDir, mode: 0o1777},
-}
 
 func TestArchive2Disk(t *testing.T) {
 	needRoot(t)
-	plain := makeTar(t, rootfsTar)
+	plain := untartest.Tar(t, untartest.RootFS)
 	srv := newFileServer(t)
 	for _, f := range []struct {
 		path string
@@ -171,30 +115,30 @@ func TestArchive2DiskEscapes(t *testing.T) {
 	outside := t.TempDir()
 	tests := []struct {
 		name    string
-		entries []tarEntry
+		entries []untartest.Entry
 		want    string
 	}{
-		{name: "dot-dot", entries: []tarEntry{{name: "../evil", body: "x"}}, want: `entry 1 "../evil": ".." in the name: refused`},
-		{name: "dot-dot inside", entries: []tarEntry{{name: "ok", body: "x"}, {name: "a/../../evil", body: "x"}}, want: `entry 2 "a/../../evil": ".." in the name`},
-		{name: "absolute", entries: []tarEntry{{name: "/etc/evil", body: "x"}}, want: `entry 1 "/etc/evil": absolute name: refused`},
-		{name: "write through an absolute symlink", entries: []tarEntry{
-			{name: "link", typ: tar.TypeSymlink, link: outside}, {name: "link/pwned", body: "x"}}, want: `entry 2 "link/pwned": `},
-		{name: "write through a relative symlink that climbs out", entries: []tarEntry{
-			{name: "up", typ: tar.TypeSymlink, link: "../.."}, {name: "up/pwned", body: "x"}}, want: `entry 2 "up/pwned": `},
-		{name: "symlink chain", entries: []tarEntry{
-			{name: "a", typ: tar.TypeSymlink, link: "b"}, {name: "b", typ: tar.TypeSymlink, link: "../"}, {name: "a/pwned", body: "x"}}, want: `entry 3 "a/pwned": `},
-		{name: "hard link to outside", entries: []tarEntry{{name: "h", typ: tar.TypeLink, link: "../outside"}}, want: `entry 1 "h": hard link to "../outside": ".." in the name`},
-		{name: "hard link through a symlink", entries: []tarEntry{
-			{name: "up", typ: tar.TypeSymlink, link: ".."}, {name: "h", typ: tar.TypeLink, link: "up/sentinel"}}, want: `entry 2 "h": `},
-		{name: "directory through a symlink", entries: []tarEntry{
-			{name: "up", typ: tar.TypeSymlink, link: ".."}, {name: "up/newdir/", typ: tar.TypeDir, mode: 0o755}}, want: `entry 2 "up/newdir/": `},
+		{name: "dot-dot", entries: []untartest.Entry{{Name: "../evil", Body: "x"}}, want: `entry 1 "../evil": ".." in the name: refused`},
+		{name: "dot-dot inside", entries: []untartest.Entry{{Name: "ok", Body: "x"}, {Name: "a/../../evil", Body: "x"}}, want: `entry 2 "a/../../evil": ".." in the name`},
+		{name: "absolute", entries: []untartest.Entry{{Name: "/etc/evil", Body: "x"}}, want: `entry 1 "/etc/evil": absolute name: refused`},
+		{name: "write through an absolute symlink", entries: []untartest.Entry{
+			{Name: "link", Type: tar.TypeSymlink, Link: outside}, {Name: "link/pwned", Body: "x"}}, want: `entry 2 "link/pwned": `},
+		{name: "write through a relative symlink that climbs out", entries: []untartest.Entry{
+			{Name: "up", Type: tar.TypeSymlink, Link: "../.."}, {Name: "up/pwned", Body: "x"}}, want: `entry 2 "up/pwned": `},
+		{name: "symlink chain", entries: []untartest.Entry{
+			{Name: "a", Type: tar.TypeSymlink, Link: "b"}, {Name: "b", Type: tar.TypeSymlink, Link: "../"}, {Name: "a/pwned", Body: "x"}}, want: `entry 3 "a/pwned": `},
+		{name: "hard link to outside", entries: []untartest.Entry{{Name: "h", Type: tar.TypeLink, Link: "../outside"}}, want: `entry 1 "h": hard link to "../outside": ".." in the name`},
+		{name: "hard link through a symlink", entries: []untartest.Entry{
+			{Name: "up", Type: tar.TypeSymlink, Link: ".."}, {Name: "h", Type: tar.TypeLink, Link: "up/sentinel"}}, want: `entry 2 "h": `},
+		{name: "directory through a symlink", entries: []untartest.Entry{
+			{Name: "up", Type: tar.TypeSymlink, Link: ".."}, {Name: "up/newdir/", Type: tar.TypeDir, Mode: 0o755}}, want: `entry 2 "up/newdir/": `},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			top := t.TempDir()
 			os.WriteFile(filepath.Join(top, "sentinel"), []byte("s"), 0o644)
 			srv := newFileServer(t)
-			srv.files["/evil.tar"] = makeTar(t, tc.entries)
+			srv.files["/evil.tar"] = untartest.Tar(t, tc.entries)
 			m := newMachine(t)
 			_, err := runAction(t, m.catalog(), "archive2disk", Spec{Env: map[string]string{
 				"ARCHIVE_URL": srv.url("/evil.tar"), "ARCHIVE_TYPE": "tar", "INSECURE_NO_TARFILE_CHECKSUM_VERIFICATION": "1",
@@ -227,7 +171,7 @@ func TestArchive2DiskEscapes(t *testing.T) {
 // and the byte offset.
 func TestArchive2DiskTruncated(t *testing.T) {
 	needRoot(t)
-	full := compressImage(t, formatGzip, makeTar(t, append(rootfsTar, tarEntry{name: "big", body: string(diskImage(1<<20, 9))})))
+	full := compressImage(t, formatGzip, untartest.Tar(t, append(untartest.RootFS, untartest.Entry{Name: "big", Body: string(diskImage(1<<20, 9))})))
 	srv := newFileServer(t)
 	srv.files["/short.tar.gz"] = full[:len(full)*2/3]
 	m := newMachine(t)

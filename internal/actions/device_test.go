@@ -46,12 +46,7 @@ func TestRealDevice(t *testing.T) {
 	if err := os.WriteFile(backing, bytes.Repeat([]byte{0xa5}, diskSize), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("losetup", "--find", "--show", backing).Output()
-	if err != nil {
-		testtool.Need(t, "a loop device (losetup: %v)", err)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { exec.Command("losetup", "--detach", dev).Run() })
+	dev := loopDevice(t, backing)
 
 	tmp := t.TempDir()
 	c := New(Config{TempDir: tmp})

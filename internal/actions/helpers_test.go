@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -227,6 +228,22 @@ func (m *machine) checkUnmounted() {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// loopDevice attaches backing to a free loop device (detached when the
+// test ends) and returns its path.
+func loopDevice(t *testing.T, backing string) string {
+	t.Helper()
+	out, err := exec.Command("losetup", "--find", "--show", backing).Output()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("losetup: %v", err)
+		}
+		t.Skipf("no loop device: %v", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("losetup", "--detach", dev).Run() })
+	return dev
+}
 
 // needRoot stops a test that mounts or chroots when not root: a failure
 // in CI, a skip elsewhere.

@@ -153,7 +153,7 @@ func (c *Catalog) streamToDisk(parent context.Context, out Output, j streamJob) 
 	}
 	start := c.cfg.Clock.Now()
 	w := newDiskWriter(disk, c.cfg.WriteBuffer)
-	stop := c.reportProgress(out, j.interval, size, src.Fetched, w.Written)
+	stop := c.reportProgress(out, j.interval, func() int64 { return size }, src.Fetched, w.Written)
 	rerr := w.copyFrom(ctx, dec)
 	ok := rerr == nil && !w.failed.Load()
 	if !ok {
@@ -252,8 +252,9 @@ func rate(n int64, d time.Duration) float64 {
 }
 
 // reportProgress calls out.Progress every interval until the returned
-// stop is called; stop returns once no more calls can happen.
-func (c *Catalog) reportProgress(out Output, interval time.Duration, total int64, fetched, written func() int64) (stop func()) {
+// stop is called; stop returns once no more calls can happen. total may
+// change while it runs (an image pull learns it from the manifest).
+func (c *Catalog) reportProgress(out Output, interval time.Duration, total, fetched, written func() int64) (stop func()) {
 	tick, stopTick := c.cfg.Clock.NewTicker(interval)
 	done := make(chan struct{})
 	last, lastAt := int64(0), c.cfg.Clock.Now()
@@ -268,7 +269,7 @@ func (c *Catalog) reportProgress(out Output, interval time.Duration, total int64
 			case <-tick:
 			}
 			now, n := c.cfg.Clock.Now(), fetched()
-			out.Progress(Progress{Bytes: n, TotalBytes: max(total, 0), BytesPerSec: rate(n-last, now.Sub(lastAt)), Written: written()})
+			out.Progress(Progress{Bytes: n, TotalBytes: max(total(), 0), BytesPerSec: rate(n-last, now.Sub(lastAt)), Written: written()})
 			last, lastAt = n, now
 		}
 	}()

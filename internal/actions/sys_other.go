@@ -50,5 +50,3 @@ func startWriteback(*os.File, int64, int64) {}
 func waitWriteback(*os.File, int64, int64)  {}
 
 func blockDeviceSize(*os.File) (int64, error) { return 0, errUnsupported }
-
-func mknodAt(*os.File, string, byte, uint32, int64, int64) error { return errors.ErrUnsupported }

@@ -3,8 +3,10 @@
 // (Boot) it mounts the kernel's filesystems, loads the drivers the hardware
 // needs, brings up every cabled link with DHCP, and reaps orphans; then (Run)
 // it asks the server for the next action of this machine's workflow, runs it
-// natively (internal/actions), reports its start, progress and end, and
-// streams every output line to the server.
+// (internal/actions: natively when Anvil implements its image, else pulled
+// and run in a container; the choice is in the action's start line and
+// report), reports its start, progress and end, and streams every output
+// line to the server.
 //
 // The rules it keeps: an action's start is acknowledged by the server before
 // the action runs; its end is reported until the server acknowledges it,
@@ -30,6 +32,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/go-containerregistry/pkg/authn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -37,6 +40,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/actions"
+	"github.com/anvilproj/anvil/internal/oci"
 )
 
 // Workflow states as the server reports them.
@@ -76,9 +80,10 @@ const (
 	logFlushTimeout = 10 * time.Second
 )
 
-// ActionSet finds the native implementation of an action image.
+// ActionSet decides how each action runs: natively, or its image pulled
+// and run in a container. *actions.Catalog implements it.
 type ActionSet interface {
-	Lookup(image string) (actions.Runner, error)
+	Select(s actions.Spec) (actions.Selection, error)
 }
 
 // Config configures Run.
@@ -317,11 +322,12 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 		return actionOutcome{workflowState: resp.GetWorkflowState(), message: prev.GetMessage()}, nil
 	}
 
-	runner, lookupErr := a.cfg.Actions.Lookup(act.GetImage())
 	spec := actions.Spec{
 		Name: name, Image: act.GetImage(), Command: act.GetCommand(), Env: act.GetEnvironment(),
-		Volumes: act.GetVolumes(), Timeout: time.Duration(act.GetTimeout()) * time.Second,
+		Volumes: act.GetVolumes(), Pid: act.GetPid(), Runtime: act.GetRuntime(), Images: imageSources(act.GetImages()),
+		Timeout: time.Duration(act.GetTimeout()) * time.Second,
 	}
+	sel, lookupErr := a.cfg.Actions.Select(spec)
 	if a.cfg.BeforeAction != nil && lookupErr == nil {
 		// Before the start is reported: preparing the machine is not the
 		// action's time.
@@ -333,7 +339,13 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 		ActionId: act.GetActionId(), ActionName: name, ExecutionStart: timestamppb.New(start),
 	}
 
-	startMsg := fmt.Sprintf("running %s (attempt %d)", act.GetImage(), max(act.GetAttempt(), 1))
+	// The path is chosen per action and said in its start line and report,
+	// so the workflow's history and the machine's log tell how it ran.
+	how := "natively"
+	if sel.Path == actions.PathContainer {
+		how = "in a container"
+	}
+	startMsg := fmt.Sprintf("running %s (attempt %d) %s (%s)", act.GetImage(), max(act.GetAttempt(), 1), how, sel.Why)
 	if lookupErr != nil {
 		startMsg = "cannot run " + act.GetImage()
 	}
@@ -369,7 +381,7 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 		if t := act.GetTimeout(); t > 0 {
 			runCtx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Second)
 		}
-		result, runErr = runner(runCtx, spec, out)
+		result, runErr = sel.Run(runCtx, spec, out)
 		timedOut := runCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 		cancel()
 		out.stopProgress()
@@ -433,6 +445,25 @@ func failureMessage(err error, tail []string) string {
 		msg = msg[:maxMessage-3] + "..."
 	}
 	return msg
+}
+
+// imageSources is the server's resolution of the action's images, by image.
+func imageSources(in []*v1.ImageSource) map[string]actions.ImageSource {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]actions.ImageSource, len(in))
+	for _, s := range in {
+		src := actions.ImageSource{Err: s.GetError(), Source: oci.Source{
+			Image: s.GetImage(), Ref: s.GetRef(), Mirror: s.GetMirror(), PlainHTTP: s.GetPlainHttp(), CA: s.GetCaPem(),
+		}}
+		if c := s.GetCredentials(); c != nil {
+			src.Auth = authn.AuthConfig{Username: c.GetUsername(), Password: c.GetPassword(),
+				IdentityToken: c.GetIdentityToken(), RegistryToken: c.GetRegistryToken()}
+		}
+		out[s.GetImage()] = src
+	}
+	return out
 }
 
 // errRefused: the server answered a report with a refusal that retrying

@@ -25,6 +25,7 @@ import (
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -36,6 +37,8 @@ type server struct {
 	t    *testing.T
 	dir  string
 	addr string
+	// registries are the server's registry settings (api.Config).
+	registries oci.Settings
 
 	mu   sync.Mutex
 	st   *bolt.Store
@@ -48,7 +51,13 @@ type server struct {
 
 func newServer(t *testing.T) *server {
 	t.Helper()
-	s := &server{t: t, dir: t.TempDir()}
+	return newServerWith(t, oci.Settings{})
+}
+
+// newServerWith is newServer with the server's registry settings.
+func newServerWith(t *testing.T, registries oci.Settings) *server {
+	t.Helper()
+	s := &server{t: t, dir: t.TempDir(), registries: registries}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +86,7 @@ func (s *server) startOn(ln net.Listener) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
-	svc := api.New(api.Config{Store: st, Logs: ls, Engine: eng, Logger: logger})
+	svc := api.New(api.Config{Store: st, Logs: ls, Engine: eng, Logger: logger, Registries: s.registries})
 	mux := http.NewServeMux()
 	svc.Mount(mux)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -225,17 +234,17 @@ func newFakeActions(r map[string]actions.Runner) *fakeActions {
 	return &fakeActions{runners: r, runs: map[string]int{}}
 }
 
-func (f *fakeActions) Lookup(image string) (actions.Runner, error) {
-	r, ok := f.runners[image]
+func (f *fakeActions) Select(s actions.Spec) (actions.Selection, error) {
+	r, ok := f.runners[s.Image]
 	if !ok {
-		return nil, fmt.Errorf("%w %q", actions.ErrUnknownImage, image)
+		return actions.Selection{}, fmt.Errorf("%w %q", actions.ErrUnknownImage, s.Image)
 	}
-	return func(ctx context.Context, s actions.Spec, out actions.Output) (actions.Result, error) {
+	return actions.Selection{Path: actions.PathNative, Why: "fake " + s.Image, Run: func(ctx context.Context, s actions.Spec, out actions.Output) (actions.Result, error) {
 		f.mu.Lock()
 		f.runs[s.Name]++
 		f.mu.Unlock()
 		return r(ctx, s, out)
-	}, nil
+	}}, nil
 }
 
 func (f *fakeActions) count(name string) int {

@@ -27,7 +27,9 @@ import (
 type BootConfig struct {
 	// Cmdline is the kernel command line. If "", /proc/cmdline is read.
 	Cmdline string
-	// Actions runs the actions. Required.
+	// Actions runs the actions. If nil, Boot makes the real ones
+	// (NewCatalog): native actions and the container path, its image
+	// cache sized by anvil.image_cache=.
 	Actions ActionSet
 	// Drivers loads the drivers of the machine's devices from
 	// /lib/modules (coldplug), and each action's filesystem before it runs.
@@ -119,6 +121,12 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 	if workerID == "" {
 		workerID = firstMAC()
 		con.printf("anvil agent: no worker_id= on the command line; using this machine's first MAC %s", workerID)
+	}
+	if cfg.Actions == nil {
+		cat, note := NewCatalog(CatalogConfig{ImageCacheSize: params.ImageCache})
+		boot = append(boot, note)
+		con.printf("anvil agent: %s", note)
+		cfg.Actions = cat
 	}
 	var shellOnce sync.Once
 	a, err := New(Config{

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"os"
+
+	"github.com/anvilproj/anvil/internal/actions"
 )
 
 // BootConfig configures Boot (Linux only).
@@ -27,3 +29,15 @@ func Boot(context.Context, BootConfig) error { return errNotLinux }
 
 // Modprobe is the kernel's module helper (Linux only).
 func Modprobe([]string) int { return 1 }
+
+// CatalogConfig configures NewCatalog (Linux only).
+type CatalogConfig struct {
+	ImageCacheDir  string
+	ImageCacheSize int64
+	ScratchDir     string
+}
+
+// NewCatalog returns the native actions: containers need Linux.
+func NewCatalog(CatalogConfig) (*actions.Catalog, string) {
+	return actions.New(actions.Config{}), "no container path: containers need Linux"
+}

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/anvilproj/anvil/internal/oci"
 )
 
 // Kernel command line keys the agent reads. The first group is Hook's (so a
@@ -19,10 +21,19 @@ const (
 	argSyslogHost    = "syslog_host"
 	argVLANID        = "vlan_id"
 	argFacility      = "facility"
-	argServer        = "anvil.server" // the HTTP base URL, e.g. http://10.0.0.1:7080
-	argToken         = "anvil.token"  // the workflow's agent token
-	argShell         = "anvil.shell"  // "1": a console shell when a workflow fails
-	argDebug         = "anvil.debug"  // "1": verbose agent lines on the console
+	argServer        = "anvil.server"      // the HTTP base URL, e.g. http://10.0.0.1:7080
+	argToken         = "anvil.token"       // the workflow's agent token
+	argShell         = "anvil.shell"       // "1": a console shell when a workflow fails
+	argDebug         = "anvil.debug"       // "1": verbose agent lines on the console
+	argImageCache    = "anvil.image_cache" // the image cache's size limit ("2G")
+)
+
+// Where the container path keeps its state by default: /run is a tmpfs
+// (in the boot environment, as everything is RAM), so the cache is memory
+// and nothing survives a reboot.
+const (
+	DefaultImageCacheDir    = "/run/anvil/images"
+	DefaultContainerScratch = "/run/anvil/containers"
 )
 
 // BootParams is what the boot script told the agent on the kernel command
@@ -56,6 +67,9 @@ type BootParams struct {
 	// Token is the workflow's agent token (anvil.token=), sent on every
 	// call; "" when the server does not check agents.
 	Token string
+	// ImageCache is the size limit of the cache of container images in
+	// bytes (anvil.image_cache=2G); 0: the default (a quarter of the RAM).
+	ImageCache int64
 }
 
 // ParseCmdline reads BootParams from a kernel command line. Unknown
@@ -108,6 +122,12 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 			p.Shell = val == "" || val == "1" || val == "true"
 		case argDebug:
 			p.Debug = val == "" || val == "1" || val == "true"
+		case argImageCache:
+			n, err := oci.ParseSize(val)
+			if err != nil {
+				return BootParams{}, fmt.Errorf("%s=%q: %w", key, val, err)
+			}
+			p.ImageCache = n
 		}
 	}
 	switch {

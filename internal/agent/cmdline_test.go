@@ -43,6 +43,8 @@ func TestParseCmdline(t *testing.T) {
 		{name: "bad server URL", cmdline: "anvil.server=ftp://x", wantErr: "anvil.server=\"ftp://x\""},
 		{name: "bad tls", cmdline: "grpc_authority=a:1 tinkerbell_tls=maybe", wantErr: "tinkerbell_tls=\"maybe\""},
 		{name: "bad vlan", cmdline: "grpc_authority=a:1 vlan_id=5000", wantErr: "vlan_id=\"5000\""},
+		{name: "image cache size", cmdline: "anvil.server=http://s:7080 anvil.image_cache=2G", want: BootParams{Server: "http://s:7080", ImageCache: 2 << 30}},
+		{name: "bad image cache size", cmdline: "anvil.server=http://s:7080 anvil.image_cache=lots", wantErr: `anvil.image_cache="lots": size "lots": want a positive whole number`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

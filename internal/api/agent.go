@@ -68,6 +68,8 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 		Environment: na.Environment,
 		Pid:         na.Pid,
 		Attempt:     int32(na.Attempt),
+		Runtime:     na.Runtime,
+		Images:      s.imageSources(ctx, na, agentID),
 	}), nil
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -114,6 +115,11 @@ type Config struct {
 	// (StreamLogs) are capped per message instead. If 0, uses
 	// DefaultMaxRequestBytes.
 	MaxRequestBytes int64
+	// Registries are the server's registry settings (normalized), under
+	// each Hardware's anvil.dev/registries: how agents pull the images of
+	// actions that run in containers. Zero: every registry directly,
+	// anonymously.
+	Registries oci.Settings
 }
 
 // Services implements every anvil.v1 service. It is safe for concurrent use.

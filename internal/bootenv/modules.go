@@ -47,8 +47,9 @@ var DefaultModules = []string{
 	"drivers/md/*",
 
 	// Filesystems an installation writes or reads, with the code pages
-	// FAT needs to mount; efivarfs for UEFI boot entries.
-	"ext4", "xfs", "btrfs", "vfat", "isofs", "squashfs", "efivarfs", "fs/nls/*",
+	// FAT needs to mount; efivarfs for UEFI boot entries; overlay for the
+	// writable layer of actions that run in containers.
+	"ext4", "xfs", "btrfs", "vfat", "isofs", "squashfs", "efivarfs", "fs/nls/*", "overlay",
 
 	// Buses: virtio (PCI, MMIO) and its entropy source, USB host
 	// controllers and keyboards for the debug shell on a real console.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+
+	"github.com/anvilproj/anvil/internal/oci"
 )
 
 // Hardware describes one machine: its interfaces (what DHCP hands out and
@@ -251,6 +253,28 @@ func (h *Hardware) Vars() (map[string]any, error) {
 		return nil, fmt.Errorf("hardware %s: annotation %s is not a JSON object: %w", h.Key(), VarsAnnotation, err)
 	}
 	return out, nil
+}
+
+// RegistriesAnnotation holds a Hardware's registry settings as JSON (the
+// form of oci.Settings: mirrors, plainHTTP, ca, auths): how the agent of
+// this machine pulls action images, on top of the server's
+// --registry-* flags. An annotation, so that Tinkerbell's Hardware schema
+// is kept as it is (docs/actions.md).
+const RegistriesAnnotation = "anvil.dev/registries"
+
+// Registries returns the settings of RegistriesAnnotation, normalized:
+// zero when there is none, an error naming the annotation when they do
+// not parse.
+func (h *Hardware) Registries() (oci.Settings, error) {
+	raw, ok := h.Annotations[RegistriesAnnotation]
+	if !ok || strings.TrimSpace(raw) == "" {
+		return oci.Settings{}, nil
+	}
+	s, err := oci.ParseSettings([]byte(raw))
+	if err != nil {
+		return oci.Settings{}, fmt.Errorf("hardware %s: annotation %s: %w", h.Key(), RegistriesAnnotation, err)
+	}
+	return s, nil
 }
 
 // InstanceID returns metadata.instance.id, or "".

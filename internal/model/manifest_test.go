@@ -159,6 +159,9 @@ func TestParseErrors(t *testing.T) {
 			"apiVersion: tinkerbell.org/v1alpha1\nkind: Template\nmetadata: {name: t}\nspec: {data: y}\n",
 			[]string{"f.yaml:6:", "document 2", "defined again (first in document 1)"}},
 		{"duplicate key", hwHead + "  disks: []\n  disks: []\n", []string{"spec.disks", "key defined twice"}},
+		{"bad registry settings", "apiVersion: tinkerbell.org/v1alpha1\nkind: Hardware\nmetadata:\n  name: n1\n  annotations:\n" +
+			"    anvil.dev/registries: '{\"mirrors\":{\"quay.io\":\"ftp://x\"}}'\nspec:\n  interfaces:\n    - dhcp: {mac: 00:00:00:00:00:01}\n",
+			[]string{"metadata.annotations[anvil.dev/registries]", "mirrors[quay.io]", "want an http:// or https:// URL"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+
+	"github.com/anvilproj/anvil/internal/oci"
 )
 
 // Validate checks an object on its own (references to other objects are
@@ -48,6 +50,11 @@ func validate(obj Object) ErrorList {
 type addFunc func(path, format string, args ...any)
 
 func validateHardware(h *Hardware, add addFunc) {
+	if raw, ok := h.Annotations[RegistriesAnnotation]; ok && strings.TrimSpace(raw) != "" {
+		if _, err := oci.ParseSettings([]byte(raw)); err != nil {
+			add("metadata.annotations["+RegistriesAnnotation+"]", "%v", err)
+		}
+	}
 	if len(h.Spec.Interfaces) == 0 {
 		add("spec.interfaces", "at least one interface with dhcp.mac is required")
 	}

@@ -121,6 +121,7 @@ type Action struct {
 	Command           []string          `json:"command,omitempty"`
 	Volumes           []string          `json:"volumes,omitempty"`
 	Pid               string            `json:"pid,omitempty"`
+	Runtime           string            `json:"runtime,omitempty"` // Anvil's: ActionDefinition.Runtime
 	Environment       map[string]string `json:"environment,omitempty"`
 	State             string            `json:"state,omitempty"`
 	ExecutionStart    *time.Time        `json:"executionStart,omitempty"`
@@ -191,6 +192,13 @@ func IsFinal(state string) bool {
 	return false
 }
 
+// Values of ActionDefinition.Runtime (empty is the default: native when
+// Anvil implements the image, else a container).
+const (
+	RuntimeContainer = "container"
+	RuntimeNative    = "native"
+)
+
 // WorkflowDefinition is the YAML a Template's data renders to.
 type WorkflowDefinition struct {
 	Version       string           `yaml:"version" json:"version"`
@@ -219,6 +227,11 @@ type ActionDefinition struct {
 	Volumes     []string          `yaml:"volumes,omitempty" json:"volumes,omitempty"`
 	Environment map[string]string `yaml:"environment,omitempty" json:"environment,omitempty"`
 	Pid         string            `yaml:"pid,omitempty" json:"pid,omitempty"`
+	// Runtime is Anvil's addition: how the agent runs the image. Empty:
+	// natively when Anvil implements the image, else in a container;
+	// RuntimeContainer: always in a container (as Tinkerbell would);
+	// RuntimeNative: never in a container.
+	Runtime string `yaml:"runtime,omitempty" json:"runtime,omitempty"`
 	// Retries is Anvil's addition: how many more times to run the action
 	// after a failure or timeout before failing the workflow.
 	Retries int `yaml:"retries,omitempty" json:"retries,omitempty"`

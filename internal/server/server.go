@@ -143,6 +143,17 @@ type Config struct {
 	// KernelArgs are extra kernel arguments for the boot environment.
 	KernelArgs []string
 
+	// How agents pull the images of actions that run in containers
+	// (docs/actions.md), under each Hardware's anvil.dev/registries:
+	// RegistryMirrors are REGISTRY=URL ("quay.io=http://10.0.0.2:5000"),
+	// RegistryPlainHTTP registries reached over plain HTTP, RegistryCAs
+	// REGISTRY=FILE (PEM), RegistryAuthFile a docker config.json of
+	// credentials. All empty: every registry directly, anonymously.
+	RegistryMirrors   []string
+	RegistryPlainHTTP []string
+	RegistryCAs       []string
+	RegistryAuthFile  string
+
 	// MetadataPort is the metadata service's own listener (Hegel's port,
 	// where Tinkerbell's actions look). The metadata routes are also
 	// served on the HTTP port, whatever this says. If 0, uses
@@ -290,6 +301,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	registries, err := registrySettings(cfg)
+	if err != nil {
+		return err
+	}
+	logRegistrySettings(log, registries)
 	if cfg.BootRate < 0 || cfg.BootBurst < 0 || cfg.BootConcurrency < 0 ||
 		cfg.BootClientRate < 0 || cfg.BootClientBurst < 0 || cfg.BootClientConcurrency < 0 ||
 		cfg.BootStallTimeout < 0 || cfg.BootMinSendRate < 0 || cfg.BootSendGrace < 0 {
@@ -438,7 +454,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Stage 4: handlers.
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore,
-		MaxRequestBytes: cfg.MaxRequestBytes,
+		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries,
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the
 			// client a trusted proxy forwarded for.

@@ -41,6 +41,7 @@ type NextAction struct {
 	Volumes     []string
 	Environment map[string]string
 	Pid         string
+	Runtime     string // model.ActionDefinition.Runtime
 	Attempt     int
 }
 

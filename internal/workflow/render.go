@@ -259,7 +259,8 @@ func ParseDefinition(b []byte) (*model.WorkflowDefinition, error) {
 
 // ValidateDefinition checks a rendered definition: at least one task, unique
 // task names, unique action names within a task, every action named and with
-// an image, every task with a worker, no negative timeout or retry count.
+// an image, every task with a worker, no negative timeout or retry count, a
+// known runtime.
 func ValidateDefinition(def *model.WorkflowDefinition) error {
 	var errs []error
 	if len(def.Tasks) == 0 {
@@ -302,6 +303,12 @@ func ValidateDefinition(def *model.WorkflowDefinition) error {
 			}
 			if a.Retries < 0 {
 				errs = append(errs, fmt.Errorf("task %q: action %q: retries %d is negative", tn, an, a.Retries))
+			}
+			switch a.Runtime {
+			case "", model.RuntimeContainer, model.RuntimeNative:
+			default:
+				errs = append(errs, fmt.Errorf("task %q: action %q: runtime %q: want %s, %s or nothing", tn, an, a.Runtime,
+					model.RuntimeContainer, model.RuntimeNative))
 			}
 		}
 	}

@@ -156,6 +156,8 @@ func TestRenderErrors(t *testing.T) {
 		{"empty worker", minimalHead + "  - {name: t, worker: \"\", actions: [{name: a, image: i}]}\n", nil, "empty worker"},
 		{"negative timeout", minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i, timeout: -1}]}\n", nil, "negative"},
 		{"negative retries", minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i, retries: -2}]}\n", nil, "negative"},
+		{"unknown runtime", minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i, runtime: docker}]}\n", nil,
+			`action "a": runtime "docker": want container, native or nothing`},
 		{"reserved key hardware", minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i}]}\n",
 			func(wf *model.Workflow) { wf.Spec.HardwareMap["hardware"] = "x" }, `hardwareMap key "hardware" is reserved`},
 		{"reserved key Hardware", minimalHead + "  - {name: t, worker: w, actions: [{name: a, image: i}]}\n",

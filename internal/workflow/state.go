@@ -182,6 +182,7 @@ func InitialStatus(wf *model.Workflow, def *model.WorkflowDefinition, now time.T
 				Command:     ad.Command,
 				Volumes:     ad.Volumes,
 				Pid:         ad.Pid,
+				Runtime:     ad.Runtime,
 				Environment: ad.Environment,
 				State:       model.StatePending,
 				Retries:     ad.Retries,
@@ -570,6 +571,7 @@ func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now tim
 		Timeout:    a.Timeout,
 		Command:    append([]string(nil), a.Command...),
 		Pid:        a.Pid,
+		Runtime:    a.Runtime,
 		Attempt:    a.Attempt,
 	}
 	if model.NormalizeState(a.State) == model.StatePending {

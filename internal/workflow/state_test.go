@@ -298,12 +298,14 @@ func TestGlobalTimeout(t *testing.T) {
 
 func TestNextActionFor(t *testing.T) {
 	d := def3(nil, nil, 0)
+	d.Tasks[0].Actions[0].Runtime, d.Tasks[0].Actions[0].Pid = model.RuntimeContainer, "host"
 	d.Tasks = append(d.Tasks, model.TaskDefinition{Name: "second", Worker: "a2",
 		Actions: []model.ActionDefinition{{Name: "x", Image: "img/x"}}})
 	st := newStatus(d)
 	na := NextActionFor(&st, "default/w", "a1", t0)
 	if na == nil || na.Name != "one" || na.Attempt != 1 || na.WorkflowID != "default/w" || na.TaskName != "install" ||
-		strings.Join(na.Volumes, ",") != "/dev:/dev,/tmp:/tmp" || na.Environment["A"] != "task" || na.Environment["B"] != "action" {
+		strings.Join(na.Volumes, ",") != "/dev:/dev,/tmp:/tmp" || na.Environment["A"] != "task" || na.Environment["B"] != "action" ||
+		na.Runtime != model.RuntimeContainer || na.Pid != "host" {
 		t.Fatalf("next %+v", na)
 	}
 	if NextActionFor(&st, "default/w", "a2", t0) != nil {

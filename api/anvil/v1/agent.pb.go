@@ -225,7 +225,17 @@ type GetActionResponse struct {
 	Environment map[string]string      `protobuf:"bytes,10,rep,name=environment,proto3" json:"environment,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Pid         string                 `protobuf:"bytes,11,opt,name=pid,proto3" json:"pid,omitempty"`
 	// attempt counts runs of this action, from 1 (Anvil's retries).
-	Attempt       int32 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt int32 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// runtime is the action's `runtime` (Anvil's): "" (natively when the
+	// agent implements the image, else in a container), "container" or
+	// "native".
+	Runtime string `protobuf:"bytes,13,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// images says how the agent pulls each image the action names (its
+	// image), as the server resolved them from its registry settings
+	// (anvil serve --registry-*) and the Hardware's anvil.dev/registries
+	// annotation. Each carries the credentials of the one registry it is
+	// pulled from, and no other.
+	Images        []*ImageSource `protobuf:"bytes,14,rep,name=images,proto3" json:"images,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -344,6 +354,197 @@ func (x *GetActionResponse) GetAttempt() int32 {
 	return 0
 }
 
+func (x *GetActionResponse) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *GetActionResponse) GetImages() []*ImageSource {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+// ImageSource is how one image is pulled.
+type ImageSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// image is the reference as the action names it.
+	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// ref is what is pulled: image with the mirror of its registry applied,
+	// fully qualified ("10.0.0.2:5000/tinkerbell/actions/cexec:v1.0.0").
+	Ref string `protobuf:"bytes,2,opt,name=ref,proto3" json:"ref,omitempty"`
+	// mirror is the mirror that serves image's registry ("http://10.0.0.2:5000"),
+	// empty when none does.
+	Mirror string `protobuf:"bytes,3,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	// plain_http allows plain HTTP to ref's registry.
+	PlainHttp bool `protobuf:"varint,4,opt,name=plain_http,json=plainHttp,proto3" json:"plain_http,omitempty"`
+	// ca_pem holds PEM certificates trusted for ref's registry.
+	CaPem string `protobuf:"bytes,5,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// credentials for ref's registry; unset: anonymous.
+	Credentials *RegistryCredentials `protobuf:"bytes,6,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	// error says why the server could not resolve image (an invalid
+	// reference, a Hardware annotation that does not parse); the action
+	// fails with it if it runs the image.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageSource) Reset() {
+	*x = ImageSource{}
+	mi := &file_anvil_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageSource) ProtoMessage() {}
+
+func (x *ImageSource) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageSource.ProtoReflect.Descriptor instead.
+func (*ImageSource) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ImageSource) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ImageSource) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+func (x *ImageSource) GetMirror() string {
+	if x != nil {
+		return x.Mirror
+	}
+	return ""
+}
+
+func (x *ImageSource) GetPlainHttp() bool {
+	if x != nil {
+		return x.PlainHttp
+	}
+	return false
+}
+
+func (x *ImageSource) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *ImageSource) GetCredentials() *RegistryCredentials {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *ImageSource) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// RegistryCredentials are the credentials of one registry, as docker's
+// config.json holds them.
+type RegistryCredentials struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Username string                 `protobuf:"bytes,1,opt,name=username,proto3" json:"username,omitempty"`
+	Password string                 `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	// identity_token is an OAuth2 refresh token for the registry's token
+	// service.
+	IdentityToken string `protobuf:"bytes,3,opt,name=identity_token,json=identityToken,proto3" json:"identity_token,omitempty"`
+	// registry_token is a bearer token sent as it is.
+	RegistryToken string `protobuf:"bytes,4,opt,name=registry_token,json=registryToken,proto3" json:"registry_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryCredentials) Reset() {
+	*x = RegistryCredentials{}
+	mi := &file_anvil_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryCredentials) ProtoMessage() {}
+
+func (x *RegistryCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryCredentials.ProtoReflect.Descriptor instead.
+func (*RegistryCredentials) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RegistryCredentials) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *RegistryCredentials) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *RegistryCredentials) GetIdentityToken() string {
+	if x != nil {
+		return x.IdentityToken
+	}
+	return ""
+}
+
+func (x *RegistryCredentials) GetRegistryToken() string {
+	if x != nil {
+		return x.RegistryToken
+	}
+	return ""
+}
+
 type Progress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
@@ -356,7 +557,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[3]
+	mi := &file_anvil_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +569,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[3]
+	mi := &file_anvil_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +582,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Progress) GetBytes() int64 {
@@ -433,7 +634,7 @@ type ReportActionStatusRequest struct {
 
 func (x *ReportActionStatusRequest) Reset() {
 	*x = ReportActionStatusRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[4]
+	mi := &file_anvil_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +646,7 @@ func (x *ReportActionStatusRequest) String() string {
 func (*ReportActionStatusRequest) ProtoMessage() {}
 
 func (x *ReportActionStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[4]
+	mi := &file_anvil_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +659,7 @@ func (x *ReportActionStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActionStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportActionStatusRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReportActionStatusRequest) GetWorkflowId() string {
@@ -548,7 +749,7 @@ type ReportActionStatusResponse struct {
 
 func (x *ReportActionStatusResponse) Reset() {
 	*x = ReportActionStatusResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[5]
+	mi := &file_anvil_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +761,7 @@ func (x *ReportActionStatusResponse) String() string {
 func (*ReportActionStatusResponse) ProtoMessage() {}
 
 func (x *ReportActionStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[5]
+	mi := &file_anvil_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +774,7 @@ func (x *ReportActionStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActionStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportActionStatusResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReportActionStatusResponse) GetWorkflowState() string {
@@ -606,7 +807,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[6]
+	mi := &file_anvil_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +819,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[6]
+	mi := &file_anvil_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +832,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LogLine) GetWorkflowId() string {
@@ -706,7 +907,7 @@ type StreamLogsResponse struct {
 
 func (x *StreamLogsResponse) Reset() {
 	*x = StreamLogsResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[7]
+	mi := &file_anvil_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +919,7 @@ func (x *StreamLogsResponse) String() string {
 func (*StreamLogsResponse) ProtoMessage() {}
 
 func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[7]
+	mi := &file_anvil_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +932,7 @@ func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamLogsResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StreamLogsResponse) GetLinesAccepted() int64 {
@@ -772,7 +973,7 @@ type GetLogsRequest struct {
 
 func (x *GetLogsRequest) Reset() {
 	*x = GetLogsRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[8]
+	mi := &file_anvil_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +985,7 @@ func (x *GetLogsRequest) String() string {
 func (*GetLogsRequest) ProtoMessage() {}
 
 func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[8]
+	mi := &file_anvil_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +998,7 @@ func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetLogsRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetLogsRequest) GetWorkflowId() string {
@@ -868,7 +1069,7 @@ type GetLogsResponse struct {
 
 func (x *GetLogsResponse) Reset() {
 	*x = GetLogsResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[9]
+	mi := &file_anvil_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1081,7 @@ func (x *GetLogsResponse) String() string {
 func (*GetLogsResponse) ProtoMessage() {}
 
 func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[9]
+	mi := &file_anvil_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1094,7 @@ func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetLogsResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetLogsResponse) GetLines() []*LogLine {
@@ -920,7 +1121,7 @@ type ListUnknownMachinesRequest struct {
 
 func (x *ListUnknownMachinesRequest) Reset() {
 	*x = ListUnknownMachinesRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[10]
+	mi := &file_anvil_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1133,7 @@ func (x *ListUnknownMachinesRequest) String() string {
 func (*ListUnknownMachinesRequest) ProtoMessage() {}
 
 func (x *ListUnknownMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[10]
+	mi := &file_anvil_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1146,7 @@ func (x *ListUnknownMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUnknownMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListUnknownMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListUnknownMachinesRequest) GetLimit() int32 {
@@ -967,7 +1168,7 @@ type UnknownMachine struct {
 
 func (x *UnknownMachine) Reset() {
 	*x = UnknownMachine{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[11]
+	mi := &file_anvil_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1180,7 @@ func (x *UnknownMachine) String() string {
 func (*UnknownMachine) ProtoMessage() {}
 
 func (x *UnknownMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[11]
+	mi := &file_anvil_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1193,7 @@ func (x *UnknownMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnknownMachine.ProtoReflect.Descriptor instead.
 func (*UnknownMachine) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UnknownMachine) GetMachine() string {
@@ -1018,7 +1219,7 @@ type ListUnknownMachinesResponse struct {
 
 func (x *ListUnknownMachinesResponse) Reset() {
 	*x = ListUnknownMachinesResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[12]
+	mi := &file_anvil_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1231,7 @@ func (x *ListUnknownMachinesResponse) String() string {
 func (*ListUnknownMachinesResponse) ProtoMessage() {}
 
 func (x *ListUnknownMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[12]
+	mi := &file_anvil_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1244,7 @@ func (x *ListUnknownMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUnknownMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListUnknownMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListUnknownMachinesResponse) GetMachines() []*UnknownMachine {
@@ -1070,7 +1271,7 @@ const file_anvil_v1_agent_proto_rawDesc = "" +
 	"\x10GetActionRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12D\n" +
 	"\x10agent_attributes\x18\x02 \x01(\v2\x19.anvil.v1.AgentAttributesR\x0fagentAttributes\x12-\n" +
-	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xbb\x03\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x84\x04\n" +
 	"\x11GetActionResponse\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12\x17\n" +
@@ -1085,10 +1286,26 @@ const file_anvil_v1_agent_proto_rawDesc = "" +
 	"\venvironment\x18\n" +
 	" \x03(\v2,.anvil.v1.GetActionResponse.EnvironmentEntryR\venvironment\x12\x10\n" +
 	"\x03pid\x18\v \x01(\tR\x03pid\x12\x18\n" +
-	"\aattempt\x18\f \x01(\x05R\aattempt\x1a>\n" +
+	"\aattempt\x18\f \x01(\x05R\aattempt\x12\x18\n" +
+	"\aruntime\x18\r \x01(\tR\aruntime\x12-\n" +
+	"\x06images\x18\x0e \x03(\v2\x15.anvil.v1.ImageSourceR\x06images\x1a>\n" +
 	"\x10EnvironmentEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x01\n" +
+	"\vImageSource\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x10\n" +
+	"\x03ref\x18\x02 \x01(\tR\x03ref\x12\x16\n" +
+	"\x06mirror\x18\x03 \x01(\tR\x06mirror\x12\x1d\n" +
+	"\n" +
+	"plain_http\x18\x04 \x01(\bR\tplainHttp\x12\x15\n" +
+	"\x06ca_pem\x18\x05 \x01(\tR\x05caPem\x12?\n" +
+	"\vcredentials\x18\x06 \x01(\v2\x1d.anvil.v1.RegistryCredentialsR\vcredentials\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\xaa\x01\n" +
+	"\x13RegistryCredentials\x12\x1a\n" +
+	"\busername\x18\x01 \x01(\tR\busername\x12\x1f\n" +
+	"\bpassword\x18\x02 \x01(\tB\x03\x80\x01\x01R\bpassword\x12*\n" +
+	"\x0eidentity_token\x18\x03 \x01(\tB\x03\x80\x01\x01R\ridentityToken\x12*\n" +
+	"\x0eregistry_token\x18\x04 \x01(\tB\x03\x80\x01\x01R\rregistryToken\"\x7f\n" +
 	"\bProgress\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x03R\n" +
@@ -1176,57 +1393,61 @@ func file_anvil_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_anvil_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_anvil_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_anvil_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_anvil_v1_agent_proto_goTypes = []any{
 	(ActionState)(0),                    // 0: anvil.v1.ActionState
 	(*AgentAttributes)(nil),             // 1: anvil.v1.AgentAttributes
 	(*GetActionRequest)(nil),            // 2: anvil.v1.GetActionRequest
 	(*GetActionResponse)(nil),           // 3: anvil.v1.GetActionResponse
-	(*Progress)(nil),                    // 4: anvil.v1.Progress
-	(*ReportActionStatusRequest)(nil),   // 5: anvil.v1.ReportActionStatusRequest
-	(*ReportActionStatusResponse)(nil),  // 6: anvil.v1.ReportActionStatusResponse
-	(*LogLine)(nil),                     // 7: anvil.v1.LogLine
-	(*StreamLogsResponse)(nil),          // 8: anvil.v1.StreamLogsResponse
-	(*GetLogsRequest)(nil),              // 9: anvil.v1.GetLogsRequest
-	(*GetLogsResponse)(nil),             // 10: anvil.v1.GetLogsResponse
-	(*ListUnknownMachinesRequest)(nil),  // 11: anvil.v1.ListUnknownMachinesRequest
-	(*UnknownMachine)(nil),              // 12: anvil.v1.UnknownMachine
-	(*ListUnknownMachinesResponse)(nil), // 13: anvil.v1.ListUnknownMachinesResponse
-	nil,                                 // 14: anvil.v1.AgentAttributes.ExtraEntry
-	nil,                                 // 15: anvil.v1.GetActionResponse.EnvironmentEntry
-	(*durationpb.Duration)(nil),         // 16: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 17: google.protobuf.Timestamp
+	(*ImageSource)(nil),                 // 4: anvil.v1.ImageSource
+	(*RegistryCredentials)(nil),         // 5: anvil.v1.RegistryCredentials
+	(*Progress)(nil),                    // 6: anvil.v1.Progress
+	(*ReportActionStatusRequest)(nil),   // 7: anvil.v1.ReportActionStatusRequest
+	(*ReportActionStatusResponse)(nil),  // 8: anvil.v1.ReportActionStatusResponse
+	(*LogLine)(nil),                     // 9: anvil.v1.LogLine
+	(*StreamLogsResponse)(nil),          // 10: anvil.v1.StreamLogsResponse
+	(*GetLogsRequest)(nil),              // 11: anvil.v1.GetLogsRequest
+	(*GetLogsResponse)(nil),             // 12: anvil.v1.GetLogsResponse
+	(*ListUnknownMachinesRequest)(nil),  // 13: anvil.v1.ListUnknownMachinesRequest
+	(*UnknownMachine)(nil),              // 14: anvil.v1.UnknownMachine
+	(*ListUnknownMachinesResponse)(nil), // 15: anvil.v1.ListUnknownMachinesResponse
+	nil,                                 // 16: anvil.v1.AgentAttributes.ExtraEntry
+	nil,                                 // 17: anvil.v1.GetActionResponse.EnvironmentEntry
+	(*durationpb.Duration)(nil),         // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 19: google.protobuf.Timestamp
 }
 var file_anvil_v1_agent_proto_depIdxs = []int32{
-	14, // 0: anvil.v1.AgentAttributes.extra:type_name -> anvil.v1.AgentAttributes.ExtraEntry
+	16, // 0: anvil.v1.AgentAttributes.extra:type_name -> anvil.v1.AgentAttributes.ExtraEntry
 	1,  // 1: anvil.v1.GetActionRequest.agent_attributes:type_name -> anvil.v1.AgentAttributes
-	16, // 2: anvil.v1.GetActionRequest.wait:type_name -> google.protobuf.Duration
-	15, // 3: anvil.v1.GetActionResponse.environment:type_name -> anvil.v1.GetActionResponse.EnvironmentEntry
-	0,  // 4: anvil.v1.ReportActionStatusRequest.action_state:type_name -> anvil.v1.ActionState
-	17, // 5: anvil.v1.ReportActionStatusRequest.execution_start:type_name -> google.protobuf.Timestamp
-	17, // 6: anvil.v1.ReportActionStatusRequest.execution_stop:type_name -> google.protobuf.Timestamp
-	16, // 7: anvil.v1.ReportActionStatusRequest.execution_duration:type_name -> google.protobuf.Duration
-	4,  // 8: anvil.v1.ReportActionStatusRequest.progress:type_name -> anvil.v1.Progress
-	17, // 9: anvil.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	17, // 10: anvil.v1.GetLogsRequest.since:type_name -> google.protobuf.Timestamp
-	7,  // 11: anvil.v1.GetLogsResponse.lines:type_name -> anvil.v1.LogLine
-	7,  // 12: anvil.v1.UnknownMachine.last:type_name -> anvil.v1.LogLine
-	12, // 13: anvil.v1.ListUnknownMachinesResponse.machines:type_name -> anvil.v1.UnknownMachine
-	2,  // 14: anvil.v1.AgentService.GetAction:input_type -> anvil.v1.GetActionRequest
-	5,  // 15: anvil.v1.AgentService.ReportActionStatus:input_type -> anvil.v1.ReportActionStatusRequest
-	7,  // 16: anvil.v1.AgentService.StreamLogs:input_type -> anvil.v1.LogLine
-	9,  // 17: anvil.v1.LogService.GetLogs:input_type -> anvil.v1.GetLogsRequest
-	11, // 18: anvil.v1.LogService.ListUnknownMachines:input_type -> anvil.v1.ListUnknownMachinesRequest
-	3,  // 19: anvil.v1.AgentService.GetAction:output_type -> anvil.v1.GetActionResponse
-	6,  // 20: anvil.v1.AgentService.ReportActionStatus:output_type -> anvil.v1.ReportActionStatusResponse
-	8,  // 21: anvil.v1.AgentService.StreamLogs:output_type -> anvil.v1.StreamLogsResponse
-	10, // 22: anvil.v1.LogService.GetLogs:output_type -> anvil.v1.GetLogsResponse
-	13, // 23: anvil.v1.LogService.ListUnknownMachines:output_type -> anvil.v1.ListUnknownMachinesResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 2: anvil.v1.GetActionRequest.wait:type_name -> google.protobuf.Duration
+	17, // 3: anvil.v1.GetActionResponse.environment:type_name -> anvil.v1.GetActionResponse.EnvironmentEntry
+	4,  // 4: anvil.v1.GetActionResponse.images:type_name -> anvil.v1.ImageSource
+	5,  // 5: anvil.v1.ImageSource.credentials:type_name -> anvil.v1.RegistryCredentials
+	0,  // 6: anvil.v1.ReportActionStatusRequest.action_state:type_name -> anvil.v1.ActionState
+	19, // 7: anvil.v1.ReportActionStatusRequest.execution_start:type_name -> google.protobuf.Timestamp
+	19, // 8: anvil.v1.ReportActionStatusRequest.execution_stop:type_name -> google.protobuf.Timestamp
+	18, // 9: anvil.v1.ReportActionStatusRequest.execution_duration:type_name -> google.protobuf.Duration
+	6,  // 10: anvil.v1.ReportActionStatusRequest.progress:type_name -> anvil.v1.Progress
+	19, // 11: anvil.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	19, // 12: anvil.v1.GetLogsRequest.since:type_name -> google.protobuf.Timestamp
+	9,  // 13: anvil.v1.GetLogsResponse.lines:type_name -> anvil.v1.LogLine
+	9,  // 14: anvil.v1.UnknownMachine.last:type_name -> anvil.v1.LogLine
+	14, // 15: anvil.v1.ListUnknownMachinesResponse.machines:type_name -> anvil.v1.UnknownMachine
+	2,  // 16: anvil.v1.AgentService.GetAction:input_type -> anvil.v1.GetActionRequest
+	7,  // 17: anvil.v1.AgentService.ReportActionStatus:input_type -> anvil.v1.ReportActionStatusRequest
+	9,  // 18: anvil.v1.AgentService.StreamLogs:input_type -> anvil.v1.LogLine
+	11, // 19: anvil.v1.LogService.GetLogs:input_type -> anvil.v1.GetLogsRequest
+	13, // 20: anvil.v1.LogService.ListUnknownMachines:input_type -> anvil.v1.ListUnknownMachinesRequest
+	3,  // 21: anvil.v1.AgentService.GetAction:output_type -> anvil.v1.GetActionResponse
+	8,  // 22: anvil.v1.AgentService.ReportActionStatus:output_type -> anvil.v1.ReportActionStatusResponse
+	10, // 23: anvil.v1.AgentService.StreamLogs:output_type -> anvil.v1.StreamLogsResponse
+	12, // 24: anvil.v1.LogService.GetLogs:output_type -> anvil.v1.GetLogsResponse
+	15, // 25: anvil.v1.LogService.ListUnknownMachines:output_type -> anvil.v1.ListUnknownMachinesResponse
+	21, // [21:26] is the sub-list for method output_type
+	16, // [16:21] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_anvil_v1_agent_proto_init() }
@@ -1240,7 +1461,7 @@ func file_anvil_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_anvil_v1_agent_proto_rawDesc), len(file_anvil_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,117 @@
+package api_test
+
+import (
+	"context"
+	"encoding/pem"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/oci"
+)
+
+// registryManifest: a Hardware whose annotation mirrors quay.io to its
+// rack's registry (with that registry's credentials), and a workflow of
+// one action asking for a container.
+const registryManifest = `apiVersion: tinkerbell.org/v1alpha1
+kind: Hardware
+metadata:
+  name: node1
+  annotations:
+    anvil.dev/registries: '{"mirrors":{"quay.io":"https://rack7.lab:5000"},"auths":{"rack7.lab:5000":{"username":"rack","password":"rack-pw"}}}'
+spec:
+  interfaces:
+    - dhcp: {mac: "3c:ec:ef:00:00:01"}
+      netboot: {allowPXE: true, allowWorkflow: true}
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata: {name: t1}
+spec:
+  data: |
+    version: "0.1"
+    name: t1
+    tasks:
+      - name: install
+        worker: "{{.device_1}}"
+        actions:
+          - {name: oci, image: "quay.io/tinkerbell/actions/oci2disk:v1.0.0", runtime: container, timeout: 60}
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Workflow
+metadata: {name: wf1}
+spec:
+  templateRef: t1
+  hardwareRef: node1
+  hardwareMap: {device_1: "3c:ec:ef:00:00:01"}
+`
+
+// TestGetActionImageSources: the action comes with how to pull its image:
+// the Hardware's mirror over the server's, that mirror's credentials and
+// no other registry's, and its runtime.
+func TestGetActionImageSources(t *testing.T) {
+	server, err := oci.Settings{
+		Mirrors: map[string]string{"quay.io": "http://10.0.0.2:5000"},
+		CAs:     map[string]string{"rack7.lab:5000": testCAPEM(t)},
+		Auths: map[string]authn.AuthConfig{
+			"10.0.0.2:5000": {Username: "server", Password: "server-pw"},
+			"quay.io":       {Username: "quay", Password: "quay-pw"},
+		},
+	}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{engine: true, configure: func(c *api.Config) { c.Registries = server }})
+	if _, err := apply(e, registryManifest, false); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	var a *v1.GetActionResponse
+	for range 20 { // the engine renders the workflow asynchronously
+		r, err := e.ag.GetAction(context.Background(), connect.NewRequest(&v1.GetActionRequest{AgentId: "3c:ec:ef:00:00:01", Wait: durationpb.New(5 * time.Second)}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = r.Msg
+		break
+	}
+	if a == nil {
+		t.Fatal("no action")
+	}
+	if a.GetRuntime() != "container" || len(a.GetImages()) != 1 {
+		t.Fatalf("GetAction = %v; want runtime container and one image source", a)
+	}
+	src := a.GetImages()[0]
+	if src.GetImage() != "quay.io/tinkerbell/actions/oci2disk:v1.0.0" || src.GetRef() != "rack7.lab:5000/tinkerbell/actions/oci2disk:v1.0.0" ||
+		src.GetMirror() != "https://rack7.lab:5000" || src.GetPlainHttp() || src.GetCaPem() == "" || src.GetError() != "" {
+		t.Errorf("image source %v; want the Hardware's mirror with the server's CA for it", src)
+	}
+	if c := src.GetCredentials(); c.GetUsername() != "rack" || c.GetPassword() != "rack-pw" {
+		t.Errorf("credentials %v; want the rack mirror's", c)
+	}
+	// Only the registry asked gets its credentials: no other registry's
+	// are anywhere in the response.
+	text := a.String()
+	for _, secret := range []string{"server-pw", "quay-pw"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("the response carries %q, the credentials of a registry the image is not pulled from:\n%s", secret, text)
+		}
+	}
+}
+
+// testCAPEM is a real certificate in PEM, for a CA setting.
+func testCAPEM(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewTLSServer(nil)
+	defer srv.Close()
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+}
