@@ -23,6 +23,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/api/proto/tinkprotoconnect"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/logstore"
@@ -153,6 +154,7 @@ func ServiceNames() []string {
 		anvilv1connect.AuditServiceName,
 		anvilv1connect.SecretServiceName,
 		anvilv1connect.JobServiceName,
+		tinkprotoconnect.WorkflowServiceName,
 	}
 }
 
@@ -173,6 +175,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(anvilv1connect.NewAuditServiceHandler(auditService{s}, opts...))
 	mux.Handle(anvilv1connect.NewSecretServiceHandler(secretService{s}, opts...))
 	mux.Handle(anvilv1connect.NewJobServiceHandler(jobService{s}, opts...))
+	mux.Handle(tinkprotoconnect.NewWorkflowServiceHandler(tinkService{s}, opts...))
 }
 
 // toConnect maps an error from the store, the engine or the model to a

@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/api/proto/tinkprotoconnect"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
 )
@@ -24,8 +25,23 @@ import (
 // every mutating one, refused calls included.
 type guard struct{ s *Services }
 
-// agentProcedures start with this prefix.
-var agentPrefix = "/" + anvilv1connect.AgentServiceName + "/"
+// agentPrefixes start the procedures of the agent protocols: Anvil's own
+// and Tinkerbell's. Their calls carry no user's token; the services check
+// them themselves (checkAgent).
+var agentPrefixes = []string{
+	"/" + anvilv1connect.AgentServiceName + "/",
+	"/" + tinkprotoconnect.WorkflowServiceName + "/",
+}
+
+// isAgentProcedure reports whether procedure is an agent protocol's.
+func isAgentProcedure(procedure string) bool {
+	for _, p := range agentPrefixes {
+		if strings.HasPrefix(procedure, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // mutatingMethods are the method names that change stored state.
 var mutatingMethods = map[string]bool{
@@ -53,7 +69,7 @@ func (g guard) authenticate(ctx context.Context, h http.Header) (context.Context
 func (g guard) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		proc := req.Spec().Procedure
-		if strings.HasPrefix(proc, agentPrefix) {
+		if isAgentProcedure(proc) {
 			return next(ctx, req)
 		}
 		ctx, err := g.authenticate(ctx, req.Header())
@@ -76,7 +92,7 @@ func (guard) WrapStreamingClient(next connect.StreamingClientFunc) connect.Strea
 // stream, which is checked by its handler); none of them is mutating.
 func (g guard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if strings.HasPrefix(conn.Spec().Procedure, agentPrefix) {
+		if isAgentProcedure(conn.Spec().Procedure) {
 			return next(ctx, conn)
 		}
 		ctx, err := g.authenticate(ctx, conn.RequestHeader())

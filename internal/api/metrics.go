@@ -15,8 +15,12 @@ var (
 	}, []string{"reason"})
 	agentRefused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_agent_refused_total",
-		Help: "Agent calls refused, by reason: no_token, bad_token, wrong_ip, wrong_agent.",
-	}, []string{"reason"})
+		Help: "Agent calls refused, by protocol (anvil, tinkerbell) and reason: no_token, bad_token, unknown_workflow, wrong_agent, not_its_task, wrong_ip, no_address, unknown_agent, unvouched_line.",
+	}, []string{"protocol", "reason"})
+	agentAttributes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_agent_attributes_total",
+		Help: "AgentAttributes sent by tink-agents, by outcome: stored (on the Hardware), unchanged, too_large, error.",
+	}, []string{"outcome"})
 	auditFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "anvil_audit_write_failures_total",
 		Help: "Audit records that could not be written (each also logged as an error).",
