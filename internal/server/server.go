@@ -34,6 +34,7 @@ import (
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/clientip"
+	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/httplimit"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/metadata"
@@ -444,7 +445,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	registerConfigs(bootMux, boot, secretStore, log)
 	clients := clientip.Resolver{Trusted: trusted}
 	outer := func(h http.Handler) http.Handler { return withPathPrefix(pathPrefix, clients.Handler(h)) }
-	httpHandler := outer(bootRouter(bootMux, limitBoot(limiter, bootMux), httpMux))
+	// Smee's script paths (/auto.ipxe, /<mac>/auto.ipxe) become Anvil's
+	// before routing, so they are boot routes, limited as the others.
+	httpHandler := outer(httpboot.WithScriptAliases(bootRouter(bootMux, limitBoot(limiter, bootMux), httpMux)))
 	metadataHandler := outer(limitBoot(limiter, boot.metadata))
 	grpcHandler := outer(apiMux)
 	log.Info("http routes", "path_prefix", pathPrefix, "boot_rate", cfg.BootRate, "boot_burst", cfg.BootBurst,
