@@ -222,7 +222,9 @@ func (s *Services) agentHardware(ctx context.Context, wf *model.Workflow, agentI
 // so this is all that ties a tink-agent to a machine; a call that does not
 // bind is refused. With agent checks off (AgentKey nil) it returns the
 // one Hardware the agent ID names, if just one does, and never refuses.
-func (s *Services) bindTinkAgent(ctx context.Context, c agentCall) (*model.Hardware, error) {
+// workflowID, the workflow a report names ("" for GetAction), is for the
+// log and the audit record of a refusal.
+func (s *Services) bindTinkAgent(ctx context.Context, c agentCall, workflowID string) (*model.Hardware, error) {
 	hws, err := workflow.AgentHardware(ctx, s.cfg.Store, c.agentID)
 	if err != nil {
 		return nil, s.toConnect(err)
@@ -248,7 +250,7 @@ func (s *Services) bindTinkAgent(ctx context.Context, c agentCall) (*model.Hardw
 	case !addressed:
 		reason = "no_address"
 	}
-	return nil, s.refuseAgent(ctx, c, ip, "", connect.CodePermissionDenied, reason, errNotItsAddress(c, ip))
+	return nil, s.refuseAgent(ctx, c, ip, workflowID, connect.CodePermissionDenied, reason, errNotItsAddress(c, ip))
 }
 
 // tokenWorkflow returns the ID of the workflow of agentID that token

@@ -39,7 +39,7 @@ func (t tinkService) GetAction(ctx context.Context, req *connect.Request[tinkpro
 		return nil, invalid("missing agent_id (tink-agent's -id flag, Hook's worker_id= kernel argument)")
 	}
 	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr, agentID: id}
-	hw, err := s.bindTinkAgent(ctx, call)
+	hw, err := s.bindTinkAgent(ctx, call, "")
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func (t tinkService) ReportActionStatus(ctx context.Context, req *connect.Reques
 	}
 	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr,
 		agentID: m.GetAgentId(), taskID: m.GetTaskId(), actionID: m.GetActionId()}
-	if _, err := s.bindTinkAgent(ctx, call); err != nil {
+	if _, err := s.bindTinkAgent(ctx, call, m.GetWorkflowId()); err != nil {
 		return nil, err
 	}
 	if err := s.checkAgent(ctx, call, m.GetWorkflowId()); err != nil {

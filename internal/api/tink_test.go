@@ -396,7 +396,8 @@ func TestTinkForgedCalls(t *testing.T) {
 	var reports int
 	for _, r := range recs {
 		if r.Procedure == tinkprotoconnect.WorkflowServiceReportActionStatusProcedure && r.Outcome == "permission_denied" &&
-			r.ClientIP == "10.0.0.1" && r.Unauthenticated && strings.HasPrefix(r.Subject, "agent:") {
+			r.ClientIP == "10.0.0.1" && r.Unauthenticated && strings.HasPrefix(r.Subject, "agent:") && r.Namespace == "default" &&
+			strings.HasPrefix(r.Object, "workflow=") {
 			reports++
 		}
 	}
