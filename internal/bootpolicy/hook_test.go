@@ -22,7 +22,6 @@ var update = flag.Bool("update", false, "rewrite testdata/*.ipxe from the policy
 func TestScriptHookOS(t *testing.T) {
 	cfg := baseConfig()
 	cfg.TLS, cfg.InsecureTLS = true, true // anvil serve's defaults with its own CA
-	cfg.Console = []string{"tty0", "ttyS1,115200"}
 	hook := with(hw("node-07", nic(mac1, "10.0.0.17", bp(true))), func(h *model.Hardware) {
 		h.Spec.AgentID = "rack1-node07"
 		h.Spec.Metadata = &model.HardwareMetadata{Facility: &model.MetadataFacility{FacilityCode: "lab1"}}
@@ -43,7 +42,7 @@ func TestScriptHookOS(t *testing.T) {
 	want := []string{"kernel", "http://10.0.0.5:8080/hook/vmlinuz-latest-lts-x86_64", "initrd=initramfs-latest-lts-x86_64",
 		"grpc_authority=10.0.0.1:42113", "worker_id=rack1-node07", "hw_addr=" + mac1,
 		"tinkerbell_tls=true", "tinkerbell_insecure_tls=true", "syslog_host=10.0.0.1", "anvil.server=http://10.0.0.1:7080",
-		"console=tty0", "console=ttyS1,115200", "vlan_id=42", "facility=lab1", "intel_iommu=on", "iommu=pt"}
+		"console=tty0", "console=ttyS0,115200", "vlan_id=42", "facility=lab1", "intel_iommu=on", "iommu=pt"}
 	if got := kernelLine(s.Body); !slices.Equal(got, want) {
 		t.Errorf("kernel line:\n%q\nwant\n%q", got, want)
 	}
