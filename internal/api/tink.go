@@ -35,8 +35,8 @@ func (t tinkService) GetAction(ctx context.Context, req *connect.Request[tinkpro
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the workflow engine is not running"))
 	}
 	id := req.Msg.GetAgentId()
-	if id == "" {
-		return nil, invalid("missing agent_id (tink-agent's -id flag, Hook's worker_id= kernel argument)")
+	if err := checkTinkAgentID(id); err != nil {
+		return nil, err
 	}
 	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr, agentID: id}
 	hw, err := s.bindTinkAgent(ctx, call, "")
@@ -74,6 +74,24 @@ func (t tinkService) GetAction(ctx context.Context, req *connect.Request[tinkpro
 	}), nil
 }
 
+// maxAgentIDBytes bounds an agent ID: a MAC, or a spec.agentID, which
+// Tinkerbell keeps to a Kubernetes name's 253 characters. A longer one
+// could be nobody's, and would only fill the logs and the audit record
+// of its refusal.
+const maxAgentIDBytes = 253
+
+// checkTinkAgentID refuses an agent_id that is missing or too long to be
+// any Hardware's, without repeating it.
+func checkTinkAgentID(id string) error {
+	switch {
+	case id == "":
+		return invalid("missing agent_id (tink-agent's -id flag, Hook's worker_id= kernel argument)")
+	case len(id) > maxAgentIDBytes:
+		return invalid("agent_id is %d bytes; an agent ID (a MAC or a Hardware's spec.agentID) has at most %d", len(id), maxAgentIDBytes)
+	}
+	return nil
+}
+
 // envList is an environment as Tinkerbell's protocol carries it: "K=V"
 // strings, sorted by key.
 func envList(env map[string]string) []string {
@@ -108,8 +126,8 @@ func (t tinkService) ReportActionStatus(ctx context.Context, req *connect.Reques
 	if !ok {
 		return nil, invalid("action_state %v: want RUNNING, SUCCESS, FAILED or TIMEOUT", m.GetActionState())
 	}
-	if m.GetAgentId() == "" {
-		return nil, invalid("missing agent_id")
+	if err := checkTinkAgentID(m.GetAgentId()); err != nil {
+		return nil, err
 	}
 	if m.GetWorkflowId() == "" {
 		return nil, invalid("missing workflow_id")

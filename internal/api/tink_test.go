@@ -367,6 +367,11 @@ func TestTinkForgedCalls(t *testing.T) {
 	refusedTink(t, "GetAction as an unknown agent", err)
 	_, err = te.getAction(t, "3c:ec:ef:00:01:03", "10.0.0.3", nil)
 	refusedTink(t, "GetAction as m3, whose Hardware has no address", err)
+	_, err = te.getAction(t, strings.Repeat("x", 300), "10.0.0.1", nil)
+	wantCode(t, "GetAction with a 300-byte agent ID", err, connect.CodeInvalidArgument)
+	if err != nil && strings.Contains(err.Error(), "xxxx") {
+		t.Errorf("the refusal repeats the 300-byte agent ID: %v", err)
+	}
 
 	refusedTink(t, "m1 reports on m2's workflow",
 		te.report("tink-m1", "10.0.0.1", m2, "default/w2", tinkproto.ActionStatusRequest_RUNNING))
