@@ -28,6 +28,7 @@ FUZZ_TARGETS := \
 	./internal/model:FuzzParseManifests \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
+	./internal/httpboot:FuzzScriptAlias \
 	./internal/ipxe:FuzzBootEnv \
 	./internal/bootenv:FuzzReadAr \
 	./internal/kmod:FuzzMatch \

@@ -76,6 +76,11 @@ APT_PACKAGES+=(wrk)
 # The ingress test (test/e2e TestIngress) puts nginx in front of anvil:
 # TLS, gRPC to h2c, a rewritten path prefix.
 APT_PACKAGES+=(nginx-light)
+# Tinkerbell's own agent against anvil serve (test/e2e TestTinkAgentWorkflow):
+# tink-agent's containerd runtime, a private containerd with Debian's runc;
+# the actions' image is busybox-static's busybox (above); nsenter (util-linux,
+# always there) starts containerd in the machine's network namespace.
+APT_PACKAGES+=(containerd runc)
 # Config rendering (internal/render): rendered cloud-config user-data is
 # checked with Debian's `cloud-init schema --config-file` (pulls in Python
 # and ~30 small packages; the tests skip without it outside CI, and fail

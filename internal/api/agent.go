@@ -34,25 +34,14 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 	if req.Msg.GetWait() == nil || wait < 0 {
 		wait = 0
 	}
-	wait = min(wait, s.cfg.MaxWait)
-	pollCtx, cancel := s.longLived(ctx)
-	defer cancel()
-	na, err := s.cfg.Engine.GetAction(pollCtx, agentID, wait)
-	if err != nil && ctx.Err() == nil && s.stopped() {
-		return nil, connect.NewError(connect.CodeNotFound,
-			fmt.Errorf("no action for agent %q: the server is shutting down; ask again: %w", agentID, workflow.ErrNoAction))
-	}
-	if errors.Is(err, workflow.ErrNoAction) {
-		return nil, connect.NewError(connect.CodeNotFound,
-			fmt.Errorf("no action for agent %q (waited %s): %w", agentID, wait, err))
-	}
+	na, err := s.pollAction(ctx, agentID, wait)
 	if err != nil {
-		return nil, s.toConnect(fmt.Errorf("get action for agent %q: %w", agentID, err))
+		return nil, err
 	}
 	// Checked once the action is known: the token belongs to a workflow,
 	// and which workflow an agent is owed is the engine's answer. Nothing
 	// is handed out before the check passes.
-	if err := s.checkAgent(ctx, newAgentCall(req.Header(), req.Peer().Addr, agentID), na.WorkflowID); err != nil {
+	if err := s.checkAgent(ctx, newAgentCall(req.Spec().Procedure, req.Header(), req.Peer().Addr, agentID), na.WorkflowID); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&v1.GetActionResponse{
@@ -71,6 +60,28 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 		Runtime:     na.Runtime,
 		Images:      s.imageSources(ctx, na, agentID),
 	}), nil
+}
+
+// pollAction long-polls the engine for agentID's next action, waiting up
+// to wait (capped at Config.MaxWait). Nothing to run, also when the server
+// stops meanwhile, is NOT_FOUND: both agents ask again.
+func (s *Services) pollAction(ctx context.Context, agentID string, wait time.Duration) (*workflow.NextAction, error) {
+	wait = min(wait, s.cfg.MaxWait)
+	pollCtx, cancel := s.longLived(ctx)
+	defer cancel()
+	na, err := s.cfg.Engine.GetAction(pollCtx, agentID, wait)
+	if err != nil && ctx.Err() == nil && s.stopped() {
+		return nil, connect.NewError(connect.CodeNotFound,
+			fmt.Errorf("no action for agent %q: the server is shutting down; ask again: %w", agentID, workflow.ErrNoAction))
+	}
+	if errors.Is(err, workflow.ErrNoAction) {
+		return nil, connect.NewError(connect.CodeNotFound,
+			fmt.Errorf("no action for agent %q (waited %s): %w", agentID, wait, err))
+	}
+	if err != nil {
+		return nil, s.toConnect(fmt.Errorf("get action for agent %q: %w", agentID, err))
+	}
+	return na, nil
 }
 
 // actionStates maps the wire's ActionState to the model's states.
@@ -97,7 +108,9 @@ func (a agentService) ReportActionStatus(ctx context.Context, req *connect.Reque
 	if m.GetWorkflowId() == "" {
 		return nil, invalid("missing workflow_id")
 	}
-	if err := s.checkAgent(ctx, newAgentCall(req.Header(), req.Peer().Addr, m.GetAgentId()), m.GetWorkflowId()); err != nil {
+	call := newAgentCall(req.Spec().Procedure, req.Header(), req.Peer().Addr, m.GetAgentId())
+	call.taskID, call.actionID = m.GetTaskId(), m.GetActionId()
+	if err := s.checkAgent(ctx, call, m.GetWorkflowId()); err != nil {
 		return nil, err
 	}
 	r := workflow.ActionReport{
@@ -176,12 +189,12 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 					// other lines are still wanted.
 					wfID = s.tokenWorkflow(ctx, stream.RequestHeader().Get(v1.AgentTokenHeader), l.GetAgentId())
 					if wfID == "" {
-						agentRefused.WithLabelValues("unvouched_line").Inc()
+						agentRefused.WithLabelValues(protoAnvil, "unvouched_line").Inc()
 						dropped++
 						continue
 					}
 				}
-				if err := s.checkAgent(ctx, newAgentCall(stream.RequestHeader(), stream.Peer().Addr, l.GetAgentId()), wfID); err != nil {
+				if err := s.checkAgent(ctx, newAgentCall(stream.Spec().Procedure, stream.RequestHeader(), stream.Peer().Addr, l.GetAgentId()), wfID); err != nil {
 					if ferr := flush(); ferr != nil {
 						return nil, ferr
 					}

@@ -28,6 +28,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/api/proto/tinkprotoconnect"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/logstore"
@@ -187,6 +188,7 @@ func ServiceNames() []string {
 		anvilv1connect.AuditServiceName,
 		anvilv1connect.SecretServiceName,
 		anvilv1connect.JobServiceName,
+		tinkprotoconnect.WorkflowServiceName,
 	}
 }
 
@@ -213,6 +215,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	handle(anvilv1connect.NewAuditServiceHandler(auditService{s}, opts...))
 	handle(anvilv1connect.NewSecretServiceHandler(secretService{s}, opts...))
 	handle(anvilv1connect.NewJobServiceHandler(jobService{s}, opts...))
+	handle(tinkprotoconnect.NewWorkflowServiceHandler(tinkService{s}, opts...))
 	reflector := grpcreflect.NewStaticReflector(ServiceNames()...)
 	handle(grpcreflect.NewHandlerV1(reflector, maxMsg))
 	handle(grpcreflect.NewHandlerV1Alpha(reflector, maxMsg))

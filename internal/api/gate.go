@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/api/proto/tinkprotoconnect"
 	"github.com/anvilproj/anvil/internal/auth"
 )
 
@@ -30,7 +31,7 @@ import (
 //     authenticated by the guard's authenticate; refused, it is answered
 //     UNAUTHENTICATED without reading its body (and audited when mutating,
 //     without the object it names: that is in the body);
-//   - agent calls carry agent tokens, which the agent service checks
+//   - agent calls (both protocols) are checked by their services
 //     against the workflow the body names, and server reflection needs no
 //     token: both pass, bounded like the rest;
 //   - a body whose Content-Length exceeds Config.MaxRequestBytes is refused
@@ -46,12 +47,17 @@ type gate struct {
 	next    http.Handler
 }
 
+// agentServices are the agent protocols, Anvil's and Tinkerbell's: their
+// calls carry no user's token, and the services check them themselves
+// against the workflow the body names (checkAgent).
+var agentServices = []string{anvilv1connect.AgentServiceName, tinkprotoconnect.WorkflowServiceName}
+
 // gate returns next, the handler Mount registers for prefix
 // ("/anvil.v1.HardwareService/"), behind the gate.
 func (s *Services) gate(prefix string, next http.Handler) http.Handler {
 	svc := strings.Trim(prefix, "/")
 	return &gate{s: s, next: next,
-		managed: slices.Contains(ServiceNames(), svc) && svc != anvilv1connect.AgentServiceName}
+		managed: slices.Contains(ServiceNames(), svc) && !slices.Contains(agentServices, svc)}
 }
 
 // errorWriter answers refusals in the caller's protocol (Connect, gRPC,

@@ -15,12 +15,16 @@ var (
 	}, []string{"reason"})
 	agentRefused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_agent_refused_total",
-		Help: "Agent calls refused, by reason: no_token, bad_token, wrong_ip, wrong_agent.",
-	}, []string{"reason"})
+		Help: "Agent calls refused, by protocol (anvil, tinkerbell) and reason: no_token, bad_token, unknown_workflow, wrong_agent, not_its_task, wrong_ip, no_address, unknown_agent, unvouched_line.",
+	}, []string{"protocol", "reason"})
 	tooLargeTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_api_request_too_large_total",
 		Help: "API requests refused because their body exceeded the server's limit (--max-request-mib), by procedure (\"other\" for a path that is none).",
 	}, []string{"procedure"})
+	agentAttributes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_agent_attributes_total",
+		Help: "AgentAttributes sent by tink-agents, by outcome: stored (on the Hardware), unchanged, too_large, error.",
+	}, []string{"outcome"})
 	auditFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "anvil_audit_write_failures_total",
 		Help: "Audit records that could not be written (each also logged as an error).",

@@ -3,8 +3,10 @@
 // appended to a JSON-lines file and synced before the call is answered.
 //
 // It stores and reads records; it does not decide which calls are audited
-// or who may read them (internal/api does), and it must not be used for
-// agent traffic, which the workflow's own status already records.
+// or who may read them (internal/api does). It must not be used for agent
+// traffic, which the workflow's own status already records — except for
+// refused agent calls, which change no workflow and so are recorded
+// nowhere else.
 package audit
 
 import (

@@ -163,6 +163,7 @@ func New(cfg Config) (*Policy, error) {
 	p.baseArgs = []string{
 		"grpc_authority=" + cfg.GRPCAuthority,
 		"", // worker_id=, per machine
+		"", // hw_addr=, per machine
 		fmt.Sprintf("tinkerbell_tls=%t", cfg.TLS),
 		fmt.Sprintf("tinkerbell_insecure_tls=%t", cfg.InsecureTLS),
 	}

@@ -160,13 +160,21 @@ const (
 	mac2 = "52:54:00:00:00:02"
 )
 
-// defaultArgs are the kernel arguments baseConfig gives, after worker_id.
+// defaultArgs are the kernel arguments baseConfig gives, after hw_addr.
 var defaultArgs = []string{"tinkerbell_tls=false", "tinkerbell_insecure_tls=false", "syslog_host=10.0.0.1", "anvil.server=http://10.0.0.1:7080",
 	"console=tty0", "console=ttyS0,115200"}
 
-func bootEnvLine(arch, worker string, extra ...string) []string {
+// bootEnvLine is the kernel line of the machine that booted from mac,
+// whose agent is that MAC.
+func bootEnvLine(arch, mac string, extra ...string) []string {
+	return bootEnvLineAs(arch, mac, mac, extra...)
+}
+
+// bootEnvLineAs is the kernel line of the machine that booted from mac,
+// whose agent is worker.
+func bootEnvLineAs(arch, worker, mac string, extra ...string) []string {
 	l := []string{"kernel", "http://10.0.0.1:7080/bootenv/vmlinuz-" + arch, "initrd=initramfs-" + arch,
-		"grpc_authority=10.0.0.1:42113", "worker_id=" + worker}
+		"grpc_authority=10.0.0.1:42113", "worker_id=" + worker, "hw_addr=" + mac}
 	l = append(l, defaultArgs...)
 	return append(l, extra...)
 }
@@ -238,7 +246,7 @@ func TestScript(t *testing.T) {
 			req: httpboot.ScriptRequest{MAC: mustMAC(mac1), BuildArch: "arm64"}, wantKernel: bootEnvLine("x86_64", mac1)},
 		{name: "agentID is the worker ID", objs: []model.Object{
 			with(allowed(), func(h *model.Hardware) { h.Spec.AgentID = "agent-7" }), wf("default", "w", "m1", "PENDING")},
-			req: httpboot.ScriptRequest{MAC: mustMAC(mac1)}, wantKernel: bootEnvLine("x86_64", "agent-7")},
+			req: httpboot.ScriptRequest{MAC: mustMAC(mac1)}, wantKernel: bootEnvLineAs("x86_64", "agent-7", mac1)},
 		{name: "agent token: the workflow's, last",
 			cfg: func(c *Config) {
 				c.AgentToken = func(w *model.Workflow) string { return "v1.tok-" + w.Name }
@@ -260,7 +268,7 @@ func TestScript(t *testing.T) {
 			}), wf("default", "w", "m1", "PENDING")},
 			req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
 			wantKernel: []string{"kernel", "http://10.0.0.1:7080/bootenv/vmlinuz-x86_64", "initrd=initramfs-x86_64",
-				"grpc_authority=10.0.0.1:42113", "worker_id=" + mac1, "tinkerbell_tls=true", "tinkerbell_insecure_tls=true", "syslog_host=10.0.0.1",
+				"grpc_authority=10.0.0.1:42113", "worker_id=" + mac1, "hw_addr=" + mac1, "tinkerbell_tls=true", "tinkerbell_insecure_tls=true", "syslog_host=10.0.0.1",
 				"anvil.server=http://10.0.0.1:7080", "console=ttyS1,9600", "vlan_id=42", "facility=lab1", "quiet", "ip=${ip}", "anvil.debug=1"}},
 		{name: "osie.baseURL", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
 			h.Spec.Interfaces[0].Netboot.OSIE = &model.OSIE{BaseURL: "http://mirror.lab/hook/"}

@@ -169,19 +169,24 @@ func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model
 		params = o.KernelParams
 	}
 
+	// The MAC that booted: Hook brings up (and puts vlan_id on) the
+	// interface with hw_addr=; the agent is that MAC unless the Hardware
+	// names it, as Smee does.
+	mac := r.MAC
+	if len(mac) == 0 {
+		mac, _ = net.ParseMAC(d.MAC) // it parsed when the interface was matched, or the IP matched
+	}
+	hwAddr := strings.ToLower(mac.String())
 	worker, workerField := hw.Spec.AgentID, "spec.agentID"
 	if worker == "" {
-		mac := r.MAC
-		if len(mac) == 0 {
-			mac, _ = net.ParseMAC(d.MAC) // it parsed when the interface was matched, or the IP matched
-		}
-		worker, workerField = strings.ToLower(mac.String()), f+".dhcp.mac"
+		worker, workerField = hwAddr, f+".dhcp.mac"
 	}
 	args := append([]string(nil), p.baseArgs...)
 	args[1] = "worker_id=" + worker
 	if err := ipxe.CheckArg(args[1]); err != nil {
 		return bad(workerField, err)
 	}
+	args[2] = "hw_addr=" + hwAddr
 	args = append(args, p.consoleArg...)
 	if v := d.VLANID; v != "" {
 		a := "vlan_id=" + v

@@ -20,11 +20,11 @@ func newAuditCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "List the audit log: every mutating management call, who made it and how it ended",
+		Short: "List the audit log: every mutating management call and refused agent call, who made it and how it ended",
 		Long: `audit lists the server's audit log, oldest first: one line per mutating call
 (create, update, delete, apply, reprovision, provision, cancel), refused calls
-included. Admins see every organisation's records; anyone else those of its
-own organisation.`,
+included, and one per refused agent call (subject agent:ID). Admins see every
+organisation's records; anyone else those of its own organisation.`,
 		Example: `  anvil audit
   anvil audit --since 1h --subject alice
   anvil audit -n acme --limit 50`,

@@ -241,6 +241,12 @@ func (h *Hardware) AgentIDs() []string {
 // profile templates as .Vars.
 const VarsAnnotation = "anvil.dev/inventory-vars"
 
+// AgentAttributesAnnotation holds, as JSON, what a tink-agent reported
+// about its machine (CPU, memory, disks, NICs, PCI devices, firmware) in
+// its last GetAction: Tinkerbell's annotation, in Tinkerbell's shape, so
+// that tools written for it read it here too.
+const AgentAttributesAnnotation = "tinkerbell.org/agent-attributes"
+
 // Vars returns the variables of VarsAnnotation: an empty map when there
 // is none, an error naming the annotation when it is not a JSON object.
 func (h *Hardware) Vars() (map[string]any, error) {

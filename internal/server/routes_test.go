@@ -137,6 +137,32 @@ func TestPathPrefix(t *testing.T) {
 	}
 }
 
+// Smee's script paths are served as Anvil's script routes, on the boot
+// path (limited and recorded as script requests), with or without the path
+// prefix; a path that only looks like one is not.
+func TestSmeeScriptPaths(t *testing.T) {
+	base, _, _, _, _ := startWith(t, func(c *Config) { c.PathPrefix = "/tink-stack" })
+	const byMAC = `anvil_http_boot_requests_total{code="404",route="/ipxe/script/{mac}/auto.ipxe"}`
+	before := metricValue(t, metricsText(t, base), byMAC)
+	for _, b := range []string{base, base + "/tink-stack"} {
+		for path, want := range map[string]string{
+			"/auto.ipxe":                   "no Hardware has IP 127.0.0.1",
+			"/52:54:00:12:34:56/auto.ipxe": "no Hardware has MAC 52:54:00:12:34:56",
+			"/52-54-00-12-34-56/auto.ipxe": "no Hardware has MAC 52:54:00:12:34:56",
+		} {
+			if code, body := get(t, b+path); code != http.StatusNotFound || !strings.Contains(body, want) {
+				t.Errorf("GET %s%s = %d %q; want the script route's 404 (%s)", b, path, code, body, want)
+			}
+		}
+	}
+	if code, body := get(t, base+"/not-a-mac/auto.ipxe"); code != http.StatusNotFound || strings.Contains(body, "no Hardware") {
+		t.Errorf("GET /not-a-mac/auto.ipxe = %d %q; want a plain 404, not a script route's", code, body)
+	}
+	if n := metricValue(t, metricsText(t, base), byMAC) - before; n != 4 {
+		t.Errorf("script requests by MAC counted %v times; want 4", n)
+	}
+}
+
 // metricsText returns the server's /metrics.
 func metricsText(t *testing.T, base string) string {
 	t.Helper()

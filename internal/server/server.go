@@ -33,6 +33,7 @@ import (
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/clientip"
+	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/httplimit"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/metadata"
@@ -503,7 +504,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	registerConfigs(bootMux, boot, secretStore, log)
 	clients := clientip.Resolver{Trusted: trusted}
 	outer := func(h http.Handler) http.Handler { return withPathPrefix(pathPrefix, clients.Handler(h)) }
-	httpHandler := outer(bootRouter(bootMux, limitBoot(limiter, bootPacer(cfg, bootMux, log)), httpMux))
+	// Smee's script paths (/auto.ipxe, /<mac>/auto.ipxe) become Anvil's
+	// before routing, so they are boot routes, limited and paced as the others.
+	httpHandler := outer(httpboot.WithScriptAliases(bootRouter(bootMux, limitBoot(limiter, bootPacer(cfg, bootMux, log)), httpMux)))
 	metadataHandler := outer(limitBoot(limiter, bootPacer(cfg, boot.metadata, log)))
 	grpcHandler := outer(apiMux)
 	log.Info("http routes", "path_prefix", pathPrefix, "boot_rate", cfg.BootRate, "boot_burst", cfg.BootBurst,

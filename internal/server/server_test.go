@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,6 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	tinkproto "github.com/anvilproj/anvil/api/proto"
+	"github.com/anvilproj/anvil/api/proto/tinkprotoconnect"
 	"github.com/anvilproj/anvil/internal/api"
 )
 
@@ -172,6 +175,19 @@ func TestServe(t *testing.T) {
 		err := conn.Invoke(ctx, "/anvil.v1.HardwareService/Get", &v1.GetRequest{Name: "missing"}, &hw)
 		if status.Code(err) != codes.NotFound {
 			t.Errorf("Get missing over grpc-go = %v; want NotFound", err)
+		}
+	})
+	t.Run("Tinkerbell's WorkflowService on both ports", func(t *testing.T) {
+		// A request without an agent ID reaches the service (and is
+		// refused by it), where an unserved one would be UNIMPLEMENTED.
+		var resp tinkproto.ActionResponse
+		err := conn.Invoke(ctx, tinkprotoconnect.WorkflowServiceGetActionProcedure, &tinkproto.ActionRequest{}, &resp)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "missing agent_id") {
+			t.Errorf("GetAction over grpc-go on the gRPC port: %v; want InvalidArgument, missing agent_id", err)
+		}
+		_, err = tinkprotoconnect.NewWorkflowServiceClient(http.DefaultClient, base).GetAction(ctx, connect.NewRequest(&tinkproto.ActionRequest{}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("GetAction over Connect on the HTTP port: %v; want InvalidArgument", err)
 		}
 	})
 	t.Run("reflection", func(t *testing.T) {

@@ -376,6 +376,9 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 			e.log.Info("workflow template rendering failed", "workflow", key, "err", err)
 		} else {
 			*st = InitialStatus(wf, def, now)
+			if err := e.resolveWorkers(ctx, wf.Namespace, st); err != nil {
+				return err
+			}
 		}
 		changed = true
 	}
@@ -674,12 +677,37 @@ func (e *Engine) notifyWorkflowAgents(wf *model.Workflow) {
 // ---------------------------------------------------------------------------
 // Agent API
 
-// GetAction returns the next action for agentID. If there is none now, it
-// waits up to min(wait, MaxWait) for a change to a workflow of this agent and
-// looks again; ErrNoAction when the wait ends with nothing to run.
+// resolveWorkers records each task of a freshly rendered status under the
+// agent ID of the machine its worker names (ResolveAgent within ns), so
+// that a worker given as a MAC reaches an agent that reports as its
+// Hardware's spec.agentID, and the other way round.
+func (e *Engine) resolveWorkers(ctx context.Context, ns string, st *model.WorkflowStatus) error {
+	for i := range st.Tasks {
+		t := &st.Tasks[i]
+		id, err := ResolveAgent(ctx, e.store, ns, t.AgentID)
+		if err != nil {
+			return err
+		}
+		if id != t.AgentID {
+			e.log.Debug("workflow: task's worker is a machine known by another agent ID", "namespace", ns,
+				"task", t.Name, "worker", t.AgentID, "agent", id)
+			t.AgentID = id
+		}
+	}
+	return nil
+}
+
+// GetAction returns the next action for agentID (any of its machine's
+// names: see ResolveAgent). If there is none now, it waits up to min(wait,
+// MaxWait) for a change to a workflow of this agent and looks again;
+// ErrNoAction when the wait ends with nothing to run.
 func (e *Engine) GetAction(ctx context.Context, agentID string, wait time.Duration) (*NextAction, error) {
 	if wait > e.maxWait {
 		wait = e.maxWait
+	}
+	agentID, err := ResolveAgent(ctx, e.store, "", agentID)
+	if err != nil {
+		return nil, err
 	}
 	var expired chan struct{}
 	for {
@@ -805,6 +833,11 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string
 	if !ok {
 		return "", fmt.Errorf("%w: %q (want namespace/name)", ErrUnknownWorkflow, r.WorkflowID)
 	}
+	agentID, err := ResolveAgent(ctx, e.store, ns, r.AgentID)
+	if err != nil {
+		return "", err
+	}
+	r.AgentID = agentID
 	select {
 	case e.reportSlots <- struct{}{}:
 		defer func() { <-e.reportSlots }()

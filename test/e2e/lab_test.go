@@ -238,17 +238,32 @@ func (n *netns) startRA(br string) {
 // when the test ends. Its output goes to a file in the test's temp dir.
 func (n *netns) background(label, name string, args ...string) *proc {
 	n.t.Helper()
+	return n.start(label, append([]string{"ip", "netns", "exec", n.name, name}, args...))
+}
+
+// backgroundNetOnly is background for a program that must see the host's
+// mounts: `ip netns exec` also mounts the namespace's own /sys, which hides
+// the cgroup hierarchies under /sys/fs/cgroup (runc, started by
+// containerd, needs them); nsenter switches the network namespace alone.
+func (n *netns) backgroundNetOnly(label, name string, args ...string) *proc {
+	n.t.Helper()
+	return n.start(label, append([]string{"nsenter", "--net=/var/run/netns/" + n.name, "--", name}, args...))
+}
+
+// start runs argv in the background as background describes.
+func (n *netns) start(label string, argv []string) *proc {
+	n.t.Helper()
 	logPath := filepath.Join(n.t.TempDir(), label+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", n.name, name}, args...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		n.t.Fatalf("start %s: %v", name, err)
+		n.t.Fatalf("start %s (%s): %v", label, strings.Join(argv, " "), err)
 	}
 	p := &proc{cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()

@@ -1,0 +1,243 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	tinkproto "github.com/anvilproj/anvil/api/proto"
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/workflow"
+)
+
+// tinkService serves Tinkerbell's worker protocol (proto.WorkflowService)
+// to tink-agent, as Hook runs it, on the same engine as Anvil's own agent
+// service: the same long poll, idempotent reports and server clock. The
+// protocol has no token and no log stream; a call is bound to its machine
+// by the caller's address (bindTinkAgent), and the action's output stays
+// with the agent.
+type tinkService struct{ s *Services }
+
+// GetAction long-polls for the agent's next action (up to Config.MaxWait:
+// tink-agent sets no deadline on the call, and asks again with a back-off
+// of at most a few seconds after NOT_FOUND). It first records the
+// AgentAttributes the agent sends on its Hardware.
+func (t tinkService) GetAction(ctx context.Context, req *connect.Request[tinkproto.ActionRequest]) (*connect.Response[tinkproto.ActionResponse], error) {
+	s := t.s
+	if s.cfg.Engine == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the workflow engine is not running"))
+	}
+	id := req.Msg.GetAgentId()
+	if err := checkTinkAgentID(id); err != nil {
+		return nil, err
+	}
+	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr, agentID: id}
+	hw, err := s.bindTinkAgent(ctx, call, "")
+	if err != nil {
+		return nil, err
+	}
+	agent := id
+	if hw != nil {
+		s.recordAttributes(ctx, hw, req.Msg.GetAgentAttributes())
+		// The machine the call is bound to, whichever of its names the
+		// agent used and however many Hardware share that name.
+		if a := workflow.AgentIDOf(hw); a != "" {
+			agent = a
+		}
+	}
+	na, err := s.pollAction(ctx, agent, s.cfg.MaxWait)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkAgent(ctx, call, na.WorkflowID); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&tinkproto.ActionResponse{
+		WorkflowId:  na.WorkflowID,
+		TaskId:      na.TaskID,
+		AgentId:     id,
+		ActionId:    na.ActionID,
+		Name:        na.Name,
+		Image:       na.Image,
+		Timeout:     na.Timeout,
+		Command:     na.Command,
+		Volumes:     na.Volumes,
+		Environment: envList(na.Environment),
+		Pid:         na.Pid,
+	}), nil
+}
+
+// maxAgentIDBytes bounds an agent ID: a MAC, or a spec.agentID, which
+// Tinkerbell keeps to a Kubernetes name's 253 characters. A longer one
+// could be nobody's, and would only fill the logs and the audit record
+// of its refusal.
+const maxAgentIDBytes = 253
+
+// checkTinkAgentID refuses an agent_id that is missing or too long to be
+// any Hardware's, without repeating it.
+func checkTinkAgentID(id string) error {
+	switch {
+	case id == "":
+		return invalid("missing agent_id (tink-agent's -id flag, Hook's worker_id= kernel argument)")
+	case len(id) > maxAgentIDBytes:
+		return invalid("agent_id is %d bytes; an agent ID (a MAC or a Hardware's spec.agentID) has at most %d", len(id), maxAgentIDBytes)
+	}
+	return nil
+}
+
+// envList is an environment as Tinkerbell's protocol carries it: "K=V"
+// strings, sorted by key.
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// tinkStates maps the wire's StateType to the model's states: an agent
+// reports an action's start (RUNNING) and its end.
+var tinkStates = map[tinkproto.ActionStatusRequest_StateType]string{
+	tinkproto.ActionStatusRequest_RUNNING: model.StateRunning,
+	tinkproto.ActionStatusRequest_SUCCESS: model.StateSuccess,
+	tinkproto.ActionStatusRequest_FAILED:  model.StateFailed,
+	tinkproto.ActionStatusRequest_TIMEOUT: model.StateTimeout,
+}
+
+// ReportActionStatus passes the report to the engine, which answers once it
+// is durable. The agent's execution_start, execution_stop and
+// execution_duration are not used: the server's clock is the truth (a
+// tink-agent's RUNNING report carries zero times, and a machine in a boot
+// environment may have no correct time).
+func (t tinkService) ReportActionStatus(ctx context.Context, req *connect.Request[tinkproto.ActionStatusRequest]) (*connect.Response[tinkproto.ActionStatusResponse], error) {
+	s := t.s
+	if s.cfg.Engine == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the workflow engine is not running"))
+	}
+	m := req.Msg
+	state, ok := tinkStates[m.GetActionState()]
+	if !ok {
+		return nil, invalid("action_state %v: want RUNNING, SUCCESS, FAILED or TIMEOUT", m.GetActionState())
+	}
+	if err := checkTinkAgentID(m.GetAgentId()); err != nil {
+		return nil, err
+	}
+	if m.GetWorkflowId() == "" {
+		return nil, invalid("missing workflow_id")
+	}
+	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr,
+		agentID: m.GetAgentId(), taskID: m.GetTaskId(), actionID: m.GetActionId()}
+	if _, err := s.bindTinkAgent(ctx, call, m.GetWorkflowId()); err != nil {
+		return nil, err
+	}
+	if err := s.checkAgent(ctx, call, m.GetWorkflowId()); err != nil {
+		return nil, err
+	}
+	r := workflow.ActionReport{
+		WorkflowID: m.GetWorkflowId(),
+		AgentID:    m.GetAgentId(),
+		TaskID:     m.GetTaskId(),
+		ActionID:   m.GetActionId(),
+		ActionName: m.GetActionName(),
+		State:      state,
+		Message:    m.GetMessage().GetMessage(),
+	}
+	if _, err := s.cfg.Engine.ReportActionStatus(ctx, r); err != nil {
+		return nil, s.toConnect(fmt.Errorf("report on workflow %s action %q: %w", r.WorkflowID, r.ActionName, err))
+	}
+	return connect.NewResponse(&tinkproto.ActionStatusResponse{}), nil
+}
+
+// maxAttributesBytes caps the AgentAttributes kept on a Hardware. A real
+// machine's are a few KiB (mostly CPU flags); the cap keeps a Hardware
+// well under the ~1.5 MiB Kubernetes allows an object.
+const maxAttributesBytes = 64 << 10
+
+// recordAttributes keeps the AgentAttributes of a GetAction on the Hardware
+// the call is bound to, as the annotation model.AgentAttributesAnnotation
+// (Tinkerbell's place for them, in its JSON shape), when they changed. It
+// is best effort: the action is handed out whatever happens here, and a
+// failure is logged and counted.
+func (s *Services) recordAttributes(ctx context.Context, hw *model.Hardware, attrs *tinkproto.AgentAttributes) {
+	if attrs == nil {
+		return
+	}
+	b, err := attributesJSON(attrs)
+	if err != nil {
+		agentAttributes.WithLabelValues("error").Inc()
+		s.log.Error("tink-agent attributes not recorded", "hardware", hw.Key(), "err", err)
+		return
+	}
+	if len(b) > maxAttributesBytes {
+		agentAttributes.WithLabelValues("too_large").Inc()
+		s.log.Warn("tink-agent attributes not recorded: too large", "hardware", hw.Key(), "bytes", len(b), "max", maxAttributesBytes)
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		if hw.Annotations[model.AgentAttributesAnnotation] == string(b) {
+			agentAttributes.WithLabelValues("unchanged").Inc()
+			return
+		}
+		if hw.Annotations == nil {
+			hw.Annotations = map[string]string{}
+		}
+		hw.Annotations[model.AgentAttributesAnnotation] = string(b)
+		_, err := s.cfg.Store.Update(ctx, hw)
+		if err == nil {
+			agentAttributes.WithLabelValues("stored").Inc()
+			return
+		}
+		if errors.Is(err, store.ErrConflict) && attempt < 3 {
+			// Someone changed the Hardware meanwhile: on top of theirs.
+			obj, gerr := s.cfg.Store.Get(ctx, model.KindHardware, hw.Namespace, hw.Name)
+			if gerr == nil {
+				hw = obj.(*model.Hardware)
+				continue
+			}
+			err = gerr
+		}
+		agentAttributes.WithLabelValues("error").Inc()
+		s.log.Error("tink-agent attributes not recorded", "hardware", hw.Key(), "err", err)
+		return
+	}
+}
+
+// attributesKeys renames the wire's list fields to the JSON names
+// Tinkerbell gives them in the annotation; every other name is the same
+// (protobuf's lowerCamelCase).
+var attributesKeys = map[string]string{
+	"block":   "blockDevices",
+	"network": "networkInterfaces",
+	"pci":     "pciDevices",
+	"gpu":     "gpuDevices",
+}
+
+// attributesJSON is attrs in the JSON shape of Tinkerbell's annotation, with
+// sorted keys (so that unchanged attributes give the same bytes).
+func attributesJSON(attrs *tinkproto.AgentAttributes) ([]byte, error) {
+	b, err := protojson.Marshal(attrs)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for from, to := range attributesKeys {
+		if v, ok := m[from]; ok {
+			delete(m, from)
+			m[to] = v
+		}
+	}
+	// Through a map, so that every level's keys come out sorted and the
+	// bytes stay the same for the same attributes (protojson promises
+	// neither its spacing nor its order).
+	return json.Marshal(m)
+}
