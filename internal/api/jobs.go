@@ -504,14 +504,18 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 func jobMessage(wf *model.Workflow) string {
 	st := &wf.Status
 	state := model.NormalizeState(st.State)
+	if state == model.StateSuccess {
+		// Not the last history line: after SUCCESS the engine may still
+		// record what it did next (toggleAllowNetboot), which is not why
+		// the job is where it is, and would make the message depend on
+		// when it is read.
+		return "every action succeeded"
+	}
 	if model.IsFinal(state) {
 		for i := len(st.History) - 1; i >= 0; i-- {
 			if h := st.History[i]; h.Type == workflow.HistoryWorkflow && model.NormalizeState(h.State) == state && h.Message != "" {
 				return h.Message
 			}
-		}
-		if state == model.StateSuccess {
-			return "every action succeeded"
 		}
 		return ""
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/server"
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // listenLocal returns a listener on a free 127.0.0.1 port, for
@@ -139,15 +140,12 @@ func TestExamplesEndToEnd(t *testing.T) {
 			} `json:"tasks"`
 		} `json:"status"`
 	}
-	for i := 0; len(wf.Status.Tasks) == 0; i++ {
-		if i > 500 {
-			t.Fatal("workflow never rendered")
-		}
-		time.Sleep(10 * time.Millisecond)
+	testtool.WaitFor(t, "the engine to render the workflow", func() bool {
 		if err := yaml.Unmarshal([]byte(mustRun(t, srv, "get", "workflow", "rack1-node07-install", "-o", "yaml")), &wf); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return len(wf.Status.Tasks) > 0
+	})
 	acts := wf.Status.Tasks[0].Actions
 	if len(acts) != 3 || acts[0].Environment["DEST_DISK"] != "/dev/nvme0n1" || acts[1].Environment["DEST_DISK"] != "/dev/nvme0n1p1" ||
 		acts[1].Environment["CONTENTS"] != "rack1-node07" {
@@ -181,10 +179,11 @@ func TestExamplesEndToEnd(t *testing.T) {
 	if out := mustRun(t, srv, "logs", "rack1-node07-install"); !strings.Contains(out, "simulated stream-image starting") {
 		t.Errorf("logs output lacks the agent's lines:\n%s", out)
 	}
-	// toggleAllowNetboot: the next boot goes to disk.
-	if out := mustRun(t, srv, "get", "hardware"); !strings.Contains(out, "false") {
-		t.Errorf("after SUCCESS allowPXE should be false:\n%s", out)
-	}
+	// toggleAllowNetboot: the next boot goes to disk. The engine turns
+	// allowPXE off after it has stored SUCCESS, so watch may end first.
+	testtool.WaitFor(t, "allowPXE false after SUCCESS (toggleAllowNetboot)", func() bool {
+		return strings.Contains(mustRun(t, srv, "get", "hardware"), "false")
+	})
 }
 
 func TestApplyRefusesBadFileWhole(t *testing.T) {
