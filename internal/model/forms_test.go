@@ -381,3 +381,46 @@ spec:
 		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(res.Warnings, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// FuzzManifestForms: lists and v1alpha2 documents never panic the parser,
+// and every Hardware and Workflow it accepts, shown as v1alpha2 and
+// applied again, is stored unchanged (the conversion loses nothing).
+func FuzzManifestForms(f *testing.F) {
+	for _, p := range []string{"testdata/hardware-v1alpha2.yaml", "testdata/workflow-v1alpha2.yaml", "testdata/hardware-full.yaml"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("kind: List\nitems:\n- kind: List\n  items: []\n"))                                  // a List in a List
+	f.Add([]byte("- apiVersion: tinkerbell.org/v1alpha1\n  kind: Hardware\n  metadata: {name: a}\n")) // file backend
+	f.Add([]byte("kind: HardwareList\nitems: &x [*x]\n"))                                             // alias cycle
+	f.Add([]byte("apiVersion: tinkerbell.org/v1alpha2\nkind: Hardware\nmetadata: {name: h, annotations: {anvil.dev/v1alpha1-fields: '[{\"op\":\"add\",\"path\":\"/disks\",\"value\":[]}]'}}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := ParseManifests("fuzz.yaml", data)
+		if err != nil {
+			return
+		}
+		for _, d := range res.Docs {
+			if v2Type(KindOf(d.Object)) == nil {
+				continue
+			}
+			out, err := ToVersion(d.Object, APIVersionV1alpha2)
+			if err != nil {
+				t.Fatalf("accepted object has no v1alpha2 form: %v", err)
+			}
+			b, err := json.Marshal(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := ParseManifests("v2.json", b)
+			if err != nil {
+				t.Fatalf("v1alpha2 form %s does not apply: %v", b, err)
+			}
+			if g, w := objectsJSON(t, back.Docs), objectsJSON(t, []Document{d}); g != w {
+				t.Fatalf("through v1alpha2 (%s):\n got %s\nwant %s", b, g, w)
+			}
+		}
+	})
+}
