@@ -15,11 +15,8 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// MaxManifestBytes caps one manifest file. A file this large is a mistake
-// (or an attack), not an inventory.
-const MaxManifestBytes = 8 << 20
-
-// MaxDocuments caps the documents in one manifest file.
+// MaxDocuments caps the objects in one manifest file, counting each item
+// of a list.
 const MaxDocuments = 10000
 
 // Document is one object parsed from a manifest file, with where it came from.
@@ -129,13 +126,18 @@ type ParseResult struct {
 	Warnings []string
 }
 
-// ParseManifests decodes every YAML (or JSON) document in data. It returns
-// all the documents, or an ErrorList naming every problem by file, line,
-// document and field path; it never returns some documents and an error.
+// ParseManifests decodes every YAML (or JSON) document in data: objects,
+// lists of objects (kubectl's kind: List, typed lists such as HardwareList,
+// a top-level YAML sequence), Hardware and Workflows in
+// tinkerbell.org/v1alpha1 or v1alpha2. It returns all the objects, or an
+// ErrorList naming every problem by file, line, document (and list item)
+// and field path; it never returns some objects and an error.
+//
+// The size of data is its caller's to bound: the API's request cap
+// (anvil serve --max-request-mib) is the one limit on a manifest. The
+// parser bounds what data may expand to: MaxDocuments objects, each of at
+// most maxNodes nodes (aliases counted each time they are used).
 func ParseManifests(source string, data []byte) (*ParseResult, error) {
-	if len(data) > MaxManifestBytes {
-		return nil, ErrorList{{Source: source, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(data), MaxManifestBytes)}}
-	}
 	res := &ParseResult{}
 	var errs ErrorList
 	objects := 0

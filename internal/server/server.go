@@ -37,8 +37,10 @@ import (
 	"github.com/anvilproj/anvil/internal/httplimit"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/metadata"
+	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store/bolt"
+	"github.com/anvilproj/anvil/internal/version"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
 
@@ -456,6 +458,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore,
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries,
+		ImageChecker: oci.NewChecker(oci.CheckerConfig{UserAgent: "anvil/" + version.Version}),
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the
 			// client a trusted proxy forwarded for.
