@@ -264,7 +264,7 @@ func hardwareDown(s hardwareSpecV2) (HardwareSpec, error) {
 		}
 		if nic.IPAM != nil && nic.IPAM.IPv4 != nil {
 			ip := nic.IPAM.IPv4
-			d.IP = &IP{Address: ip.Address, Gateway: ip.Gateway, Family: 4}
+			d.IP = &IP{Address: ip.Address, Gateway: ip.Gateway}
 			if ip.Prefix != "" {
 				n, err := strconv.Atoi(ip.Prefix)
 				if err != nil || n < 0 || n > 32 {
