@@ -124,7 +124,7 @@ func TestApplyV1alpha2RoundTrip(t *testing.T) {
 			if err := yaml.Unmarshal(raw, &file); err != nil {
 				t.Fatal(err)
 			}
-			v2 := mustRun(t, srv, "get", f.kind, f.name, "-o", "yaml", "--api-version", "tinkerbell.org/v1alpha2")
+			v2 := mustRun(t, srv, "get", f.kind+"/"+f.name, "-o", "yaml", "--api-version", "tinkerbell.org/v1alpha2")
 			var got map[string]any
 			if err := yaml.Unmarshal([]byte(v2), &got); err != nil {
 				t.Fatal(err)

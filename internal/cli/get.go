@@ -48,16 +48,19 @@ func newGetCmd() *cobra.Command {
 	var sc scope
 	var output, apiVersion string
 	cmd := &cobra.Command{
-		Use:   "get hardware|templates|workflows|bootprofiles [NAME...]",
+		Use:   "get hardware|templates|workflows|bootprofiles [NAME...] | KIND/NAME",
 		Short: "List objects, or show some by name",
 		Example: `  anvil get hardware
   anvil get workflows -o wide
   anvil get workflow rack1-node07-install -o yaml
   anvil get hw -A -l rack=r1
   anvil get bootprofiles -o wide
-  anvil get hardware rack1-node07 -o yaml --api-version tinkerbell.org/v1alpha2`,
+  anvil get hardware/rack1-node07 -o yaml --api-version tinkerbell.org/v1alpha2`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if k, name, ok := strings.Cut(args[0], "/"); ok && len(args) == 1 {
+				args = []string{k, name} // kubectl's KIND/NAME
+			}
 			kind, err := model.ParseKind(args[0])
 			if err != nil {
 				return err

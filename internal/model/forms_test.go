@@ -357,7 +357,9 @@ func TestV1alpha2Refusals(t *testing.T) {
 }
 
 // TestUpstreamFieldWarning: a v1alpha1 field that Tinkerbell defines and
-// Anvil does not is named as such; a field no one defines stays "unknown".
+// Anvil does not is named as such; a field no one defines stays "unknown",
+// in v1alpha2 documents too (and is not kept); Tinkerbell's own status
+// fields, which its exports carry, pass silently.
 func TestUpstreamFieldWarning(t *testing.T) {
 	res, err := ParseManifests("f.yaml", []byte(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
@@ -368,6 +370,19 @@ spec:
   interfaces:
   - dhcp: {mac: "02:00:00:00:00:01"}
     isoboot: {sourceISO: http://x/hook.iso}
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Workflow
+metadata: {name: w}
+spec: {templateRef: t, hardwareRef: m1}
+status: {state: STATE_SUCCESS, agentID: "02:00:00:00:00:01", templateRending: successful, bootOptions: {allowNetboot: {toggledTrue: true}}}
+---
+apiVersion: tinkerbell.org/v1alpha2
+kind: Hardware
+metadata: {name: m2}
+spec:
+  bogus: 1
+  networkInterfaces: {"02:00:00:00:00:02": {}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -376,9 +391,13 @@ spec:
 		"f.yaml:5: document 1 (Hardware default/m1): spec.auto: a Tinkerbell field Anvil ignores",
 		"f.yaml:6: document 1 (Hardware default/m1): spec.foo: unknown field, ignored",
 		"f.yaml:9: document 1 (Hardware default/m1): spec.interfaces[0].isoboot: a Tinkerbell field Anvil ignores",
+		"f.yaml:21: document 3 (Hardware default/m2): spec.bogus: unknown field, ignored",
 	}
 	if !reflect.DeepEqual(res.Warnings, want) {
 		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(res.Warnings, "\n"), strings.Join(want, "\n"))
+	}
+	if a := res.Docs[2].Object.GetObjectMeta().Annotations; a != nil {
+		t.Errorf("an unknown v1alpha2 field was kept: annotations %v", a)
 	}
 }
 

@@ -391,7 +391,10 @@ func decodeDocument(at position, n *yaml.Node) (*Document, []string, ErrorList) 
 	doc.Object = obj
 
 	for _, p := range unknownFields(reflect.TypeOf(obj).Elem(), value, "") {
-		if upstreamField(kind, p) {
+		switch {
+		case upstreamField(upstreamStatusFields, kind, p):
+			continue
+		case upstreamField(upstreamFields, kind, p):
 			warn(p, "a Tinkerbell field Anvil ignores")
 			continue
 		}
@@ -686,6 +689,14 @@ var upstreamFields = map[string][]string{
 		"spec.interfaces[].netboot.pxelinux", // u-boot pxelinux.cfg
 		"spec.interfaces[].netboot.rpi",      // Raspberry Pi firmware netboot
 	},
+}
+
+// upstreamStatusFields are the status fields of Tinkerbell's v1alpha1
+// kinds that Anvil's status has no place for. They are dropped without a
+// warning: status is the server's, and an export from Tinkerbell (kubectl
+// get -o yaml) carries them; a warning would make --strict refuse every
+// such export for fields no one applies on purpose.
+var upstreamStatusFields = map[string][]string{
 	KindWorkflow: {
 		"status.agentID",
 		"status.bootOptions",
@@ -694,10 +705,11 @@ var upstreamFields = map[string][]string{
 }
 
 // upstreamField reports whether path (a field of kind that the model does
-// not know) is one of Tinkerbell's, or inside one.
-func upstreamField(kind, path string) bool {
+// not know) is in patterns (upstreamFields or upstreamStatusFields), or
+// inside one.
+func upstreamField(patterns map[string][]string, kind, path string) bool {
 	generic := listIndex.ReplaceAllString(path, "[]")
-	for _, p := range upstreamFields[kind] {
+	for _, p := range patterns[kind] {
 		if generic == p || strings.HasPrefix(generic, p+".") || strings.HasPrefix(generic, p+"[") {
 			return true
 		}

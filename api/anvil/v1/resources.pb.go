@@ -1680,7 +1680,10 @@ type ApplyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// source names the file in error messages.
 	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	// content is one or more YAML (or JSON) documents separated by "---".
+	// content is one or more YAML (or JSON) documents separated by "---":
+	// objects, kubectl's "kind: List" exports, or top-level lists of objects;
+	// Hardware and Workflow in tinkerbell.org/v1alpha1 or v1alpha2. Its size
+	// is bounded by the server's request cap only (--max-request-mib).
 	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
 	// dry_run validates and reports what would change, storing nothing.
 	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
