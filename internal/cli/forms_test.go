@@ -249,3 +249,35 @@ spec:
 		}
 	}
 }
+
+// TestApplyNoImageCheck: with --no-apply-image-check the server asks no
+// registry (the one its mirror names counts no request) and warns of
+// nothing about an image it cannot tell is reachable.
+func TestApplyNoImageCheck(t *testing.T) {
+	reg := ocitest.NewRegistry(t)
+	srv := startServerWith(t, func(c *server.Config) {
+		c.RegistryMirrors = []string{"quay.io=http://" + reg.Host}
+		c.NoApplyImageCheck = true
+	})
+	path := writeFile(t, "t.yaml", `apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata: {name: t}
+spec:
+  data: |
+    version: "0.1"
+    name: t
+    global_timeout: 60
+    tasks:
+      - name: t
+        worker: "{{.device_1}}"
+        actions:
+          - {name: absent, image: quay.io/tinkerbell/actions/absent:v1, timeout: 60}
+`)
+	out, errOut, err := run(t, srv, "apply", "--strict", "-f", path)
+	if err != nil || !strings.Contains(out, "template/t created") || errOut != "" {
+		t.Errorf("apply --strict = %v\n%s%s; want the template created without warnings", err, out, errOut)
+	}
+	if n := reg.Requests("/v2/"); n != 0 {
+		t.Errorf("the registry got %d requests; want none", n)
+	}
+}
