@@ -162,7 +162,7 @@ func TestListErrors(t *testing.T) {
 		{"scalar item", "- " + hw("n1") + "\n- 7\n",
 			"l.yaml:2: document 1 item 2: a manifest document must be a mapping"},
 		{"duplicate across items", "- " + hw("n1") + "\n- " + hw("n1") + "\n",
-			"document 1 item 2 (Hardware default/n1): metadata.name: defined again (first in document 1)"},
+			"document 1 item 2 (Hardware default/n1): metadata.name: defined again (first in document 1 item 1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := ParseManifests("l.yaml", []byte(tc.in))

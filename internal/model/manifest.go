@@ -196,17 +196,17 @@ func ParseManifests(source string, data []byte) (*ParseResult, error) {
 // should win would be a guess.
 func duplicateObjects(docs []Document) ErrorList {
 	var errs ErrorList
-	seen := map[string]int{}
+	seen := map[string]string{}
 	for i := range docs {
 		d := &docs[i]
 		m := d.Object.GetObjectMeta()
 		key := KindOf(d.Object) + " " + m.Key()
 		if first, ok := seen[key]; ok {
 			errs = append(errs, &FieldError{Source: d.Source, Line: d.Line, Doc: d.Describe(), Path: "metadata.name",
-				Msg: fmt.Sprintf("defined again (first in document %d)", first)})
+				Msg: fmt.Sprintf("defined again (first in %s)", first)})
 			continue
 		}
-		seen[key] = d.Index
+		seen[key] = position{index: d.Index, item: d.Item}.describe()
 	}
 	return errs
 }
