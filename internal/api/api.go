@@ -8,8 +8,10 @@
 // those bodies (gate.go), asking internal/auth whether the caller may
 // (authz.go), checking a write against the objects it does not touch
 // before making it (admit.go: the store's claim conflicts, the engine's
-// worker rule), and the few operations that are several store calls in
-// one (Reprovision, ProvisionDevice). It must not hold state of its own
+// worker rule), apply's warnings of what can only fail later
+// (applycheck.go: images no registry has, a boot mode needing a BMC), and
+// the few operations that are several store calls in one (Reprovision,
+// ProvisionDevice). It must not hold state of its own
 // beyond a lock, open listeners or decide policy — the store, the engine,
 // the model's validation and internal/auth decide; internal/server mounts
 // the handlers and serves them.
