@@ -73,6 +73,10 @@ func (s *Services) imageWarnings(ctx context.Context, docs []model.Document) []s
 		_, err := nativeCatalog().Lookup(u.action.Image)
 		native := err == nil
 		switch {
+		case u.action.Runtime != "" && u.action.Runtime != model.RuntimeNative && u.action.Runtime != model.RuntimeContainer:
+			warns = append(warns, fmt.Sprintf("template %q action %q: runtime %q: want %s, %s or nothing (a workflow of this template fails when it is rendered)",
+				u.template, u.action.Name, u.action.Runtime, model.RuntimeContainer, model.RuntimeNative))
+			continue
 		case u.action.Runtime == model.RuntimeNative && !native:
 			warns = append(warns, fmt.Sprintf("template %q action %q: image %q has no native action, and runtime: native forbids a container",
 				u.template, u.action.Name, u.action.Image))

@@ -48,13 +48,15 @@ func TestApplyImageRules(t *testing.T) {
 		"{name: pinned, image: registry.lab/fw:1, runtime: native, timeout: 60}",
 		"{name: a, image: registry.lab/tool:2, timeout: 60}",
 		"{name: b, image: registry.lab/tool:2, timeout: 60}",
-		"{name: computed, image: \"registry.lab/{{ .name }}:1\", timeout: 60}")
+		"{name: computed, image: \"registry.lab/{{ .name }}:1\", timeout: 60}",
+		"{name: odd, image: quay.io/tinkerbell/actions/cexec:v1.0.0, runtime: docker, timeout: 60}")
 	r, err := apply(e, tpl, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
 		`template "rules" action "pinned": image "registry.lab/fw:1" has no native action, and runtime: native forbids a container`,
+		`template "rules" action "odd": runtime "docker": want container, native or nothing (a workflow of this template fails when it is rendered)`,
 		`template "rules" action "boxed": image "quay.io/tinkerbell/actions/writefile:v1.0.0" runs in a container (runtime: container) and could not be resolved from quay.io: the registry has no such image`,
 		`template "rules" action "a": image "registry.lab/tool:2" is not native and could not be resolved from registry.lab: the registry has no such image`,
 		`template "rules" action "b": image "registry.lab/tool:2" is not native and could not be resolved from registry.lab: the registry has no such image`,
