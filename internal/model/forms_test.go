@@ -382,7 +382,8 @@ kind: Hardware
 metadata: {name: m2}
 spec:
   bogus: 1
-  networkInterfaces: {"02:00:00:00:00:02": {}}
+  attributes: {}
+  networkInterfaces: {"02:00:00:00:00:02": {dhcp: {v4: {}}, netboot: {}}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -396,8 +397,20 @@ spec:
 	if !reflect.DeepEqual(res.Warnings, want) {
 		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(res.Warnings, "\n"), strings.Join(want, "\n"))
 	}
-	if a := res.Docs[2].Object.GetObjectMeta().Annotations; a != nil {
-		t.Errorf("an unknown v1alpha2 field was kept: annotations %v", a)
+	h := res.Docs[2].Object
+	if a := h.GetObjectMeta().Annotations[V1alpha2FieldsAnnotation]; strings.Contains(a, "bogus") {
+		t.Errorf("an unknown v1alpha2 field was kept: %s", a)
+	}
+	out, err := ToVersion(h, APIVersionV1alpha2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(out.(interface{ GetObjectMeta() *ObjectMeta }).GetObjectMeta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "annotations") {
+		t.Errorf("v1alpha2 output metadata %s; want no annotations", b)
 	}
 }
 

@@ -525,7 +525,9 @@ func fromV1alpha2(kind string, value map[string]any) (out map[string]any, ignore
 	}
 	ops := diffPatch(back, spec2, "")
 	for _, op := range ops {
-		if op.Op != "remove" {
+		// A removal is a default the conversion filled in; an empty
+		// object ("netboot: {}") says nothing. Both are kept, unwarned.
+		if op.Op != "remove" && !hollow(op.Value) {
 			ignored = append(ignored, "spec"+pointerToPath(op.Path))
 		}
 	}
@@ -656,6 +658,23 @@ func jsonValue(v any) (any, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// hollow reports whether v (decoded JSON) holds no value: an empty list,
+// or an object whose members are all hollow.
+func hollow(v any) bool {
+	switch v := v.(type) {
+	case []any:
+		return len(v) == 0
+	case map[string]any:
+		for _, m := range v {
+			if !hollow(m) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // remarshal decodes the JSON value v into out.
