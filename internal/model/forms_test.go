@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -456,3 +457,30 @@ func FuzzManifestForms(f *testing.F) {
 		}
 	})
 }
+
+// TestListAliasBudget: a list whose items each repeat a large anchored
+// object is refused quickly, however small the file; a single item of the
+// same size passes.
+func TestListAliasBudget(t *testing.T) {
+	// One anchored list of about 2^15 nodes (a 14-level binary tree of
+	// aliases), repeated by every item.
+	var b strings.Builder
+	b.WriteString("- apiVersion: tinkerbell.org/v1alpha1\n  kind: Hardware\n  metadata: {name: h0}\n  spec:\n    metadata:\n      custom:\n        l0: &l0 [x, y]\n")
+	for i := 1; i < 14; i++ {
+		b.WriteString("        l" + itoa(i) + ": &l" + itoa(i) + " [*l" + itoa(i-1) + ", *l" + itoa(i-1) + "]\n")
+	}
+	b.WriteString("        big: &big [*l13]\n    interfaces: [{dhcp: {mac: \"02:00:00:00:00:00\"}}]\n")
+	one := b.String()
+	if _, err := ParseManifests("one.yaml", []byte(one)); err != nil {
+		t.Fatalf("one large item: %v", err)
+	}
+	for i := 1; i < 200; i++ {
+		b.WriteString("- {apiVersion: tinkerbell.org/v1alpha1, kind: Hardware, metadata: {name: h" + itoa(i) + "}, spec: {metadata: {custom: {x: *big}}}}\n")
+	}
+	_, err := ParseManifests("many.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "nodes through aliases") {
+		t.Fatalf("%d bytes of list repeating a large anchor: %v; want refused for expanding too far", b.Len(), err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

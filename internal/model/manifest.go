@@ -164,12 +164,13 @@ func ParseManifests(source string, data []byte) (*ParseResult, error) {
 		if items == nil {
 			items = []*yaml.Node{root.Content[0]}
 		}
+		aliased := maxAliasedNodes
 		for i, n := range items {
 			if objects++; objects > MaxDocuments {
 				errs = append(errs, &FieldError{Source: source, Msg: fmt.Sprintf("more than %d objects", MaxDocuments)})
 				break
 			}
-			at := position{source: source, index: index}
+			at := position{source: source, index: index, aliased: &aliased}
 			if listKind != "" {
 				at.item = i + 1
 			}
@@ -216,6 +217,11 @@ type position struct {
 	source string
 	index  int // the document, from 1
 	item   int // the item in the document's list, from 1; 0: not a list
+	// aliased is what is left of the document's budget of nodes reached
+	// through aliases (maxAliasedNodes), shared by a list's items:
+	// aliases let a few bytes of list repeat a large anchored object in
+	// every item.
+	aliased *int
 }
 
 func (p position) describe() string {
@@ -326,7 +332,7 @@ func decodeDocument(at position, n *yaml.Node) (*Document, []string, ErrorList) 
 	if n.Kind != yaml.MappingNode {
 		return fail("", "a manifest document must be a mapping with apiVersion, kind, metadata and spec")
 	}
-	conv := &nodeConverter{lines: doc.lines, budget: maxNodes}
+	conv := &nodeConverter{lines: doc.lines, budget: maxNodes, aliased: at.aliased}
 	value, err := conv.value(n, "")
 	if err != nil {
 		return fail("", err.Error())
@@ -456,22 +462,34 @@ func slicesEqual(a, b []string) bool {
 	return true
 }
 
-// maxNodes bounds the nodes one document may expand to, counting every use
+// maxNodes bounds the nodes one object may expand to, counting every use
 // of an alias, so "billion laughs" documents fail fast instead of eating
 // memory.
 const maxNodes = 1 << 18
 
+// maxAliasedNodes bounds the nodes reached through aliases in all the
+// objects of one document (a list) together. Plain nodes are bounded by
+// the document's size; aliases are what multiply it, and a list would let
+// each of its items repeat one large anchor.
+const maxAliasedNodes = maxNodes
+
 // nodeConverter converts YAML nodes to the values encoding/json would
 // produce for the same JSON, recording the line of every path it passes.
 type nodeConverter struct {
-	lines  map[string]int
-	budget int
-	active map[*yaml.Node]bool // aliases being expanded, to catch cycles
+	lines   map[string]int
+	budget  int
+	aliased *int                // shared by the objects of one document; nil: no bound
+	active  map[*yaml.Node]bool // aliases being expanded, to catch cycles
 }
 
 func (c *nodeConverter) value(n *yaml.Node, path string) (any, error) {
 	if c.budget--; c.budget < 0 {
 		return nil, fmt.Errorf("line %d: document expands to more than %d nodes (aliases?)", n.Line, maxNodes)
+	}
+	if len(c.active) > 0 && c.aliased != nil {
+		if *c.aliased--; *c.aliased < 0 {
+			return nil, fmt.Errorf("line %d: document expands to more than %d nodes through aliases", n.Line, maxAliasedNodes)
+		}
 	}
 	lines := c.lines
 	if path != "" {
