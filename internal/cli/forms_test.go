@@ -281,3 +281,19 @@ spec:
 		t.Errorf("the registry got %d requests; want none", n)
 	}
 }
+
+// TestApplyKubectlExport: an export from a cluster running Tinkerbell
+// (server-set metadata, owner references, Tinkerbell's status) applies
+// under --strict with no warning.
+func TestApplyKubectlExport(t *testing.T) {
+	srv := startServer(t)
+	out, errOut, err := run(t, srv, "apply", "--strict", "-f", "../model/testdata/kubectl-export.yaml")
+	if err != nil || errOut != "" {
+		t.Fatalf("apply --strict: %v\n%s", err, errOut)
+	}
+	for _, w := range []string{"hardware/rack4-node01 created", "template/rack4-node01 created", "workflow/rack4-node01 created"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("apply output %q lacks %q", out, w)
+		}
+	}
+}

@@ -484,3 +484,25 @@ func TestListAliasBudget(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestKubectlExport: an export from a Kubernetes cluster running
+// Tinkerbell applies without a warning (so --strict accepts it): its
+// server-set metadata, owner references, finalizers and Tinkerbell's
+// status fields are dropped silently; its spec is kept whole.
+func TestKubectlExport(t *testing.T) {
+	res := parseFile(t, "testdata/kubectl-export.yaml")
+	if len(res.Warnings) != 0 {
+		t.Errorf("warnings:\n%s", strings.Join(res.Warnings, "\n"))
+	}
+	if len(res.Docs) != 3 {
+		t.Fatalf("%d objects; want 3", len(res.Docs))
+	}
+	h := res.Docs[0].Object.(*Hardware)
+	if h.Namespace != "tink-system" || h.Spec.BMCRef == nil || h.Spec.BMCRef.Name != "rack4-node01-bmc" || h.UID != "" || h.ResourceVersion != "" {
+		t.Errorf("hardware = %+v", h)
+	}
+	w := res.Docs[2].Object.(*Workflow)
+	if w.Spec.TemplateRef != "rack4-node01" || w.Spec.BootOptions == nil || !w.Spec.BootOptions.ToggleAllowNetboot {
+		t.Errorf("workflow spec = %+v", w.Spec)
+	}
+}

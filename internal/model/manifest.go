@@ -355,7 +355,9 @@ func decodeDocument(at position, n *yaml.Node) (*Document, []string, ErrorList) 
 	case av == APIVersionOf(kind):
 	case av == APIVersionV1alpha2 && v2Type(kind) != nil:
 		for _, p := range unknownFields(v2Type(kind), value, "") {
-			warn(p, "unknown field, ignored")
+			if !upstreamField(exportFields, kind, p) {
+				warn(p, "unknown field, ignored")
+			}
 		}
 		converted, ignored, err := fromV1alpha2(kind, m)
 		if err != nil {
@@ -398,7 +400,7 @@ func decodeDocument(at position, n *yaml.Node) (*Document, []string, ErrorList) 
 
 	for _, p := range unknownFields(reflect.TypeOf(obj).Elem(), value, "") {
 		switch {
-		case upstreamField(upstreamStatusFields, kind, p):
+		case upstreamField(exportFields, kind, p):
 			continue
 		case upstreamField(upstreamFields, kind, p):
 			warn(p, "a Tinkerbell field Anvil ignores")
@@ -709,12 +711,14 @@ var upstreamFields = map[string][]string{
 	},
 }
 
-// upstreamStatusFields are the status fields of Tinkerbell's v1alpha1
-// kinds that Anvil's status has no place for. They are dropped without a
-// warning: status is the server's, and an export from Tinkerbell (kubectl
-// get -o yaml) carries them; a warning would make --strict refuse every
-// such export for fields no one applies on purpose.
-var upstreamStatusFields = map[string][]string{
+// exportFields are fields an export from a Kubernetes cluster running
+// Tinkerbell (kubectl get -o yaml) carries that Anvil has no place for:
+// Kubernetes' server-set and lifecycle metadata, and the status fields of
+// Tinkerbell's kinds that Anvil's status lacks. They are dropped without a
+// warning: no one writes them on purpose, and a warning would make
+// --strict refuse every such export.
+var exportFields = map[string][]string{
+	KindHardware: {"status"}, // v1alpha2 Hardware has none; kubectl shows {}
 	KindWorkflow: {
 		"status.agentID",
 		"status.bootOptions",
@@ -722,8 +726,27 @@ var upstreamStatusFields = map[string][]string{
 	},
 }
 
+// exportMetadataFields are Kubernetes' ObjectMeta fields an export
+// carries and Anvil does not keep: server-set ones, and those that drive
+// Kubernetes' garbage collection (owners, finalizers), which Anvil does not
+// have.
+var exportMetadataFields = []string{
+	"metadata.managedFields",
+	"metadata.selfLink",
+	"metadata.deletionTimestamp",
+	"metadata.deletionGracePeriodSeconds",
+	"metadata.ownerReferences",
+	"metadata.finalizers",
+}
+
+func init() {
+	for _, k := range Kinds {
+		exportFields[k] = append(exportFields[k], exportMetadataFields...)
+	}
+}
+
 // upstreamField reports whether path (a field of kind that the model does
-// not know) is in patterns (upstreamFields or upstreamStatusFields), or
+// not know) is in patterns (upstreamFields or exportFields), or
 // inside one.
 func upstreamField(patterns map[string][]string, kind, path string) bool {
 	generic := listIndex.ReplaceAllString(path, "[]")
