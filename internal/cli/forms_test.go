@@ -296,4 +296,15 @@ func TestApplyKubectlExport(t *testing.T) {
 			t.Errorf("apply output %q lacks %q", out, w)
 		}
 	}
+	var wf struct {
+		Status struct {
+			State string `json:"state"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, srv, "get", "workflow", "rack4-node01", "-n", "tink-system", "-o", "json")), &wf); err != nil {
+		t.Fatal(err)
+	}
+	if wf.Status.State != "SUCCESS" {
+		t.Errorf("the exported SUCCESS workflow is %q after apply; want SUCCESS (not run again)", wf.Status.State)
+	}
 }
