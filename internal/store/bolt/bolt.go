@@ -376,7 +376,8 @@ func validNamespace(s string) bool {
 
 func checkKind(kind string) error {
 	switch kind {
-	case model.KindHardware, model.KindTemplate, model.KindWorkflow, model.KindBootProfile:
+	case model.KindHardware, model.KindTemplate, model.KindWorkflow, model.KindBootProfile,
+		model.KindMachine, model.KindJob, model.KindTask, model.KindSecret:
 		return nil
 	}
 	return fmt.Errorf("unknown kind %q: %w", kind, store.ErrInvalid)
