@@ -13,7 +13,7 @@ import (
 func testSecret() *model.Secret {
 	return &model.Secret{
 		ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "bm-auth"},
-		Data:       map[string]string{"username": "YWRtaW4="},       // admin
+		Data:       map[string]string{"username": "YWRtaW4="},        // admin
 		StringData: map[string]string{"password": "hunter2-correct"}, // wins over data
 	}
 }
