@@ -2,6 +2,7 @@ package bmc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -82,14 +83,16 @@ func (p IPMI) Open(ctx context.Context, c Conn) (Session, error) {
 	return &ipmiSession{c: cl}, nil
 }
 
-// explainIPMI rewrites the library's errors into what an operator acts on.
+// explainIPMI rewrites the library's errors into what an operator acts on,
+// on one line (the library lists each cipher suite's failure on its own).
 func explainIPMI(err error) error {
-	s := err.Error()
+	s := strings.ReplaceAll(strings.ReplaceAll(err.Error(), ": \n", ": "), "\n", "; ")
+	err = errors.New(s)
 	switch {
 	case strings.Contains(s, "authentication code mismatch"), strings.Contains(s, "RAKP authentication failed"),
 		strings.Contains(s, "unauthorized name"), strings.Contains(s, "invalid name"):
 		return fmt.Errorf("%w (the BMC refused the username or password of the Secret)", err)
-	case strings.Contains(s, "i/o timeout"), strings.Contains(s, "deadline exceeded"), strings.Contains(s, "connection refused"):
+	case strings.Contains(s, "i/o timeout"), strings.Contains(s, "deadline"), strings.Contains(s, "connection refused"):
 		return fmt.Errorf("%w (the BMC did not answer: check the Machine's host and port, and that IPMI over LAN is on)", err)
 	}
 	return err
