@@ -15,10 +15,6 @@ import (
 	"github.com/anvilproj/anvil/internal/store"
 )
 
-// JobLabel is the label the executor puts on each Task, naming its Job
-// (Rufio links them by owner reference, which Anvil's metadata lacks).
-const JobLabel = "bmc.tinkerbell.org/job"
-
 // Defaults of Config.
 const (
 	// DefaultTaskTimeout bounds one task: opening the session (for the
@@ -385,7 +381,7 @@ func (r *jobRun) runTask(ctx context.Context, i int, a model.BMCAction, conn Con
 	name := model.TaskName(r.job.Name, i)
 	start := e.cfg.Now().UTC()
 	task := &model.BMCTask{
-		ObjectMeta: model.ObjectMeta{Namespace: r.job.Namespace, Name: name, Labels: map[string]string{JobLabel: r.job.Name}},
+		ObjectMeta: model.ObjectMeta{Namespace: r.job.Namespace, Name: name, Labels: map[string]string{model.BMCJobLabel: r.job.Name}},
 		Spec:       model.TaskSpec{Task: a, Connection: r.machine.Spec.Connection},
 		Status:     model.TaskStatus{StartTime: &start},
 	}

@@ -151,7 +151,7 @@ func TestJobAgainstSimulator(t *testing.T) {
 	}
 	for i, want := range []string{"powerAction off", "oneTimeBootDeviceAction pxe (efiBoot)", "powerAction on", "powerAction status"} {
 		task := w.get(t, model.KindTask, fmt.Sprintf("pxe-on-task-%d", i)).(*model.BMCTask)
-		if task.Spec.Task.Describe() != want || task.Labels[bmc.JobLabel] != "pxe-on" || task.Spec.Connection.Host != "127.0.0.1" {
+		if task.Spec.Task.Describe() != want || task.Labels[model.BMCJobLabel] != "pxe-on" || task.Spec.Connection.Host != "127.0.0.1" {
 			t.Errorf("task %d = %s, labels %v", i, task.Spec.Task.Describe(), task.Labels)
 		}
 		if c := condition(task.Status.Conditions, model.ConditionCompleted); c.Status != model.ConditionTrue || task.Status.CompletionTime == nil {

@@ -231,6 +231,10 @@ type TaskStatus struct {
 	CompletionTime *time.Time     `json:"completionTime,omitempty"`
 }
 
+// BMCJobLabel is the label the executor puts on each Task, naming its Job
+// (Rufio links them by owner reference, which Anvil's metadata lacks).
+const BMCJobLabel = "bmc.tinkerbell.org/job"
+
 // TaskName is the name of a Job's n-th task (from 0), Rufio's form.
 func TaskName(job string, n int) string { return fmt.Sprintf("%s-task-%d", job, n) }
 
