@@ -300,7 +300,7 @@ func (r *jobRun) resolve(ctx context.Context) (Conn, error) {
 	}
 	o, err := e.cfg.Store.Get(ctx, model.KindMachine, mns, job.Spec.MachineRef.Name)
 	if errors.Is(err, store.ErrNotFound) {
-		return Conn{}, fmt.Errorf("Machine %s/%s does not exist (spec.machineRef); no provider was tried", mns, job.Spec.MachineRef.Name)
+		return Conn{}, fmt.Errorf("spec.machineRef: Machine %s/%s does not exist; no provider was tried", mns, job.Spec.MachineRef.Name)
 	}
 	if err != nil {
 		return Conn{}, fmt.Errorf("read Machine %s/%s: %w", mns, job.Spec.MachineRef.Name, err)
@@ -309,7 +309,7 @@ func (r *jobRun) resolve(ctx context.Context) (Conn, error) {
 	c := r.machine.Spec.Connection
 	p, err := e.choose(c.ProviderOptions)
 	if err != nil {
-		return Conn{}, fmt.Errorf("Machine %s/%s: %w", mns, r.machine.Name, err)
+		return Conn{}, fmt.Errorf("providerOptions of Machine %s/%s: %w", mns, r.machine.Name, err)
 	}
 	r.provider = p
 	sns := c.AuthSecretRef.Namespace
@@ -368,7 +368,7 @@ func (e *Executor) choose(o *model.ProviderOptions) (Provider, error) {
 	for _, p := range e.cfg.Providers {
 		have = append(have, p.Name())
 	}
-	return nil, fmt.Errorf("providerOptions.preferredOrder %v names no provider Anvil has (it has %v; Redfish and Intel AMT are not built yet)",
+	return nil, fmt.Errorf("preferredOrder %v names no provider Anvil has (it has %v; Redfish and Intel AMT are not built yet)",
 		o.PreferredOrder, have)
 }
 

@@ -86,7 +86,7 @@ func TestPowerCommands(t *testing.T) {
 
 	// A Machine that does not exist: the Job fails and says so.
 	_, _, err = run(t, srv, "power", "on", "machine/ghost")
-	if err == nil || !strings.Contains(err.Error(), "task 0 (powerAction on): Machine default/ghost does not exist") {
+	if err == nil || !strings.Contains(err.Error(), "task 0 (powerAction on): spec.machineRef: Machine default/ghost does not exist") {
 		t.Errorf("power on machine/ghost: %v", err)
 	}
 	_, _, err = run(t, srv, "power", "sideways", "machine/bmc-node07")
