@@ -100,9 +100,9 @@ func FuzzOpen(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add("v1:dFzb2xFjcOlqx/IsqpUFsuFpPK13JCQsA+5TQYhft73a7cmhkWHihazd1ySf7qCw", "pw") // well-formed, forged
-	f.Add("v1:", "")              // empty body
-	f.Add("v1:!!!notbase64", "x") // bad base64
-	f.Add("v2:AAAA", "x")         // unknown scheme
+	f.Add("v1:", "")                                                                   // empty body
+	f.Add("v1:!!!notbase64", "x")                                                      // bad base64
+	f.Add("v2:AAAA", "x")                                                              // unknown scheme
 	f.Fuzz(func(t *testing.T, sealed, password string) {
 		s := &model.Secret{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "f"}, Sealed: sealed}
 		if _, err := k.Open(s); err == nil && sealed != "" {
