@@ -195,3 +195,43 @@ func assertNoPassword(t *testing.T, where string, b []byte) {
 		}
 	}
 }
+
+// TestBMCPermissions: an operator may create Jobs (power is provisioning)
+// in its organisation only; Machines, like Hardware, need an admin; a
+// viewer reads both.
+func TestBMCPermissions(t *testing.T) {
+	e := newEnv(t, envOptions{configure: func(c *api.Config) { c.Authenticate = testAuthenticate }})
+	ctx := context.Background()
+	jobs := anvilv1connect.NewBmcJobServiceClient(e.http, e.url, connect.WithGRPC())
+	machines := anvilv1connect.NewMachineServiceClient(e.http, e.url, connect.WithGRPC())
+	jobMsg := func(ns string) *v1.BmcJob {
+		return &v1.BmcJob{Metadata: &v1.ObjectMeta{Name: "on", Namespace: ns},
+			Spec: mustStruct(t, `{"machineRef":{"name":"m"},"tasks":[{"powerAction":"on"}]}`)}
+	}
+	machineMsg := &v1.Machine{Metadata: &v1.ObjectMeta{Name: "m", Namespace: "acme"},
+		Spec: mustStruct(t, `{"connection":{"host":"10.0.0.9","authSecretRef":{"name":"s"}}}`)}
+
+	_, err := machines.Create(ctx, as("acme-op", &v1.CreateMachineRequest{Machine: machineMsg}))
+	denied(t, "operator creates a Machine", err, connect.CodePermissionDenied)
+	if _, err := machines.Create(ctx, as("admin", &v1.CreateMachineRequest{Machine: machineMsg})); err != nil {
+		t.Fatalf("admin creates a Machine: %v", err)
+	}
+	if _, err := jobs.Create(ctx, as("acme-op", &v1.CreateBmcJobRequest{Job: jobMsg("acme")})); err != nil {
+		t.Errorf("operator creates a Job in its organisation: %v", err)
+	}
+	_, err = jobs.Create(ctx, as("globex-op", &v1.CreateBmcJobRequest{Job: jobMsg("acme")}))
+	denied(t, "operator creates a Job in another organisation", err, connect.CodePermissionDenied)
+	_, err = jobs.Create(ctx, as("acme-viewer", &v1.CreateBmcJobRequest{Job: jobMsg("acme")}))
+	denied(t, "viewer creates a Job", err, connect.CodePermissionDenied)
+	if _, err := machines.Get(ctx, as("acme-viewer", &v1.GetRequest{Namespace: "acme", Name: "m"})); err != nil {
+		t.Errorf("viewer reads the Machine: %v", err)
+	}
+	// A Job that is not Rufio's shape is refused with the field named.
+	bad := &v1.BmcJob{Metadata: &v1.ObjectMeta{Name: "bad", Namespace: "acme"},
+		Spec: mustStruct(t, `{"machineRef":{"name":"m"},"tasks":[{"powerAction":"sideways"}]}`)}
+	_, err = jobs.Create(ctx, as("acme-op", &v1.CreateBmcJobRequest{Job: bad}))
+	wantCode(t, "a Job with an unknown power action", err, connect.CodeInvalidArgument)
+	if err == nil || !strings.Contains(err.Error(), `spec.tasks[0].powerAction: "sideways" is not a power action`) {
+		t.Errorf("error %v; want the field and value named", err)
+	}
+}

@@ -246,6 +246,9 @@ func indent(s, prefix string) string {
 
 func describeHardware(w io.Writer, h *model.Hardware, wfs []model.Object, now time.Time) {
 	describeMeta(w, &h.ObjectMeta, now)
+	if r := h.Spec.BMCRef; r != nil && r.Name != "" {
+		fmt.Fprintf(w, "BMC:         machine/%s (anvil power status hardware/%s)\n", r.Name, h.Name)
+	}
 	if ids := h.AgentIDs(); len(ids) > 0 {
 		fmt.Fprintf(w, "Agent IDs:   %s\n", strings.Join(ids, ", "))
 	}

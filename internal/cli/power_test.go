@@ -39,6 +39,9 @@ func TestPowerCommands(t *testing.T) {
 		}
 	}
 
+	if out := mustRun(t, srv, "describe", "hardware/node07"); !strings.Contains(out, "BMC:         machine/bmc-node07") {
+		t.Errorf("describe hardware/node07 does not name its BMC:\n%s", out)
+	}
 	out = mustRun(t, srv, "power", "status", "hardware/node07")
 	if !strings.Contains(out, ": Completed\n") || !strings.HasSuffix(out, "hardware/node07 (machine/bmc-node07): power off\n") {
 		t.Errorf("power status = %q", out)
