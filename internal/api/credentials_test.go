@@ -234,4 +234,12 @@ func TestBMCPermissions(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `spec.tasks[0].powerAction: "sideways" is not a power action`) {
 		t.Errorf("error %v; want the field and value named", err)
 	}
+	// A Job may not reach into another organisation's Machines.
+	cross := &v1.BmcJob{Metadata: &v1.ObjectMeta{Name: "cross", Namespace: "acme"},
+		Spec: mustStruct(t, `{"machineRef":{"name":"g1","namespace":"globex"},"tasks":[{"powerAction":"off"}]}`)}
+	_, err = jobs.Create(ctx, as("acme-op", &v1.CreateBmcJobRequest{Job: cross}))
+	wantCode(t, "a Job naming another organisation's Machine", err, connect.CodeInvalidArgument)
+	if err == nil || !strings.Contains(err.Error(), "spec.machineRef.namespace") {
+		t.Errorf("error %v; want spec.machineRef.namespace named", err)
+	}
 }

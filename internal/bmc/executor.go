@@ -298,6 +298,9 @@ func (r *jobRun) resolve(ctx context.Context) (Conn, error) {
 	if mns == "" {
 		mns = job.Namespace
 	}
+	if mns != job.Namespace { // refused at apply too; a Job stored before that rule stops here
+		return Conn{}, fmt.Errorf("spec.machineRef: namespace %q: a Job drives the Machines of its own namespace (%q) only; no provider was tried", mns, job.Namespace)
+	}
 	o, err := e.cfg.Store.Get(ctx, model.KindMachine, mns, job.Spec.MachineRef.Name)
 	if errors.Is(err, store.ErrNotFound) {
 		return Conn{}, fmt.Errorf("spec.machineRef: Machine %s/%s does not exist; no provider was tried", mns, job.Spec.MachineRef.Name)

@@ -220,6 +220,8 @@ func TestJobBadInput(t *testing.T) {
 			[]string{"task 0 (powerAction on), provider ipmitool:", "chassis control on", "did not answer"}, true},
 		{job("no-machine", "ghost", on),
 			[]string{"task 0 (powerAction on): spec.machineRef: Machine default/ghost does not exist; no provider was tried"}, false},
+		{crossNamespace(job("cross-namespace", "silent", on)),
+			[]string{`task 0 (powerAction on): spec.machineRef: namespace "globex": a Job drives the Machines of its own namespace ("default") only`}, false},
 		{job("no-username", "nouser", on),
 			[]string{"task 0 (powerAction on): provider ipmitool:", "Secret default/nouser (authSecretRef of Machine default/nouser) has no username"}, false},
 		{job("no-secret", "nosecret", on),
@@ -393,4 +395,11 @@ func TestInterruptedJob(t *testing.T) {
 	if len(p.maxOpen) != 0 {
 		t.Errorf("the interrupted job was run again: %v", p.maxOpen)
 	}
+}
+
+// crossNamespace points j at a Machine of another namespace, as a Job
+// stored before apply refused that would.
+func crossNamespace(j *model.Job) *model.Job {
+	j.Spec.MachineRef.Namespace = "globex"
+	return j
 }

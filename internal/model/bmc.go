@@ -335,12 +335,24 @@ func validateJob(j *Job, add addFunc) {
 	if j.Spec.MachineRef.Name == "" {
 		add("spec.machineRef.name", "missing name (of the Machine the tasks run on)")
 	}
+	// A namespace is an organisation: a Job drives its own namespace's
+	// Machines only, or an operator of one could power another's off.
+	if ns, own := j.Spec.MachineRef.Namespace, namespaceOrDefault(j.Namespace); ns != "" && ns != own {
+		add("spec.machineRef.namespace", "%q: a Job drives the Machines of its own namespace (%q) only", ns, own)
+	}
 	if len(j.Spec.Tasks) == 0 {
 		add("spec.tasks", "no tasks (want powerAction, oneTimeBootDeviceAction or virtualMediaAction entries)")
 	}
 	for i, a := range j.Spec.Tasks {
 		validateAction(a, fmt.Sprintf("spec.tasks[%d]", i), add)
 	}
+}
+
+func namespaceOrDefault(ns string) string {
+	if ns == "" {
+		return DefaultNamespace
+	}
+	return ns
 }
 
 func validateAction(a BMCAction, p string, add addFunc) {

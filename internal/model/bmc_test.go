@@ -86,6 +86,8 @@ func TestBMCErrors(t *testing.T) {
 			[]string{"spec.tasks[0]: a task holds exactly one action"}},
 		{"bad boot device", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - oneTimeBootDeviceAction: {device: [floppy]}\n",
 			[]string{`"floppy" is not a boot device`}},
+		{"job naming another namespace's machine", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j, namespace: acme}\nspec:\n  machineRef: {name: m, namespace: globex}\n  tasks:\n  - powerAction: \"off\"\n",
+			[]string{"f.yaml:5:", "spec.machineRef.namespace", `"globex": a Job drives the Machines of its own namespace ("acme") only`}},
 		{"job without machine", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  tasks:\n  - powerAction: status\n",
 			[]string{"spec.machineRef.name: missing name"}},
 		{"bmcRef of another kind", "apiVersion: tinkerbell.org/v1alpha1\nkind: Hardware\nmetadata: {name: h}\nspec:\n  bmcRef: {kind: Template, name: x}\n  interfaces:\n  - dhcp: {mac: 3c:ec:ef:12:34:07}\n",
