@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/bmc/bmctest"
 	"github.com/anvilproj/anvil/internal/model"
@@ -187,6 +189,9 @@ func TestJobAgainstSimulator(t *testing.T) {
 func TestJobBadInput(t *testing.T) {
 	sim := bmctest.StartSim(t, simUser, simPassword)
 	other := bmctest.StartSim(t, simUser, simPassword)
+	failing := bmctest.StartSim(t, simUser, simPassword)
+	failing.FailControl(t, true)
+	openErrors := metric(t, "anvil_bmc_errors_total", "open")
 	// With cipher suite 3 set, opening a session takes five datagrams
 	// (channel authentication capabilities, open session, RAKP 1, RAKP 3,
 	// set session privilege level): the relay lets those through, then
@@ -205,6 +210,7 @@ func TestJobBadInput(t *testing.T) {
 		machine("nosecret", "missing", sim.Port, nil),
 		machine("redfish", "good", sim.Port, &model.ProviderOptions{PreferredOrder: []string{model.ProviderRedfish}}),
 		machine("other", "good", other.Port, nil),
+		machine("erroring", "good", failing.Port, nil),
 	)
 	on := power(model.PowerActionOn)
 	cases := []struct {
@@ -218,6 +224,8 @@ func TestJobBadInput(t *testing.T) {
 			[]string{"task 0 (powerAction on), provider ipmitool:", "open session", "did not answer"}, true},
 		{job("hangs-mid-session", "hangs", on),
 			[]string{"task 0 (powerAction on), provider ipmitool:", "chassis control on", "did not answer"}, true},
+		{job("error-answer", "erroring", on),
+			[]string{"task 0 (powerAction on), provider ipmitool: chassis control on: cc: 0xff", "Unspecified error"}, true},
 		{job("no-machine", "ghost", on),
 			[]string{"task 0 (powerAction on): spec.machineRef: Machine default/ghost does not exist; no provider was tried"}, false},
 		{crossNamespace(job("cross-namespace", "silent", on)),
@@ -273,6 +281,10 @@ func TestJobBadInput(t *testing.T) {
 				t.Errorf("task condition %+v; want Failed with the job's cause", tc)
 			}
 		})
+	}
+	// Wrong password and silence: two failed opens, counted.
+	if got := metric(t, "anvil_bmc_errors_total", "open") - openErrors; got < 2 {
+		t.Errorf("anvil_bmc_errors_total{op=open} rose by %v; want at least 2", got)
 	}
 	if m := w.get(t, model.KindMachine, "wrongpw").(*model.Machine); m.Status.PowerState != model.PowerUnknown ||
 		len(m.Status.Conditions) != 1 || m.Status.Conditions[0].Status != model.ConditionFalse {
@@ -402,4 +414,29 @@ func TestInterruptedJob(t *testing.T) {
 func crossNamespace(j *model.Job) *model.Job {
 	j.Spec.MachineRef.Namespace = "globex"
 	return j
+}
+
+// metric returns the value of the BMC counter name for provider ipmitool
+// and operation op, from the default registry.
+func metric(t *testing.T, name, op string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["provider"] == model.ProviderIPMI && labels["op"] == op {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -150,3 +150,23 @@ func TestIPMICipherSuite17(t *testing.T) {
 		t.Error("suite 3 against a suite-17-only BMC opened a session")
 	}
 }
+
+// TestIPMIErrorAnswer: a BMC that answers a command with an error (here
+// ipmi_sim, whose chassis control fails) is an error naming the command.
+func TestIPMIErrorAnswer(t *testing.T) {
+	sim := bmctest.StartSim(t, simUser, simPassword)
+	s := open(t, fast, bmc.Conn{Host: sim.Host, Port: sim.Port, Username: simUser, Password: simPassword, CipherSuite: "3"})
+	sim.FailControl(t, true)
+	err := s.SetPower(context.Background(), model.PowerActionOn)
+	if err == nil || !strings.Contains(err.Error(), "chassis control on") {
+		t.Fatalf("SetPower against a failing chassis: %v", err)
+	}
+	t.Logf("error: %v", err)
+	if sim.MachinePID() != 0 {
+		t.Error("the stand-in machine runs although the chassis control failed")
+	}
+	sim.FailControl(t, false)
+	if err := s.SetPower(context.Background(), model.PowerActionOn); err != nil || sim.MachinePID() == 0 {
+		t.Errorf("SetPower once the chassis works again: %v", err)
+	}
+}

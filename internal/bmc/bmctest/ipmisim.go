@@ -41,7 +41,8 @@ type Sim struct {
 // as "control.sh DEVICE set PARM VALUE..." it acts. Power on starts a
 // stand-in process for the machine (a sleep, its own session); power off
 // kills it; the power state is whether it runs. Boot values ipmi_sim
-// passes are "none", "pxe" or "default".
+// passes are "none", "pxe" or "default". While the file "fail" exists
+// every "set" fails.
 const controlScript = `#!/bin/sh
 dir=%q
 dev=$1; op=$2; shift 2
@@ -56,6 +57,7 @@ get)
     esac
   done ;;
 set)
+  if [ -f "$dir/fail" ]; then echo "chassis control refused by the test"; exit 1; fi
   while [ $# -ge 2 ]; do
     case $1 in
     power)
@@ -163,6 +165,19 @@ func (s *Sim) MachinePID() int {
 		return 0
 	}
 	return pid
+}
+
+// FailControl makes every later chassis control "set" fail (the
+// simulator then answers the IPMI command with an error completion code),
+// or work again.
+func (s *Sim) FailControl(t testing.TB, fail bool) {
+	t.Helper()
+	p := filepath.Join(s.Dir, "fail")
+	if !fail {
+		_ = os.Remove(p)
+		return
+	}
+	write(t, p, "", 0o600)
 }
 
 // Boot returns the boot device ipmi_sim last passed to the chassis
