@@ -48,7 +48,8 @@ FUZZ_TARGETS := \
 	./internal/render:FuzzRender \
 	./test/powercut:FuzzNBDServer \
 	./internal/doctest:FuzzParse \
-	./internal/tmplbudget:FuzzExecute
+	./internal/tmplbudget:FuzzExecute \
+	./internal/secrets:FuzzOpen
 
 .PHONY: all build test unit fuzz lint labcheck demo bench generate deps tools kernel clean ipxe-refresh
 

@@ -55,6 +55,10 @@ APT_PACKAGES+=(isc-dhcp-relay)
 # bzip2 writer); curl is half of the image2disk benchmark's peer pipeline
 # (curl | zstd -dc | dd).
 APT_PACKAGES+=(bzip2 curl)
+# BMCs: OpenIPMI's lanserv simulator (ipmi_sim) is the real IPMI 2.0 BMC
+# the out-of-band tests drive (internal/bmc, internal/cli TestPowerCommands).
+# Anvil itself speaks IPMI in Go (go-ipmi) and needs no ipmitool.
+APT_PACKAGES+=(openipmi)
 # The power-cut test (test/powercut TestPowerCut) makes the guest's ext4
 # disk with mkfs.ext4 and checks every crash image with e2fsck; mount (the
 # host's kernel replays the journal of each image on a loop device).

@@ -1,5 +1,6 @@
 // Package api implements every anvil.v1 service (Hardware, Template, Workflow,
-// BootProfile, Manifest, Agent, Log, Job) as connect handlers over store.Store, the
+// BootProfile, Machine, BMC Job and Task, Manifest, Agent, Log, Job,
+// Secret, CredentialSecret) as connect handlers over store.Store, the
 // workflow engine and the log store.
 //
 // It owns the translation between the wire (proto messages, connect codes)
@@ -36,6 +37,7 @@ import (
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/oci"
+	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -110,6 +112,10 @@ type Config struct {
 	// Secrets are the generated secrets boot profile templates use,
 	// shown to admins. If nil, the secret service answers UNAVAILABLE.
 	Secrets SecretStore
+	// Sealer encrypts the v1 Secrets a manifest applies before they are
+	// stored. If nil, an Apply holding a Secret is refused
+	// (FAILED_PRECONDITION): credentials are never stored in the clear.
+	Sealer *secrets.Sealer
 	// ClientIP returns the caller's address as the server's trusted-proxy
 	// rule sees it, or "" to use the TCP peer's.
 	ClientIP func(ctx context.Context) string
@@ -196,6 +202,10 @@ func ServiceNames() []string {
 		anvilv1connect.AuditServiceName,
 		anvilv1connect.SecretServiceName,
 		anvilv1connect.JobServiceName,
+		anvilv1connect.MachineServiceName,
+		anvilv1connect.BmcJobServiceName,
+		anvilv1connect.BmcTaskServiceName,
+		anvilv1connect.CredentialSecretServiceName,
 		tinkprotoconnect.WorkflowServiceName,
 	}
 }
@@ -217,6 +227,10 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))
 	handle(anvilv1connect.NewWorkflowServiceHandler(workflowHandler{newWorkflowService(s), newHardwareService(s)}, opts...))
 	handle(anvilv1connect.NewBootProfileServiceHandler(newBootProfileService(s), opts...))
+	handle(anvilv1connect.NewMachineServiceHandler(newMachineService(s), opts...))
+	handle(anvilv1connect.NewBmcJobServiceHandler(newBMCJobService(s), opts...))
+	handle(anvilv1connect.NewBmcTaskServiceHandler(newBMCTaskService(s), opts...))
+	handle(anvilv1connect.NewCredentialSecretServiceHandler(credentialService{s}, opts...))
 	handle(anvilv1connect.NewManifestServiceHandler(manifestService{s}, opts...))
 	handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
 	handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))

@@ -40,8 +40,9 @@ type env struct {
 	aud  anvilv1connect.AuditServiceClient
 	jobs anvilv1connect.JobServiceClient
 
-	st *bolt.Store     // the store behind the API
-	ls *logstore.Store // the log store behind the API
+	st     *bolt.Store     // the store behind the API
+	ls     *logstore.Store // the log store behind the API
+	dbPath string          // the store's file
 }
 
 type envOptions struct {
@@ -113,18 +114,19 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(tr.CloseIdleConnections)
 	grpc := connect.WithGRPC()
 	return &env{
-		url:  srv.URL,
-		http: h2c,
-		hw:   anvilv1connect.NewHardwareServiceClient(h2c, srv.URL, grpc),
-		tpl:  anvilv1connect.NewTemplateServiceClient(h2c, srv.URL, grpc),
-		wf:   anvilv1connect.NewWorkflowServiceClient(h2c, srv.URL, grpc),
-		man:  anvilv1connect.NewManifestServiceClient(h2c, srv.URL, grpc),
-		ag:   anvilv1connect.NewAgentServiceClient(h2c, srv.URL, grpc),
-		logs: anvilv1connect.NewLogServiceClient(h2c, srv.URL, grpc),
-		aud:  anvilv1connect.NewAuditServiceClient(h2c, srv.URL, grpc),
-		jobs: anvilv1connect.NewJobServiceClient(h2c, srv.URL, grpc),
-		st:   st,
-		ls:   ls,
+		url:    srv.URL,
+		http:   h2c,
+		hw:     anvilv1connect.NewHardwareServiceClient(h2c, srv.URL, grpc),
+		tpl:    anvilv1connect.NewTemplateServiceClient(h2c, srv.URL, grpc),
+		wf:     anvilv1connect.NewWorkflowServiceClient(h2c, srv.URL, grpc),
+		man:    anvilv1connect.NewManifestServiceClient(h2c, srv.URL, grpc),
+		ag:     anvilv1connect.NewAgentServiceClient(h2c, srv.URL, grpc),
+		logs:   anvilv1connect.NewLogServiceClient(h2c, srv.URL, grpc),
+		aud:    anvilv1connect.NewAuditServiceClient(h2c, srv.URL, grpc),
+		jobs:   anvilv1connect.NewJobServiceClient(h2c, srv.URL, grpc),
+		st:     st,
+		dbPath: filepath.Join(dir, "anvil.db"),
+		ls:     ls,
 	}
 }
 

@@ -41,10 +41,12 @@ func scope(ctx context.Context, ns string) (string, error) {
 }
 
 // writePermission is what creating or changing an object of kind needs:
-// a Workflow is provisioning (operators may), Hardware and Templates
-// describe the fleet (admins only). Deleting anything is Write.
+// a Workflow or a BMC Job is provisioning (operators may power and boot
+// machines), Hardware, Templates and Machines describe the fleet (admins
+// only). Deleting anything is Write. Secrets are further limited to
+// admins of every organisation (adminOnly).
 func writePermission(kind string) auth.Permission {
-	if kind == model.KindWorkflow {
+	if kind == model.KindWorkflow || kind == model.KindJob {
 		return auth.Provision
 	}
 	return auth.Write

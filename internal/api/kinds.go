@@ -82,3 +82,60 @@ func newBootProfileService(s *Services) *bootProfileService {
 		},
 	}}
 }
+
+type machineService = resource[v1.Machine, *v1.Machine, v1.CreateMachineRequest, v1.UpdateMachineRequest, v1.MachineList, v1.MachineEvent]
+
+func newMachineService(s *Services) *machineService {
+	return &machineService{s: s, kindAdapter: kindAdapter[v1.Machine, *v1.Machine, v1.CreateMachineRequest, v1.UpdateMachineRequest, v1.MachineList, v1.MachineEvent]{
+		kind: model.KindMachine,
+		message: func(p objectParts) *v1.Machine {
+			return &v1.Machine{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
+		},
+		createArg: (*v1.CreateMachineRequest).GetMachine,
+		updateArg: (*v1.UpdateMachineRequest).GetMachine,
+		list: func(items []*v1.Machine, rv string) *v1.MachineList {
+			return &v1.MachineList{Items: items, ResourceVersion: rv}
+		},
+		event: func(t v1.EventType, m *v1.Machine) *v1.MachineEvent {
+			return &v1.MachineEvent{Type: t, Machine: m}
+		},
+	}}
+}
+
+type bmcJobService = resource[v1.BmcJob, *v1.BmcJob, v1.CreateBmcJobRequest, v1.UpdateBmcJobRequest, v1.BmcJobList, v1.BmcJobEvent]
+
+func newBMCJobService(s *Services) *bmcJobService {
+	return &bmcJobService{s: s, kindAdapter: kindAdapter[v1.BmcJob, *v1.BmcJob, v1.CreateBmcJobRequest, v1.UpdateBmcJobRequest, v1.BmcJobList, v1.BmcJobEvent]{
+		kind: model.KindJob,
+		message: func(p objectParts) *v1.BmcJob {
+			return &v1.BmcJob{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
+		},
+		createArg: (*v1.CreateBmcJobRequest).GetJob,
+		updateArg: (*v1.UpdateBmcJobRequest).GetJob,
+		list: func(items []*v1.BmcJob, rv string) *v1.BmcJobList {
+			return &v1.BmcJobList{Items: items, ResourceVersion: rv}
+		},
+		event: func(t v1.EventType, m *v1.BmcJob) *v1.BmcJobEvent {
+			return &v1.BmcJobEvent{Type: t, Job: m}
+		},
+	}}
+}
+
+type bmcTaskService = resource[v1.BmcTask, *v1.BmcTask, v1.CreateBmcTaskRequest, v1.UpdateBmcTaskRequest, v1.BmcTaskList, v1.BmcTaskEvent]
+
+func newBMCTaskService(s *Services) *bmcTaskService {
+	return &bmcTaskService{s: s, kindAdapter: kindAdapter[v1.BmcTask, *v1.BmcTask, v1.CreateBmcTaskRequest, v1.UpdateBmcTaskRequest, v1.BmcTaskList, v1.BmcTaskEvent]{
+		kind: model.KindTask,
+		message: func(p objectParts) *v1.BmcTask {
+			return &v1.BmcTask{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
+		},
+		createArg: (*v1.CreateBmcTaskRequest).GetTask,
+		updateArg: (*v1.UpdateBmcTaskRequest).GetTask,
+		list: func(items []*v1.BmcTask, rv string) *v1.BmcTaskList {
+			return &v1.BmcTaskList{Items: items, ResourceVersion: rv}
+		},
+		event: func(t v1.EventType, m *v1.BmcTask) *v1.BmcTaskEvent {
+			return &v1.BmcTaskEvent{Type: t, Task: m}
+		},
+	}}
+}

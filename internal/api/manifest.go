@@ -56,6 +56,11 @@ func (m manifestService) Apply(ctx context.Context, req *connect.Request[v1.Appl
 		if err := authorize(ctx, writePermission(kind), meta.Namespace); err != nil {
 			return nil, err
 		}
+		if kind == model.KindSecret {
+			if err := adminOnly(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := checkTemplates(res.Docs); err != nil {
 		return nil, s.toConnect(err)
@@ -93,6 +98,17 @@ func (m manifestService) Apply(ctx context.Context, req *connect.Request[v1.Appl
 		obj := res.Docs[i].Object
 		kind, meta := model.KindOf(obj), obj.GetObjectMeta()
 		action := actionCreated
+		if sec, ok := obj.(*model.Secret); ok {
+			// Compared by value, then sealed: the store never sees it plain.
+			if action, err = s.sealForApply(ctx, sec); err != nil {
+				return nil, err
+			}
+			if action != actionUnchanged {
+				write = append(write, obj)
+			}
+			out.Objects = append(out.Objects, &v1.AppliedObject{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Action: action})
+			continue
+		}
 		cur, err := s.cfg.Store.Get(ctx, kind, meta.Namespace, meta.Name)
 		switch {
 		case errors.Is(err, store.ErrNotFound):

@@ -1,5 +1,6 @@
 // Package cli holds anvil's client commands: apply, get, describe, delete,
-// workflow watch and cancel, reprovision, job, logs and import. They talk to a
+// workflow watch and cancel, reprovision, job, logs, import, and power and
+// bootdev (which run BMC Jobs). They talk to a
 // running `anvil serve` through the anvil.v1 API (Connect protocol over
 // HTTP) and never open the store or any server package's state themselves.
 package cli
@@ -61,6 +62,8 @@ func Commands() []*cobra.Command {
 		newAuditCmd(),
 		newSecretsCmd(),
 		newImportCmd(),
+		newPowerCmd(),
+		newBootdevCmd(),
 	}
 }
 
@@ -87,6 +90,10 @@ type clients struct {
 	audit     anvilv1connect.AuditServiceClient
 	secrets   anvilv1connect.SecretServiceClient
 	jobs      anvilv1connect.JobServiceClient
+	machines  anvilv1connect.MachineServiceClient
+	bmcJobs   anvilv1connect.BmcJobServiceClient
+	bmcTasks  anvilv1connect.BmcTaskServiceClient
+	creds     anvilv1connect.CredentialSecretServiceClient
 }
 
 // serverAddress is --server if given, else $ANVIL_SERVER, else the default.
@@ -167,6 +174,10 @@ func newClients(cmd *cobra.Command) (*clients, error) {
 		audit:     anvilv1connect.NewAuditServiceClient(hc, addr, opts...),
 		secrets:   anvilv1connect.NewSecretServiceClient(hc, addr, opts...),
 		jobs:      anvilv1connect.NewJobServiceClient(hc, addr, opts...),
+		machines:  anvilv1connect.NewMachineServiceClient(hc, addr, opts...),
+		bmcJobs:   anvilv1connect.NewBmcJobServiceClient(hc, addr, opts...),
+		bmcTasks:  anvilv1connect.NewBmcTaskServiceClient(hc, addr, opts...),
+		creds:     anvilv1connect.NewCredentialSecretServiceClient(hc, addr, opts...),
 	}, nil
 }
 

@@ -18,14 +18,19 @@ func newDescribeCmd() *cobra.Command {
 	var sc scope
 	var history int
 	cmd := &cobra.Command{
-		Use:   "describe hardware|template|workflow|bootprofile NAME",
-		Short: "Show one object in detail: for a workflow, every action's state, duration and message",
+		Use:   "describe KIND NAME | KIND/NAME",
+		Short: "Show one object in detail: for a workflow, every action's state, duration and message; for a BMC job, every task's",
 		Example: `  anvil describe workflow rack1-node07-install
   anvil describe hardware rack1-node07
-  anvil describe bootprofile flatcar-worker`,
-		Args: cobra.ExactArgs(2),
+  anvil describe bootprofile flatcar-worker
+  anvil describe job/bmc-node07-power-on-lz4k1`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := model.ParseKind(args[0])
+			kindArg, name, err := kindAndName(args)
+			if err != nil {
+				return err
+			}
+			kind, err := model.ParseKind(kindArg)
 			if err != nil {
 				return err
 			}
@@ -33,7 +38,7 @@ func newDescribeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o, err := c.ops(kind).get(ctx(cmd), sc.namespace, args[1])
+			o, err := c.ops(kind).get(ctx(cmd), sc.namespace, name)
 			if err != nil {
 				return c.explain(err)
 			}
@@ -63,6 +68,25 @@ func newDescribeCmd() *cobra.Command {
 					return c.explain(err)
 				}
 				describeBootProfile(w, x, refs, now)
+			case *model.Machine:
+				describeMachine(w, x, now)
+			case *model.Job:
+				tasks, err := c.ops(model.KindTask).list(ctx(cmd), &v1.ListRequest{
+					Namespace: x.Namespace, LabelSelector: model.BMCJobLabel + "=" + x.Name})
+				if err != nil {
+					return c.explain(err)
+				}
+				describeBMCJob(w, x, tasks, now)
+			case *model.BMCTask:
+				describeMeta(w, &x.ObjectMeta, now)
+				fmt.Fprintf(w, "Job:         %s\nAction:      %s\n", orDash(x.Labels[model.BMCJobLabel]), x.Spec.Task.Describe())
+				describeBMCStatus(w, x.Status.Conditions, x.Status.StartTime, x.Status.CompletionTime)
+			case *model.Secret:
+				describeMeta(w, &x.ObjectMeta, now)
+				fmt.Fprintf(w, "Type:        %s\nData:\n", orDash(x.Type))
+				for _, k := range x.Keys {
+					fmt.Fprintf(w, "  %s: <redacted>\n", k)
+				}
 			}
 			return nil
 		},
@@ -222,6 +246,9 @@ func indent(s, prefix string) string {
 
 func describeHardware(w io.Writer, h *model.Hardware, wfs []model.Object, now time.Time) {
 	describeMeta(w, &h.ObjectMeta, now)
+	if r := h.Spec.BMCRef; r != nil && r.Name != "" {
+		fmt.Fprintf(w, "BMC:         machine/%s (anvil power status hardware/%s)\n", r.Name, h.Name)
+	}
 	if ids := h.AgentIDs(); len(ids) > 0 {
 		fmt.Fprintf(w, "Agent IDs:   %s\n", strings.Join(ids, ", "))
 	}
@@ -310,4 +337,99 @@ func describeBootProfile(w io.Writer, x *model.BootProfile, refs []model.Object,
 		names = append(names, r.GetObjectMeta().Name)
 	}
 	fmt.Fprintf(w, "Hardware naming it (spec.bootProfileRef): %s\n", orDash(strings.Join(names, ", ")))
+}
+
+// kindAndName splits "kind/name" (one argument) or "kind name" (two).
+func kindAndName(args []string) (string, string, error) {
+	if len(args) == 2 {
+		return args[0], args[1], nil
+	}
+	k, n, ok := strings.Cut(args[0], "/")
+	if !ok || k == "" || n == "" {
+		return "", "", fmt.Errorf("%q: want KIND NAME or KIND/NAME, e.g. job/power-on-node07", args[0])
+	}
+	return k, n, nil
+}
+
+func describeMachine(w io.Writer, x *model.Machine, now time.Time) {
+	describeMeta(w, &x.ObjectMeta, now)
+	c := x.Spec.Connection
+	port := c.Port
+	if port == 0 {
+		port = model.DefaultIPMIPort
+	}
+	secretNS := c.AuthSecretRef.Namespace
+	if secretNS == "" {
+		secretNS = x.Namespace
+	}
+	fmt.Fprintf(w, "BMC:         %s:%d\nCredentials: Secret %s/%s\nPower:       %s\n", c.Host, port, secretNS, c.AuthSecretRef.Name, orDash(x.Status.PowerState))
+	if o := c.ProviderOptions; o != nil && len(o.PreferredOrder) > 0 {
+		fmt.Fprintf(w, "Providers:   %s\n", strings.Join(o.PreferredOrder, ", "))
+	}
+	if len(x.Status.Conditions) > 0 {
+		fmt.Fprintln(w, "Conditions:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TYPE\tSTATUS\tSINCE\tMESSAGE")
+		for _, c := range x.Status.Conditions {
+			since := "-"
+			if c.LastUpdateTime != nil {
+				since = c.LastUpdateTime.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.Type, c.Status, since, orDash(c.Message))
+		}
+		tw.Flush()
+	}
+}
+
+func describeBMCJob(w io.Writer, x *model.Job, tasks []model.Object, now time.Time) {
+	describeMeta(w, &x.ObjectMeta, now)
+	mns := x.Spec.MachineRef.Namespace
+	if mns == "" {
+		mns = x.Namespace
+	}
+	fmt.Fprintf(w, "Machine:     %s/%s\nState:       %s\n", mns, x.Spec.MachineRef.Name, bmcState(x.Status.Conditions))
+	byName := map[string]*model.BMCTask{}
+	for _, o := range tasks {
+		t := o.(*model.BMCTask)
+		byName[t.Name] = t
+	}
+	fmt.Fprintln(w, "Tasks:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tACTION\tSTATE\tDURATION\tMESSAGE")
+	for i, a := range x.Spec.Tasks {
+		state, dur, msg := "Pending", "-", "-"
+		if t := byName[model.TaskName(x.Name, i)]; t != nil {
+			state = bmcState(t.Status.Conditions)
+			if t.Status.StartTime != nil && t.Status.CompletionTime != nil {
+				dur = t.Status.CompletionTime.Sub(*t.Status.StartTime).Round(time.Millisecond).String()
+			}
+			for _, c := range t.Status.Conditions {
+				if c.Message != "" {
+					msg = c.Message
+				}
+			}
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", i, a.Describe(), state, dur, msg)
+	}
+	tw.Flush()
+	describeBMCStatus(w, x.Status.Conditions, x.Status.StartTime, x.Status.CompletionTime)
+}
+
+// describeBMCStatus writes Rufio's times and conditions of a Job or Task.
+func describeBMCStatus(w io.Writer, conds []model.JobCondition, start, done *time.Time) {
+	if start != nil {
+		fmt.Fprintf(w, "Started:     %s\n", start.Format(time.RFC3339))
+	}
+	if done != nil {
+		fmt.Fprintf(w, "Completed:   %s\n", done.Format(time.RFC3339))
+	}
+	if len(conds) > 0 {
+		fmt.Fprintln(w, "Conditions:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TYPE\tSTATUS\tMESSAGE")
+		for _, c := range conds {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Type, c.Status, orDash(c.Message))
+		}
+		tw.Flush()
+	}
 }

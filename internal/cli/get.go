@@ -48,14 +48,16 @@ func newGetCmd() *cobra.Command {
 	var sc scope
 	var output, apiVersion string
 	cmd := &cobra.Command{
-		Use:   "get hardware|templates|workflows|bootprofiles [NAME...] | KIND/NAME",
+		Use:   "get hardware|templates|workflows|bootprofiles|machines|jobs|tasks|secrets [NAME...] | KIND/NAME",
 		Short: "List objects, or show some by name",
 		Example: `  anvil get hardware
   anvil get workflows -o wide
   anvil get workflow rack1-node07-install -o yaml
   anvil get hw -A -l rack=r1
   anvil get bootprofiles -o wide
-  anvil get hardware/rack1-node07 -o yaml --api-version tinkerbell.org/v1alpha2`,
+  anvil get hardware/rack1-node07 -o yaml --api-version tinkerbell.org/v1alpha2
+  anvil get machines
+  anvil get jobs`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if k, name, ok := strings.Cut(args[0], "/"); ok && len(args) == 1 {
@@ -181,6 +183,14 @@ func tableHeader(kind string, wide bool) []string {
 		return []string{"NAME", "MAC", "IP", "HOSTNAME", "ALLOW-PXE", "AGE"}
 	case model.KindTemplate:
 		return []string{"NAME", "AGE"}
+	case model.KindMachine:
+		return []string{"NAME", "HOST", "PORT", "POWER", "CONTACTABLE", "AGE"}
+	case model.KindJob:
+		return []string{"NAME", "MACHINE", "TASKS", "STATE", "AGE"}
+	case model.KindTask:
+		return []string{"NAME", "JOB", "ACTION", "STATE", "AGE"}
+	case model.KindSecret:
+		return []string{"NAME", "TYPE", "KEYS", "AGE"}
 	case model.KindBootProfile:
 		if wide {
 			return []string{"NAME", "SELECTOR", "PRIORITY", "KERNEL", "CONFIGS", "AGE"}
@@ -224,6 +234,24 @@ func tableRow(o model.Object, wide bool, now time.Time) []string {
 		return []string{meta.Name, mac, ip, host, pxe, age}
 	case *model.Template:
 		return []string{meta.Name, age}
+	case *model.Machine:
+		port := x.Spec.Connection.Port
+		if port == 0 {
+			port = model.DefaultIPMIPort
+		}
+		contactable := "-"
+		for _, c := range x.Status.Conditions {
+			if c.Type == model.ConditionContactable {
+				contactable = c.Status
+			}
+		}
+		return []string{meta.Name, x.Spec.Connection.Host, fmt.Sprint(port), orDash(x.Status.PowerState), contactable, age}
+	case *model.Job:
+		return []string{meta.Name, x.Spec.MachineRef.Name, fmt.Sprint(len(x.Spec.Tasks)), bmcState(x.Status.Conditions), age}
+	case *model.BMCTask:
+		return []string{meta.Name, orDash(meta.Labels[model.BMCJobLabel]), x.Spec.Task.Describe(), bmcState(x.Status.Conditions), age}
+	case *model.Secret:
+		return []string{meta.Name, orDash(x.Type), orDash(strings.Join(x.Keys, ",")), age}
 	case *model.BootProfile:
 		sel := orDash(strings.Join(x.Spec.Selector, " | "))
 		configs := orDash(strings.Join(slices.Sorted(maps.Keys(x.Spec.Configs)), ","))
@@ -248,6 +276,17 @@ func tableRow(o model.Object, wide bool, now time.Time) []string {
 		return []string{meta.Name, x.Spec.TemplateRef, orDash(x.Spec.HardwareRef), state, actions, current, age}
 	}
 	return []string{meta.Name, age}
+}
+
+// bmcState is a BMC Job's or Task's state in one word, from Rufio's
+// conditions: Completed, Failed, Running or Pending.
+func bmcState(conds []model.JobCondition) string {
+	for _, t := range []string{model.ConditionCompleted, model.ConditionFailed, model.ConditionRunning} {
+		if model.HasCondition(conds, t) {
+			return t
+		}
+	}
+	return "Pending"
 }
 
 // actionCounts returns how many actions have succeeded and how many there are.
@@ -310,7 +349,7 @@ func joinNonEmpty(sep string, parts ...string) string {
 func newDeleteCmd() *cobra.Command {
 	var sc scope
 	cmd := &cobra.Command{
-		Use:     "delete hardware|template|workflow|bootprofile NAME...",
+		Use:     "delete hardware|template|workflow|bootprofile|machine|job|task|secret NAME...",
 		Short:   "Delete objects by name",
 		Example: `  anvil delete workflow rack1-node07-install`,
 		Args:    cobra.MinimumNArgs(2),

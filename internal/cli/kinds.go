@@ -87,6 +87,77 @@ func (c *clients) ops(kind string) kindOps {
 				return err
 			},
 		}
+	case model.KindMachine:
+		return kindOps{
+			get: func(ctx context.Context, ns, name string) (model.Object, error) {
+				r, err := c.machines.Get(ctx, get(ns, name))
+				return decodeOne(kind, msgOf(r), err)
+			},
+			list: func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error) {
+				r, err := c.machines.List(ctx, connect.NewRequest(req))
+				return decodeAll(kind, msgOf(r).GetItems(), err)
+			},
+			del: func(ctx context.Context, ns, name string) error {
+				_, err := c.machines.Delete(ctx, del(ns, name))
+				return err
+			},
+		}
+	case model.KindJob:
+		return kindOps{
+			get: func(ctx context.Context, ns, name string) (model.Object, error) {
+				r, err := c.bmcJobs.Get(ctx, get(ns, name))
+				return decodeOne(kind, msgOf(r), err)
+			},
+			list: func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error) {
+				r, err := c.bmcJobs.List(ctx, connect.NewRequest(req))
+				return decodeAll(kind, msgOf(r).GetItems(), err)
+			},
+			del: func(ctx context.Context, ns, name string) error {
+				_, err := c.bmcJobs.Delete(ctx, del(ns, name))
+				return err
+			},
+		}
+	case model.KindTask:
+		return kindOps{
+			get: func(ctx context.Context, ns, name string) (model.Object, error) {
+				r, err := c.bmcTasks.Get(ctx, get(ns, name))
+				return decodeOne(kind, msgOf(r), err)
+			},
+			list: func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error) {
+				r, err := c.bmcTasks.List(ctx, connect.NewRequest(req))
+				return decodeAll(kind, msgOf(r).GetItems(), err)
+			},
+			del: func(ctx context.Context, ns, name string) error {
+				_, err := c.bmcTasks.Delete(ctx, del(ns, name))
+				return err
+			},
+		}
+	case model.KindSecret:
+		// Never a value: the service shows key names only.
+		return kindOps{
+			get: func(ctx context.Context, ns, name string) (model.Object, error) {
+				r, err := c.creds.Get(ctx, get(ns, name))
+				if err != nil {
+					return nil, err
+				}
+				return secretFromWire(r.Msg), nil
+			},
+			list: func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error) {
+				r, err := c.creds.List(ctx, connect.NewRequest(req))
+				if err != nil {
+					return nil, err
+				}
+				var out []model.Object
+				for _, m := range r.Msg.GetItems() {
+					out = append(out, secretFromWire(m))
+				}
+				return out, nil
+			},
+			del: func(ctx context.Context, ns, name string) error {
+				_, err := c.creds.Delete(ctx, del(ns, name))
+				return err
+			},
+		}
 	case model.KindBootProfile:
 		return kindOps{
 			get: func(ctx context.Context, ns, name string) (model.Object, error) {
@@ -118,4 +189,18 @@ func (c *clients) ops(kind string) kindOps {
 			},
 		}
 	}
+}
+
+// secretFromWire is a Secret as the API shows it: metadata, type and the
+// names of its keys.
+func secretFromWire(m *v1.CredentialSecret) *model.Secret {
+	s := &model.Secret{TypeMeta: model.TypeMeta{APIVersion: model.CoreAPIVersion, Kind: model.KindSecret}, Type: m.GetType(), Keys: m.GetKeys()}
+	if md := m.GetMetadata(); md != nil {
+		s.Name, s.Namespace, s.UID, s.ResourceVersion, s.Labels, s.Annotations = md.GetName(), md.GetNamespace(), md.GetUid(), md.GetResourceVersion(), md.GetLabels(), md.GetAnnotations()
+		if ts := md.GetCreationTimestamp(); ts != nil {
+			t := ts.AsTime()
+			s.CreationTimestamp = &t
+		}
+	}
+	return s
 }

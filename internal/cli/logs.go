@@ -153,6 +153,9 @@ func (c *clients) logTarget(ctx context.Context, ns, arg string) (kind, name str
 			return "", "", errors.New("templates have no logs; name a workflow or a hardware")
 		case model.KindBootProfile:
 			return "", "", errors.New("boot profiles have no logs; name a workflow or a hardware")
+		case model.KindWorkflow, model.KindHardware:
+		default:
+			return "", "", fmt.Errorf("%s objects have no logs; name a workflow or a hardware (a BMC job's progress is in `anvil describe job NAME`)", strings.ToLower(kind))
 		}
 		return kind, n, nil
 	}

@@ -128,8 +128,8 @@ func TestParseErrors(t *testing.T) {
 		in   string
 		want []string // substrings of the error
 	}{
-		{"unknown kind", "apiVersion: tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: a}\n",
-			[]string{"f.yaml:2:", "document 1", "kind:", `unknown kind "Machine"`}},
+		{"unknown kind", "apiVersion: tinkerbell.org/v1alpha1\nkind: Gadget\nmetadata: {name: a}\n",
+			[]string{"f.yaml:2:", "document 1", "kind:", `unknown kind "Gadget"`}},
 		{"missing kind", "apiVersion: tinkerbell.org/v1alpha1\nmetadata: {name: a}\n",
 			[]string{"f.yaml:1:", "missing kind"}},
 		{"wrong apiVersion", "apiVersion: v1\nkind: Hardware\nmetadata: {name: a}\n",
@@ -240,7 +240,8 @@ spec:
 // FuzzParseManifests: the parser never panics, and what it accepts encodes
 // and decodes back to the same object.
 func FuzzParseManifests(f *testing.F) {
-	for _, p := range []string{"testdata/hardware-full.yaml", "../../examples/template.yaml", "../../examples/workflow.yaml"} {
+	for _, p := range []string{"testdata/hardware-full.yaml", "../../examples/template.yaml", "../../examples/workflow.yaml",
+		"testdata/rufio/machine.yaml", "testdata/rufio/job.yaml", "testdata/rufio/secret.yaml"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

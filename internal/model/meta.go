@@ -40,8 +40,13 @@ const (
 // APIVersionOf returns the apiVersion objects of kind carry: AnvilAPIVersion
 // for Anvil's own kinds, else APIVersion.
 func APIVersionOf(kind string) string {
-	if kind == KindBootProfile {
+	switch kind {
+	case KindBootProfile:
 		return AnvilAPIVersion
+	case KindMachine, KindJob, KindTask:
+		return BMCAPIVersion
+	case KindSecret:
+		return CoreAPIVersion
 	}
 	return APIVersion
 }
@@ -86,8 +91,9 @@ func (t *TypeMeta) GetTypeMeta() *TypeMeta { return t }
 func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
 
 // Kinds lists every kind in the order an apply writes them: a Workflow may
-// refer to a Hardware and a Template in the same file.
-var Kinds = []string{KindHardware, KindTemplate, KindBootProfile, KindWorkflow}
+// refer to a Hardware and a Template in the same file, a Job to a Machine
+// and a Machine to a Secret.
+var Kinds = []string{KindSecret, KindHardware, KindTemplate, KindBootProfile, KindMachine, KindWorkflow, KindJob, KindTask}
 
 // New returns an empty object of the kind with its TypeMeta set.
 func New(kind string) (Object, error) {
@@ -101,8 +107,16 @@ func New(kind string) (Object, error) {
 		o = &Workflow{}
 	case KindBootProfile:
 		o = &BootProfile{}
+	case KindMachine:
+		o = &Machine{}
+	case KindJob:
+		o = &Job{}
+	case KindTask:
+		o = &BMCTask{}
+	case KindSecret:
+		o = &Secret{}
 	default:
-		return nil, fmt.Errorf("unknown kind %q (known kinds: Hardware, Template, Workflow, BootProfile)", kind)
+		return nil, fmt.Errorf("unknown kind %q (known kinds: Hardware, Template, Workflow, BootProfile, Machine, Job, Task, Secret)", kind)
 	}
 	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersionOf(kind), Kind: kind}
 	return o, nil
@@ -119,6 +133,14 @@ func KindOf(o Object) string {
 		return KindWorkflow
 	case *BootProfile:
 		return KindBootProfile
+	case *Machine:
+		return KindMachine
+	case *Job:
+		return KindJob
+	case *BMCTask:
+		return KindTask
+	case *Secret:
+		return KindSecret
 	}
 	return ""
 }
@@ -135,8 +157,16 @@ func ParseKind(s string) (string, error) {
 		return KindWorkflow, nil
 	case "bootprofile", "bootprofiles", "bp", "BootProfile", "BootProfiles":
 		return KindBootProfile, nil
+	case "machine", "machines", "Machine":
+		return KindMachine, nil
+	case "job", "jobs", "Job":
+		return KindJob, nil
+	case "task", "tasks", "Task":
+		return KindTask, nil
+	case "secret", "secrets", "Secret":
+		return KindSecret, nil
 	}
-	return "", fmt.Errorf("unknown kind %q (want hardware, template, workflow or bootprofile)", s)
+	return "", fmt.Errorf("unknown kind %q (want hardware, template, workflow, bootprofile, machine, job, task or secret)", s)
 }
 
 // DeepCopy returns an independent copy of o: no pointer, slice or map is

@@ -43,6 +43,14 @@ func validate(obj Object) ErrorList {
 		validateWorkflow(o, add)
 	case *BootProfile:
 		validateBootProfile(o, add)
+	case *Machine:
+		validateMachine(o, add)
+	case *Job:
+		validateJob(o, add)
+	case *BMCTask:
+		validateTask(o, add)
+	case *Secret:
+		validateSecret(o, add)
 	}
 	return errs
 }
@@ -124,6 +132,16 @@ func validateHardware(h *Hardware, add addFunc) {
 		}
 		if r.Kind != "" && r.Kind != KindBootProfile {
 			add("spec.bootProfileRef.kind", "kind %q: a bootProfileRef names a %s", r.Kind, KindBootProfile)
+		}
+	}
+	if r := h.Spec.BMCRef; r != nil {
+		if r.Name == "" {
+			add("spec.bmcRef.name", "missing name (of a Machine in the same namespace)")
+		} else if msg := checkDNSSubdomain(r.Name); msg != "" {
+			add("spec.bmcRef.name", "%q: %s", r.Name, msg)
+		}
+		if r.Kind != "" && r.Kind != KindMachine {
+			add("spec.bmcRef.kind", "kind %q: a bmcRef names a %s (apiGroup bmc.tinkerbell.org)", r.Kind, KindMachine)
 		}
 	}
 }

@@ -6,6 +6,10 @@
 // Values leave the Store only through Secret (used by config templates, see
 // internal/render) and Get (for admins); List shows names, kinds and
 // creation times only.
+//
+// It also owns the sealing of the credentials users apply as core v1
+// Secret objects (seal.go): the store keeps them encrypted under a key file
+// of their own, and only the BMC job executor opens them.
 package secrets
 
 import (

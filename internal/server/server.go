@@ -31,6 +31,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/httpboot"
@@ -171,6 +172,14 @@ type Config struct {
 	// DisableMetadata switches the metadata listener off (not the routes
 	// on the HTTP port).
 	DisableMetadata bool
+	// SealKeyFile is the key that encrypts the v1 Secrets (BMC
+	// credentials) in the store; it is made (0600) when missing. If
+	// empty, uses DataDir/secrets/seal.key. Keep it apart from the store's
+	// backups.
+	SealKeyFile string
+	// DisableBMC switches the BMC job executor off: Jobs are stored but
+	// nothing runs them.
+	DisableBMC bool
 	// InsecureNoAuth switches authentication off: every management call
 	// is an anonymous admin and agent calls are not checked. Run says so
 	// loudly in the log.
@@ -429,6 +438,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	sealKey := cfg.SealKeyFile
+	if sealKey == "" {
+		sealKey = filepath.Join(cfg.DataDir, secretsDir, secrets.KeyFileName)
+	}
+	sealer, err := secrets.OpenSealer(sealKey, nil)
+	if err != nil {
+		return err
+	}
 	boot, err := newBootServices(cfg, trusted, st, recorder, sec.agentKey, log)
 	if err != nil {
 		return err
@@ -460,13 +477,28 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer func() { err = errors.Join(err, stopEngineAndWait()) }()
 
+	// The BMC job executor: runs Rufio-shaped Jobs against machines' BMCs.
+	// It stops with the engine, before the store closes.
+	if !cfg.DisableBMC {
+		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log})
+		bmcCtx, stopBMC := context.WithCancel(context.Background())
+		bmcDone := make(chan struct{})
+		go func() {
+			defer close(bmcDone)
+			if err := executor.Run(bmcCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("bmc job executor stopped", "err", err)
+			}
+		}()
+		defer func() { stopBMC(); <-bmcDone }()
+	}
+
 	// Stage 4: handlers.
 	var imageChecker api.ImageChecker
 	if !cfg.NoApplyImageCheck {
 		imageChecker = oci.NewChecker(oci.CheckerConfig{UserAgent: "anvil/" + version.Version})
 	}
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
-		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore,
+		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, ImageChecker: imageChecker,
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the

@@ -63,6 +63,10 @@ var selectable = map[string][]string{
 	model.KindBootProfile: {"metadata.name", "metadata.namespace"},
 	model.KindWorkflow: {"metadata.name", "metadata.namespace", "spec.templateRef",
 		"spec.hardwareRef", "status.state"},
+	model.KindMachine: {"metadata.name", "metadata.namespace", "spec.connection.host"},
+	model.KindJob:     {"metadata.name", "metadata.namespace", "spec.machineRef.name"},
+	model.KindTask:    {"metadata.name", "metadata.namespace"},
+	model.KindSecret:  {"metadata.name", "metadata.namespace"},
 }
 
 // SelectableFields lists the fields of kind a field selector may name.
@@ -113,6 +117,14 @@ func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
 			return []string{o.Spec.HardwareRef}, true
 		case "status.state":
 			return []string{o.Status.State}, true
+		}
+	case *model.Machine:
+		if field == "spec.connection.host" {
+			return []string{o.Spec.Connection.Host}, true
+		}
+	case *model.Job:
+		if field == "spec.machineRef.name" {
+			return []string{o.Spec.MachineRef.Name}, true
 		}
 	}
 	return nil, true

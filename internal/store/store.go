@@ -1,5 +1,6 @@
 // Package store defines the Store interface through which everything in Anvil
-// reads and writes Hardware, Template, Workflow and BootProfile objects, and the indexes,
+// reads and writes every kind of internal/model (Hardware, Template, Workflow,
+// BootProfile, Machine, Job, Task, Secret), and the indexes,
 // selectors and watch events that go with it.
 //
 // The interface is Kubernetes-shaped on purpose — namespaced names, string

@@ -282,6 +282,15 @@ func specSum(obj model.Object) ([32]byte, error) {
 		spec = &o.Spec
 	case *model.BootProfile:
 		spec = &o.Spec
+	case *model.Machine:
+		spec = &o.Spec
+	case *model.Job:
+		spec = &o.Spec
+	case *model.BMCTask:
+		spec = &o.Spec
+	case *model.Secret:
+		// No spec: what the Secret holds (sealed) and its type.
+		spec = []any{o.Type, o.Immutable, o.Sealed, o.Keys}
 	default:
 		return [32]byte{}, fmt.Errorf("%T: %w", obj, store.ErrInvalid)
 	}
@@ -304,6 +313,14 @@ func statusIsZero(obj model.Object) bool {
 		st = &o.Status
 	case *model.BootProfile:
 		st = &o.Status
+	case *model.Machine:
+		st = &o.Status
+	case *model.Job:
+		st = &o.Status
+	case *model.BMCTask:
+		st = &o.Status
+	case *model.Secret:
+		return true // no status to keep
 	}
 	b, err := json.Marshal(st)
 	return err == nil && string(b) == "{}"
@@ -321,6 +338,12 @@ func copyStatus(dst, src model.Object) {
 		d.Status = src.(*model.Workflow).Status
 	case *model.BootProfile:
 		d.Status = src.(*model.BootProfile).Status
+	case *model.Machine:
+		d.Status = src.(*model.Machine).Status
+	case *model.Job:
+		d.Status = src.(*model.Job).Status
+	case *model.BMCTask:
+		d.Status = src.(*model.BMCTask).Status
 	}
 }
 
@@ -376,7 +399,8 @@ func validNamespace(s string) bool {
 
 func checkKind(kind string) error {
 	switch kind {
-	case model.KindHardware, model.KindTemplate, model.KindWorkflow, model.KindBootProfile:
+	case model.KindHardware, model.KindTemplate, model.KindWorkflow, model.KindBootProfile,
+		model.KindMachine, model.KindJob, model.KindTask, model.KindSecret:
 		return nil
 	}
 	return fmt.Errorf("unknown kind %q: %w", kind, store.ErrInvalid)

@@ -71,6 +71,7 @@ func Run(t *testing.T, opts Options, open func(t *testing.T) store.Store) {
 		{"ReturnedObjectsAreCopies", testCopies},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"BootProfiles", testBootProfiles},
+		{"BMCKinds", testBMCKinds},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1047,4 +1048,57 @@ func testBootProfiles(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	wantKeys(t, "Hardware with bootProfileRef talos", objs, "lab/m1")
+}
+
+// testBMCKinds checks Rufio's kinds and the core Secret: their apiVersions,
+// a status kept by an Apply that carries none (a re-applied manifest must
+// not forget a Machine's power state or a Job's outcome), a generation
+// that follows a Secret's sealed content, and the Job field selector on
+// spec.machineRef.name.
+func testBMCKinds(t *testing.T, s store.Store) {
+	on := "on"
+	m := &model.Machine{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "bmc1"},
+		Spec: model.MachineSpec{Connection: model.Connection{Host: "10.0.0.9", AuthSecretRef: model.SecretReference{Name: "s"}}}}
+	mustCreate(t, s, m)
+	cur := mustGet(t, s, model.KindMachine, "lab", "bmc1").(*model.Machine)
+	cur.Status.PowerState = model.PowerOn
+	if _, err := s.Update(ctx(t), cur); err != nil {
+		t.Fatal(err)
+	}
+	again := model.DeepCopy(m)
+	again.Spec.Connection.Port = 6230
+	if _, err := s.Apply(ctx(t), []model.Object{again}); err != nil {
+		t.Fatal(err)
+	}
+	got := mustGet(t, s, model.KindMachine, "lab", "bmc1").(*model.Machine)
+	if got.APIVersion != model.BMCAPIVersion || got.Kind != model.KindMachine || got.Spec.Connection.Port != 6230 || got.Status.PowerState != model.PowerOn {
+		t.Errorf("Machine after Apply = %+v; want the new port and the kept power state", got)
+	}
+	for _, j := range []*model.Job{
+		{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "j1"}, Spec: model.JobSpec{MachineRef: model.ObjectReference{Name: "bmc1"}, Tasks: []model.BMCAction{{PowerAction: &on}}}},
+		{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "j2"}, Spec: model.JobSpec{MachineRef: model.ObjectReference{Name: "bmc2"}, Tasks: []model.BMCAction{{PowerAction: &on}}}},
+	} {
+		mustCreate(t, s, j)
+	}
+	objs, _, err := s.List(ctx(t), model.KindJob, store.ListOptions{Fields: []store.FieldRequirement{{Field: "spec.machineRef.name", Value: "bmc1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "Jobs of bmc1", objs, "lab/j1")
+	task := &model.BMCTask{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: model.TaskName("j1", 0), Labels: map[string]string{model.BMCJobLabel: "j1"}},
+		Spec: model.TaskSpec{Task: model.BMCAction{PowerAction: &on}}}
+	mustCreate(t, s, task)
+	if got := mustGet(t, s, model.KindTask, "lab", "j1-task-0"); got.GetTypeMeta().APIVersion != model.BMCAPIVersion {
+		t.Errorf("Task apiVersion = %q", got.GetTypeMeta().APIVersion)
+	}
+	sec := &model.Secret{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "s"}, Type: "kubernetes.io/basic-auth", Sealed: "v1:AAAA", Keys: []string{"password", "username"}}
+	first := mustCreate(t, s, sec).GetObjectMeta().Generation
+	sec.Sealed = "v1:BBBB"
+	updated, err := s.Update(ctx(t), sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if updated.GetObjectMeta().Generation != first+1 || updated.(*model.Secret).Sealed != "v1:BBBB" || updated.GetTypeMeta().APIVersion != model.CoreAPIVersion {
+		t.Errorf("Secret after a new sealed value: generation %d (was %d), %+v", updated.GetObjectMeta().Generation, first, updated)
+	}
 }

@@ -1,0 +1,68 @@
+// Package bmc owns out-of-band control of machines through their baseboard
+// management controllers: the providers that speak a BMC's protocol (IPMI
+// 2.0 over LAN today), and the executor that runs Rufio-shaped Jobs
+// (bmc.tinkerbell.org/v1alpha1) task by task, writing Task objects, Job
+// conditions and the Machine's power state as Rufio does.
+//
+// BMCs are slow and fragile: every session is bounded in time, closed
+// whatever happens, and a BMC never sees two sessions from Anvil at once.
+// Credentials come from sealed v1 Secrets (internal/secrets) through an
+// injected opener; this package never logs them, and scrubs them from any
+// message a provider's error might echo.
+//
+// It reads and writes Machines, Jobs, Tasks and Secrets through
+// store.Store only; it must not import the API, the CLI or the workflow
+// engine.
+package bmc
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Conn is what a provider needs to reach one BMC.
+type Conn struct {
+	Host     string
+	Port     int
+	Username string
+	Password string
+	// CipherSuite is the RMCP+ cipher suite, "3" or "17"; empty lets the
+	// provider choose (17, then 3).
+	CipherSuite string
+	// InsecureTLS is for TLS providers (not built yet).
+	InsecureTLS bool
+}
+
+// Session is one open session with a BMC. Its methods are called from one
+// goroutine; Close is always called, once.
+type Session interface {
+	// PowerState returns model.PowerOn or model.PowerOff.
+	PowerState(ctx context.Context) (string, error)
+	// SetPower carries out a model.PowerAction* other than status.
+	SetPower(ctx context.Context, action string) error
+	// SetBootDevice sets the device of the next boot (every boot when
+	// persistent), one of model.BootDevices, in EFI mode when efi.
+	SetBootDevice(ctx context.Context, device string, efi, persistent bool) error
+	// Close ends the session.
+	Close(ctx context.Context) error
+}
+
+// Provider opens sessions with BMCs of one protocol.
+type Provider interface {
+	// Name is the provider's name as Rufio's providerOptions spell it
+	// (model.ProviderIPMI, …).
+	Name() string
+	// Open authenticates and returns a session; its error says why not
+	// (unreachable, refused credentials), without the password.
+	Open(ctx context.Context, c Conn) (Session, error)
+}
+
+// ErrUnsupported is returned (wrapped) for an operation a provider or
+// Anvil does not do yet, e.g. virtual media.
+var ErrUnsupported = errors.New("not supported")
+
+// closeTimeout bounds closing a session, which runs on a fresh context: the
+// task's own may have expired, and a session left open holds one of the
+// BMC's few session slots until it times out on its own.
+const closeTimeout = 5 * time.Second

@@ -1,0 +1,27 @@
+package bmc
+
+import (
+	"go/build"
+	"strings"
+	"testing"
+)
+
+// TestImports keeps the executor beside the engine, not inside the
+// server: it reads and writes objects through the store interface and
+// gets credentials through an injected opener; the API, CLI, workflow
+// engine and server wire it, never the other way round.
+func TestImports(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]string{
+		"github.com/anvilproj/anvil/internal/model": "Machine, Job, Task and Secret",
+		"github.com/anvilproj/anvil/internal/store": "the Store interface (no implementation)",
+	}
+	for _, imp := range pkg.Imports {
+		if strings.HasPrefix(imp, "github.com/anvilproj/anvil/") && allowed[imp] == "" {
+			t.Errorf("bmc imports %s; it must know only the model and the store interface", imp)
+		}
+	}
+}

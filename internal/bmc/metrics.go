@@ -1,0 +1,90 @@
+package bmc
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Per-provider metrics of every call to a BMC, labelled by provider
+// (ipmitool, …) and operation (open, power_state, set_power,
+// set_boot_device, close).
+var (
+	bmcCalls = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_bmc_calls_total",
+		Help: "Calls to BMCs, by provider and operation.",
+	}, []string{"provider", "op"})
+	bmcErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_bmc_errors_total",
+		Help: "Calls to BMCs that failed, by provider and operation.",
+	}, []string{"provider", "op"})
+	bmcLatency = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "anvil_bmc_call_duration_seconds",
+		Help:    "Time of calls to BMCs, by provider and operation; a failed call counts too.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	}, []string{"provider", "op"})
+	bmcJobs = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_bmc_jobs_total",
+		Help: "BMC Jobs finished, by result (completed, failed).",
+	}, []string{"result"})
+)
+
+// Operation names of the metrics.
+const (
+	opOpen          = "open"
+	opPowerState    = "power_state"
+	opSetPower      = "set_power"
+	opSetBootDevice = "set_boot_device"
+	opClose         = "close"
+)
+
+// observe runs one call to a BMC and records it.
+func observe(provider, op string, fn func() error) error {
+	start := time.Now()
+	err := fn()
+	bmcCalls.WithLabelValues(provider, op).Inc()
+	bmcLatency.WithLabelValues(provider, op).Observe(time.Since(start).Seconds())
+	if err != nil {
+		bmcErrors.WithLabelValues(provider, op).Inc()
+	}
+	return err
+}
+
+// measured wraps a Session so that every call is observed.
+type measured struct {
+	provider string
+	s        Session
+}
+
+func (m measured) PowerState(ctx context.Context) (st string, err error) {
+	err = observe(m.provider, opPowerState, func() error { st, err = m.s.PowerState(ctx); return err })
+	return st, err
+}
+
+func (m measured) SetPower(ctx context.Context, action string) error {
+	return observe(m.provider, opSetPower, func() error { return m.s.SetPower(ctx, action) })
+}
+
+func (m measured) SetBootDevice(ctx context.Context, device string, efi, persistent bool) error {
+	return observe(m.provider, opSetBootDevice, func() error { return m.s.SetBootDevice(ctx, device, efi, persistent) })
+}
+
+func (m measured) Close(ctx context.Context) error {
+	return observe(m.provider, opClose, func() error { return m.s.Close(ctx) })
+}
+
+// openMeasured opens a session through p, observed.
+func openMeasured(ctx context.Context, p Provider, c Conn) (Session, error) {
+	var s Session
+	err := observe(p.Name(), opOpen, func() error {
+		var err error
+		s, err = p.Open(ctx, c)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return measured{provider: p.Name(), s: s}, nil
+}

@@ -1,0 +1,116 @@
+package model
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRufioManifests: manifests in the shape of Rufio's samples (Machine,
+// Job, Secret, and a Hardware whose bmcRef names the Machine) parse with no
+// warning and keep every field.
+func TestRufioManifests(t *testing.T) {
+	var all []byte
+	for _, f := range []string{"secret.yaml", "machine.yaml", "job.yaml", "hardware.yaml"} {
+		b, err := os.ReadFile(filepath.Join("testdata/rufio", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(append(all, b...), "\n---\n"...)
+	}
+	res, err := ParseManifests("rufio.yaml", all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) > 0 {
+		t.Errorf("warnings: %v", res.Warnings)
+	}
+	if len(res.Docs) != 4 {
+		t.Fatalf("got %d documents, want 4", len(res.Docs))
+	}
+	sec := res.Docs[0].Object.(*Secret)
+	plain, err := sec.Plain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(plain[SecretUsernameKey]) != "admin" || string(plain[SecretPasswordKey]) != "s3cret-pw" || sec.Type != "kubernetes.io/basic-auth" {
+		t.Errorf("secret = %q/%q type %q", plain[SecretUsernameKey], plain[SecretPasswordKey], sec.Type)
+	}
+	m := res.Docs[1].Object.(*Machine)
+	c := m.Spec.Connection
+	if c.Host != "10.1.2.3" || c.Port != 623 || c.AuthSecretRef.Name != "bm-auth" || c.ProviderOptions.IPMITOOL.CipherSuite != "17" ||
+		c.ProviderOptions.IntelAMT.Port != 16992 || strings.Join(c.ProviderOptions.PreferredOrder, ",") != "ipmitool,redfish" {
+		t.Errorf("machine connection = %+v", c)
+	}
+	j := res.Docs[2].Object.(*Job)
+	var got []string
+	for _, a := range j.Spec.Tasks {
+		got = append(got, a.Describe())
+	}
+	if want := "powerAction off|oneTimeBootDeviceAction pxe|powerAction on"; strings.Join(got, "|") != want || j.Spec.MachineRef.Name != "machine-sample" {
+		t.Errorf("job tasks = %q, want %q", strings.Join(got, "|"), want)
+	}
+	hw := res.Docs[3].Object.(*Hardware)
+	if hw.Spec.BMCRef == nil || hw.Spec.BMCRef.Name != "machine-sample" || hw.Spec.BMCRef.Kind != KindMachine {
+		t.Errorf("bmcRef = %+v", hw.Spec.BMCRef)
+	}
+	// Encoding keeps Rufio's field names.
+	b, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"apiVersion":"bmc.tinkerbell.org/v1alpha1"`, `"machineRef":{"name":"machine-sample"`, `"oneTimeBootDeviceAction":{"device":["pxe"]}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+}
+
+func TestBMCErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{"machine without host", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    authSecretRef: {name: s}\n",
+			[]string{"f.yaml:5:", "spec.connection.host: missing host"}},
+		{"machine without secret", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: 10.0.0.1\n",
+			[]string{"spec.connection.authSecretRef.name: missing name"}},
+		{"bad cipher suite", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      ipmitool: {cipherSuite: \"1\"}\n",
+			[]string{"f.yaml:9:", "cipherSuite", "suites 3 and 17"}},
+		{"bad power action", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: sideways\n",
+			[]string{"f.yaml:7:", "spec.tasks[0].powerAction", `"sideways" is not a power action`}},
+		{"two actions in one task", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: \"on\"\n    oneTimeBootDeviceAction: {device: [pxe]}\n",
+			[]string{"spec.tasks[0]: a task holds exactly one action"}},
+		{"bad boot device", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - oneTimeBootDeviceAction: {device: [floppy]}\n",
+			[]string{`"floppy" is not a boot device`}},
+		{"job naming another namespace's machine", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j, namespace: acme}\nspec:\n  machineRef: {name: m, namespace: globex}\n  tasks:\n  - powerAction: \"off\"\n",
+			[]string{"f.yaml:5:", "spec.machineRef.namespace", `"globex": a Job drives the Machines of its own namespace ("acme") only`}},
+		{"job without machine", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  tasks:\n  - powerAction: status\n",
+			[]string{"spec.machineRef.name: missing name"}},
+		{"bmcRef of another kind", "apiVersion: tinkerbell.org/v1alpha1\nkind: Hardware\nmetadata: {name: h}\nspec:\n  bmcRef: {kind: Template, name: x}\n  interfaces:\n  - dhcp: {mac: 3c:ec:ef:12:34:07}\n",
+			[]string{"spec.bmcRef.kind", "names a Machine"}},
+		{"secret not base64", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata:\n  password: \"not base64!\"\n",
+			[]string{"f.yaml:5:", "data.password: not valid base64"}},
+		{"secret in the wrong group", "apiVersion: tinkerbell.org/v1alpha1\nkind: Secret\nmetadata: {name: s}\n",
+			[]string{`is not "v1"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseManifests("f.yaml", []byte(tc.in))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			// A secret's value never appears in an error.
+			if strings.Contains(err.Error(), "not base64!") {
+				t.Errorf("error %q repeats the secret's value", err)
+			}
+		})
+	}
+}
