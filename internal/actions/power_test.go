@@ -2,13 +2,18 @@ package actions
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvilproj/anvil/internal/container"
+	"github.com/anvilproj/anvil/internal/oci"
 )
 
 func TestLookup(t *testing.T) {
@@ -189,5 +194,42 @@ func TestKexec(t *testing.T) {
 				t.Errorf("Then called Power %#x (syncs %d); want [LINUX_REBOOT_CMD_KEXEC] after a sync", m.power, m.syncs)
 			}
 		})
+	}
+}
+
+// TestImageNameForms: the three ways templates name an upstream action —
+// quay.io/tinkerbell/actions/X (today's), quay.io/tinkerbell-actions/X
+// (the older organisation, in the playground's and CAPT's older templates)
+// and a bare X:v1.0.0 — are the same action: the same native runner for
+// those Anvil implements, the container path for the rest.
+func TestImageNameForms(t *testing.T) {
+	on := New(Config{Images: &oci.Puller{}, Containers: &container.Runtime{}}) // Select only asks whether they are there
+	forms := []string{"quay.io/tinkerbell/actions/%s:v1.0.0", "quay.io/tinkerbell-actions/%s:v1.0.0", "%s:v1.0.0"}
+	native := []string{NameImage2Disk, NameArchive2Disk, NameWriteFile, NameCexec, NameKexec}
+	for _, name := range native {
+		want, err := on.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range forms {
+			image := fmt.Sprintf(f, name)
+			sel, err := on.Select(Spec{Image: image})
+			if err != nil || sel.Path != PathNative || sel.Why != "native "+name {
+				t.Errorf("Select(%q) = %s (%s), %v; want native %s", image, sel.Path, sel.Why, err, name)
+				continue
+			}
+			if reflect.ValueOf(sel.Run).Pointer() != reflect.ValueOf(want).Pointer() {
+				t.Errorf("Select(%q) runs another function than Lookup(%q)", image, name)
+			}
+		}
+	}
+	for _, name := range []string{"oci2disk", "qemuimg2disk", "rootio", "grub2disk", "syslinux", "slurp"} {
+		for _, f := range forms {
+			image := fmt.Sprintf(f, name)
+			sel, err := on.Select(Spec{Image: image})
+			if err != nil || sel.Path != PathContainer || sel.Why != "no native "+name {
+				t.Errorf("Select(%q) = %s (%s), %v; want the container path (no native %s)", image, sel.Path, sel.Why, err, name)
+			}
+		}
 	}
 }
