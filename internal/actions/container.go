@@ -75,6 +75,12 @@ func (c *Catalog) Select(s Spec) (Selection, error) {
 		if !c.containers() {
 			return Selection{}, fmt.Errorf("action %q asks for runtime: container, and no container runtime is configured (the agent's image cache or cgroups are missing)", s.Name)
 		}
+		if actionName(s.Image) == NameWaitDaemon {
+			// Upstream's waitdaemon image works only beside Docker's
+			// socket, which the boot environment has not: what the
+			// runtime chooses is how its IMAGE runs.
+			return Selection{Run: native, Path: PathNative, Why: "native waitdaemon; runtime: container is for its IMAGE"}, nil
+		}
 		return Selection{Run: c.container, Path: PathContainer, Why: "runtime: container"}, nil
 	case RuntimeNative:
 		if !ok {

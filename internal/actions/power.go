@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path"
 	"strings"
 )
 
@@ -33,20 +32,6 @@ func (c *Catalog) then(cmd int) func() error {
 		}
 		return nil
 	}
-}
-
-// waitdaemon runs ghcr.io/jacobweinstock/waitdaemon as Tinkerbell
-// templates use it: command [reboot] or [poweroff] (a path to either
-// too). Its WAIT_SECONDS and IMAGE are not needed: Then runs only once
-// the action is reported.
-func (c *Catalog) waitdaemon(ctx context.Context, s Spec, out Output) (Result, error) {
-	if len(s.Command) > 0 {
-		name := path.Base(s.Command[0])
-		if _, ok := powerCommands[name]; ok {
-			return c.power(name)(ctx, s, out)
-		}
-	}
-	return Result{}, fmt.Errorf("waitdaemon: command %q: only [reboot] and [poweroff] run natively (no container runtime)", s.Command)
 }
 
 // kexec mounts BLOCK_DEVICE (FS_TYPE), loads KERNEL_PATH and INITRD_PATH

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -65,20 +66,30 @@ func TestPower(t *testing.T) {
 		name    string
 		image   string
 		command []string
+		env     map[string]string
 		want    int
+		wait    time.Duration // how long Then waits before reboot(2)
 		wantErr string
 	}{
 		{name: "reboot", image: "reboot", want: unix.LINUX_REBOOT_CMD_RESTART},
 		{name: "poweroff", image: "poweroff", want: unix.LINUX_REBOOT_CMD_POWER_OFF},
-		{name: "waitdaemon reboot", image: "ghcr.io/jacobweinstock/waitdaemon:latest", command: []string{"reboot"}, want: unix.LINUX_REBOOT_CMD_RESTART},
-		{name: "waitdaemon /sbin/poweroff", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", command: []string{"/sbin/poweroff", "-f"}, want: unix.LINUX_REBOOT_CMD_POWER_OFF},
-		{name: "waitdaemon other command", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", command: []string{"sh", "-c", "echo hi"}, wantErr: `waitdaemon: command ["sh" "-c" "echo hi"]: only [reboot] and [poweroff] run natively`},
-		{name: "waitdaemon no command", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", wantErr: "only [reboot] and [poweroff]"},
+		{name: "waitdaemon reboot", image: "ghcr.io/jacobweinstock/waitdaemon:latest", command: []string{"reboot"}, want: unix.LINUX_REBOOT_CMD_RESTART, wait: 10 * time.Second},
+		{name: "waitdaemon /sbin/poweroff", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", command: []string{"/sbin/poweroff", "-f"}, env: map[string]string{"WAIT_SECONDS": "0"},
+			want: unix.LINUX_REBOOT_CMD_POWER_OFF},
+		{name: "waitdaemon reboot with an IMAGE", image: "ghcr.io/jacobweinstock/waitdaemon:latest", command: []string{"reboot"}, env: map[string]string{"IMAGE": "alpine", "WAIT_SECONDS": "3"},
+			want: unix.LINUX_REBOOT_CMD_RESTART, wait: 3 * time.Second},
+		{name: "waitdaemon other command, no IMAGE", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", command: []string{"sh", "-c", "echo hi"},
+			wantErr: `waitdaemon: IMAGE is required (the image to run once the action is reported), unless the command is [reboot] or [poweroff]; command ["sh" "-c" "echo hi"]`},
+		{name: "waitdaemon no command, no IMAGE", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", wantErr: "waitdaemon: IMAGE is required"},
+		{name: "waitdaemon WAIT_SECONDS not a number", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", command: []string{"reboot"}, env: map[string]string{"WAIT_SECONDS": "10s"},
+			wantErr: `waitdaemon: WAIT_SECONDS: "10s" is not a whole number from 0 to 86400`},
+		{name: "waitdaemon IMAGE waitdaemon", image: "ghcr.io/jacobweinstock/waitdaemon:0.2.1", env: map[string]string{"IMAGE": "ghcr.io/jacobweinstock/waitdaemon:0.2.1"},
+			wantErr: "waitdaemon: IMAGE ghcr.io/jacobweinstock/waitdaemon:0.2.1 is waitdaemon itself"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMachine(t)
-			res, err := runAction(t, m.catalog(), tc.image, Spec{Command: tc.command}, &recorder{})
+			res, err := runAction(t, m.catalog(), tc.image, Spec{Command: tc.command, Env: tc.env}, &recorder{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v; want %q", err, tc.wantErr)
@@ -94,8 +105,12 @@ func TestPower(t *testing.T) {
 			if res.Then == nil {
 				t.Fatal("no Then")
 			}
+			before := m.clock.advance(0)
 			if err := res.Then(); err != nil {
 				t.Fatal(err)
+			}
+			if waited := m.clock.advance(0).Sub(before); waited < tc.wait || waited > tc.wait+time.Second {
+				t.Errorf("Then waited %s; want %s", waited, tc.wait)
 			}
 			if len(m.power) != 1 || m.power[0] != tc.want || m.syncs != 1 {
 				t.Errorf("Then called Power %#x (syncs %d); want [%#x] after 1 sync", m.power, m.syncs, tc.want)
