@@ -138,6 +138,8 @@ func TestKexec(t *testing.T) {
 	needRoot(t)
 	tests := []struct {
 		name       string
+		grub       string // /boot/grub/grub.cfg's contents (at grubPath if set), if not ""
+		grubPath   string
 		env        map[string]string
 		kexecErr   error
 		wantKernel string
@@ -158,8 +160,21 @@ func TestKexec(t *testing.T) {
 		},
 		{name: "missing kernel", env: map[string]string{"KERNEL_PATH": "/boot/nope"}, wantErr: "kexec: KERNEL_PATH: openat boot/nope: no such file or directory"},
 		{name: "kernel through a link out of the filesystem", env: map[string]string{"KERNEL_PATH": "/escape/vmlinuz"}, wantErr: "path escapes from parent"},
-		{name: "GRUBCFG_PATH alone", env: map[string]string{"GRUBCFG_PATH": "/boot/grub/grub.cfg"}, wantErr: "GRUBCFG_PATH is not supported natively"},
-		{name: "no KERNEL_PATH", env: map[string]string{}, wantErr: "kexec: KERNEL_PATH is required"},
+		{
+			name: "no KERNEL_PATH: grub.cfg's default entry, microcode and initrd as one",
+			grub: "set default=\"1>0\"\nmenuentry 'Old' {\n linux /boot/old\n}\nsubmenu 'More' {\n  menuentry 'New' {\n\tlinux\t/boot/vmlinuz root=UUID=1234 ro console=ttyS0\n\tinitrd\t/boot/ucode.img /boot/initrd.img\n  }\n}\n",
+			env:  map[string]string{}, wantKernel: "KERNEL", wantInitrd: "UCODEINITRD", wantCmd: "root=UUID=1234 ro console=ttyS0",
+		},
+		{
+			name: "GRUBCFG_PATH, and CMD_LINE over grub.cfg's arguments; INITRD_PATH is grub.cfg's",
+			grub: "menuentry 'Debian' {\n linux /boot/vmlinuz root=/dev/sda1\n initrd /boot/initrd.img\n}\n", grubPath: "/boot/grub2/grub.cfg",
+			env:        map[string]string{"GRUBCFG_PATH": "/boot/grub2/grub.cfg", "CMD_LINE": "root=/dev/vda1", "INITRD_PATH": "/boot/nope"},
+			wantKernel: "KERNEL", wantInitrd: "INITRD", wantCmd: "root=/dev/vda1",
+		},
+		{name: "no KERNEL_PATH, no grub.cfg", env: map[string]string{}, wantErr: "kexec: no KERNEL_PATH, and grub.cfg: openat boot/grub/grub.cfg: no such file or directory"},
+		{name: "grub.cfg's kernel missing", grub: "menuentry 'Ubuntu' {\n linux /boot/vmlinuz-6.1 ro\n}\n", env: map[string]string{},
+			wantErr: `kexec: /boot/grub/grub.cfg entry 0 ("Ubuntu"): linux: openat boot/vmlinuz-6.1: no such file or directory`},
+		{name: "grub.cfg without an entry", grub: "set timeout=5\n", env: map[string]string{}, wantErr: "kexec: no KERNEL_PATH, and /boot/grub/grub.cfg: no menuentry"},
 		{name: "kexec_file_load fails", env: map[string]string{"KERNEL_PATH": "/boot/vmlinuz"}, kexecErr: syscall.EPERM, wantErr: "kexec_file_load /boot/vmlinuz: operation not permitted"},
 	}
 	for _, tc := range tests {
@@ -168,6 +183,15 @@ func TestKexec(t *testing.T) {
 			os.Mkdir(filepath.Join(top, "boot"), 0o755)
 			os.WriteFile(filepath.Join(top, "boot/vmlinuz"), []byte("KERNEL"), 0o644)
 			os.WriteFile(filepath.Join(top, "boot/initrd.img"), []byte("INITRD"), 0o644)
+			os.WriteFile(filepath.Join(top, "boot/ucode.img"), []byte("UCODE"), 0o644)
+			if tc.grub != "" {
+				p := tc.grubPath
+				if p == "" {
+					p = "/boot/grub/grub.cfg"
+				}
+				os.MkdirAll(filepath.Dir(filepath.Join(top, p)), 0o755)
+				os.WriteFile(filepath.Join(top, p), []byte(tc.grub), 0o644)
+			}
 			outside := t.TempDir()
 			os.WriteFile(filepath.Join(outside, "vmlinuz"), []byte("HOST KERNEL"), 0o644)
 			os.Symlink(outside, filepath.Join(top, "escape"))
