@@ -52,7 +52,7 @@ func TestGrubDefault(t *testing.T) {
 		{name: "GRUB_DEFAULT=saved: the variable is not read, entry 0", cfg: withDefault(`"${saved_entry}"`),
 			want: grubEntry{Path: "0", Title: "Ubuntu", Kernel: k91, Initrds: []string{i91}, Args: plain + " panic=-1"}},
 		{name: "no set default, no initrd, quoted and escaped arguments",
-			cfg: "menuentry \"Debian GNU/Linux\" {\n  linux /vmlinuz root=/dev/vda1 \"quiet splash\" init=\\/sbin/init # comment\n}\n",
+			cfg:  "menuentry \"Debian GNU/Linux\" {\n  linux /vmlinuz root=/dev/vda1 \"quiet splash\" init=\\/sbin/init # comment\n}\n",
 			want: grubEntry{Path: "0", Title: "Debian GNU/Linux", Kernel: "/vmlinuz", Args: "root=/dev/vda1 quiet splash init=/sbin/init"}},
 		{name: "the UEFI entry (inside if) counts", cfg: withDefault("2"), wantErr: `default entry 2 ("UEFI Firmware Settings") has no linux line`},
 		{name: "index past the end", cfg: withDefault("7"), wantErr: `default entry "7": no entry "7"`},
