@@ -167,18 +167,11 @@ func TestImage2DiskContainerMatchesNative(t *testing.T) {
 	srv.files["/os.raw.gz"] = compressImage(t, formatGzip, img)
 	image := l.push(t, "tinkerbell/actions/image2disk:v1.0.0", ocitest.UpstreamImage(t, "image2disk"))
 
-	disk := func() (dev, backing string) {
-		backing = filepath.Join(t.TempDir(), "disk")
-		if err := os.WriteFile(backing, bytes.Repeat([]byte{0xa5}, diskSize), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return loopDevice(t, backing), backing
-	}
 	env := func(dev string) map[string]string {
 		return map[string]string{"IMG_URL": srv.url("/os.raw.gz"), "DEST_DISK": dev, "COMPRESSED": "true"}
 	}
 
-	cdev, cbacking := disk()
+	cdev, cbacking := loopDisk(t, diskSize)
 	s := l.spec(t, image, env(cdev))
 	out, sel, err := l.run(context.Background(), t, s)
 	if err != nil {
@@ -187,7 +180,7 @@ func TestImage2DiskContainerMatchesNative(t *testing.T) {
 	if sel.Path != PathContainer {
 		t.Fatalf("ran %s", sel.Path)
 	}
-	ndev, nbacking := disk()
+	ndev, nbacking := loopDisk(t, diskSize)
 	ns := l.spec(t, image, env(ndev))
 	ns.Runtime = RuntimeAuto
 	if out, sel, err := l.run(context.Background(), t, ns); err != nil || sel.Path != PathNative {
