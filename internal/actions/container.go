@@ -88,7 +88,17 @@ func (c *Catalog) Select(s Spec) (Selection, error) {
 		}
 		return Selection{Run: native, Path: PathNative, Why: "runtime: native"}, nil
 	}
-	return Selection{}, fmt.Errorf("action %q: runtime %q: want container, native or nothing", s.Name, s.Runtime)
+	return Selection{}, fmt.Errorf("action %q: %w", s.Name, CheckRuntime(s.Runtime))
+}
+
+// CheckRuntime says whether r is a runtime Select knows: "" (auto),
+// container or native.
+func CheckRuntime(r string) error {
+	switch r {
+	case RuntimeAuto, RuntimeContainer, RuntimeNative:
+		return nil
+	}
+	return fmt.Errorf("runtime %q: want container, native or nothing", r)
 }
 
 // containers reports whether the container path is configured.

@@ -121,6 +121,11 @@ type Config struct {
 	// actions that run in containers. Zero: every registry directly,
 	// anonymously.
 	Registries oci.Settings
+	// ActionRuntime is the runtime of actions whose template gives none
+	// (actions.RuntimeContainer runs every image itself, as Tinkerbell
+	// would); "" lets the agent choose (native when it implements the
+	// image).
+	ActionRuntime string
 }
 
 // Services implements every anvil.v1 service. It is safe for concurrent use.

@@ -151,3 +151,23 @@ func testCAPEM(t *testing.T) string {
 	defer srv.Close()
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 }
+
+// TestGetActionServerRuntime: the server's ActionRuntime (anvil serve
+// --action-runtime) is the runtime of an action whose template names
+// none; one the template names wins.
+func TestGetActionServerRuntime(t *testing.T) {
+	for _, tc := range []struct{ action, want string }{
+		{action: `{name: hostname, image: "quay.io/tinkerbell/actions/writefile:v1.0.0", timeout: 60}`, want: "container"},
+		{action: `{name: hostname, image: "quay.io/tinkerbell/actions/writefile:v1.0.0", runtime: native, timeout: 60}`, want: "native"},
+	} {
+		e := newEnv(t, envOptions{engine: true, configure: func(c *api.Config) { c.ActionRuntime = "container" }})
+		manifest := strings.Replace(registryManifest,
+			`{name: oci, image: "quay.io/tinkerbell/actions/oci2disk:v1.0.0", runtime: container, timeout: 60}`, tc.action, 1)
+		if _, err := apply(e, manifest, false); err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		if got := firstAction(t, e, "3c:ec:ef:00:00:01").GetRuntime(); got != tc.want {
+			t.Errorf("%s: runtime %q; want %q", tc.action, got, tc.want)
+		}
+	}
+}

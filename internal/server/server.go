@@ -29,6 +29,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/anvilproj/anvil/internal/actions"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/bootlog"
@@ -154,6 +155,10 @@ type Config struct {
 	RegistryPlainHTTP []string
 	RegistryCAs       []string
 	RegistryAuthFile  string
+	// ActionRuntime is the runtime of actions whose template names none:
+	// "" (the agent runs natively what it implements), container (every
+	// image runs itself, as under Tinkerbell) or native.
+	ActionRuntime string
 
 	// MetadataPort is the metadata service's own listener (Hegel's port,
 	// where Tinkerbell's actions look). The metadata routes are also
@@ -306,6 +311,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := actions.CheckRuntime(cfg.ActionRuntime); err != nil {
+		return fmt.Errorf("--action-runtime: %w", err)
+	}
 	logRegistrySettings(log, registries)
 	if cfg.BootRate < 0 || cfg.BootBurst < 0 || cfg.BootConcurrency < 0 ||
 		cfg.BootClientRate < 0 || cfg.BootClientBurst < 0 || cfg.BootClientConcurrency < 0 ||
@@ -455,7 +463,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Stage 4: handlers.
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore,
-		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries,
+		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, ActionRuntime: cfg.ActionRuntime,
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the
 			// client a trusted proxy forwarded for.
