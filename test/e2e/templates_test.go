@@ -336,8 +336,22 @@ func assertKexecdIntoStandIn(t *testing.T, run installRun) {
 // with the lab's addresses filled in, run to SUCCESS on a QEMU machine;
 // its last action, waitdaemon with IMAGE kexec and only the root
 // partition named, kexecs the machine into the kernel grub.cfg names.
+// Every action runs natively.
 func TestPlaygroundTemplate(t *testing.T) {
-	l := newTemplateLab(t, "pg")
+	runPlayground(t, newTemplateLab(t, "pg"), false)
+}
+
+// TestPlaygroundTemplateUpstreamPrograms is TestPlaygroundTemplate with
+// Tinkerbell's own programs: anvil serve --action-runtime container runs
+// each action's image (image2disk, cexec, writefile; kexec as
+// waitdaemon's IMAGE), pulled from the lab's registry through the
+// server's quay.io mirror, in a container on the machine.
+func TestPlaygroundTemplateUpstreamPrograms(t *testing.T) {
+	runPlayground(t, newTemplateLab(t, "pgc", "--action-runtime", "container"), true)
+}
+
+func runPlayground(t *testing.T, l *templateLab, upstream bool) {
+	t.Helper()
 	mac, ip := "52:54:00:77:01:40", "10.77.0.140"
 	images := http.NewServeMux()
 	images.HandleFunc("/jammy-server-cloudimg-amd64.raw.gz", func(w http.ResponseWriter, r *http.Request) {
@@ -352,11 +366,12 @@ func TestPlaygroundTemplate(t *testing.T) {
 	}
 	start := time.Now()
 	run := runWorkflowOS(t, l.ns, l.a, "playground-workflow", biosOS, vm{name: "machine1", mac: mac, tap: "tap0"}, 10*time.Minute, nil)
-	t.Logf("playground template: QEMU start → workflow SUCCESS %.1fs, → installed OS %.1fs (whole run %.1fs, TCG)",
-		run.success.Seconds(), run.res.seen[markerInstalled].Seconds(), time.Since(start).Seconds())
+	t.Logf("playground template (upstream programs: %v): QEMU start → workflow SUCCESS %.1fs, → installed OS %.1fs (whole run %.1fs, TCG)",
+		upstream, run.success.Seconds(), run.res.seen[markerInstalled].Seconds(), time.Since(start).Seconds())
 	wf := getWorkflow(t, l.a, "playground-workflow")
 	if wf.Status.State != "SUCCESS" {
-		t.Fatalf("workflow %s; actions %q\nserial tail:\n%s", wf.Status.State, workflowActions(wf), tail(run.res.serial, 60))
+		t.Fatalf("workflow %s; actions %q\nserial tail:\n%s\nlogs:\n%s", wf.Status.State, workflowActions(wf), tail(run.res.serial, 60),
+			l.a.cli(t, "logs", "workflow/playground-workflow"))
 	}
 	if got, want := strings.Join(workflowActions(wf), ", "), "stream ubuntu image SUCCESS, grow-partition SUCCESS, install openssl SUCCESS, create user SUCCESS, "+
 		"enable ssh SUCCESS, disable apparmor SUCCESS, write netplan SUCCESS, kexec into os SUCCESS"; got != want {
@@ -381,15 +396,33 @@ func TestPlaygroundTemplate(t *testing.T) {
 	}
 
 	logs := l.a.cli(t, "logs", "workflow/playground-workflow")
-	for _, want := range []string{
+	want := []string{
 		"running quay.io/tinkerbell/actions/image2disk:latest (attempt 1) natively (native image2disk)",
+		"running quay.io/tinkerbell/actions/cexec:latest (attempt 1) natively (native cexec)",
 		"running ghcr.io/jacobweinstock/waitdaemon:latest (attempt 1) natively (native waitdaemon)",
 		fmt.Sprintf(`loaded /boot/vmlinuz-%s (initrd "/boot/initrd.img-%s", command line "root=UUID=%s ro console=tty1 console=ttyS0 anvil.installed=1 anvil.hostname=jammy-standin") from /dev/vda1, /boot/grub/grub.cfg entry 0 ("Ubuntu")`,
 			standInOS.release, standInOS.release, standInOS.fsUUID),
 		"quay.io/tinkerbell/actions/kexec:latest natively 5s after the action is reported",
-	} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("`anvil logs` lacks %q:\n%s", want, logs)
+	}
+	if upstream {
+		want = []string{
+			"running quay.io/tinkerbell/actions/image2disk:latest (attempt 1) in a container (runtime: container)",
+			"pulling quay.io/tinkerbell/actions/image2disk:latest from mirror http://" + serverIP + ":5000",
+			"running quay.io/tinkerbell/actions/cexec:latest (attempt 1) in a container (runtime: container)",
+			"running quay.io/tinkerbell/actions/writefile:latest (attempt 1) in a container (runtime: container)",
+			"running ghcr.io/jacobweinstock/waitdaemon:latest (attempt 1) natively (native waitdaemon; runtime: container is for its IMAGE)",
+			"pulling quay.io/tinkerbell/actions/kexec:latest from mirror http://" + serverIP + ":5000",
+			"quay.io/tinkerbell/actions/kexec:latest in a container 5s after the action is reported",
+		}
+		for _, action := range []string{"image2disk", "cexec", "writefile", "kexec"} {
+			if l.reg.Requests("GET /v2/tinkerbell/actions/"+action+"/manifests/latest") == 0 {
+				t.Errorf("the machine never asked the lab's registry for %s", action)
+			}
+		}
+	}
+	for _, w := range want {
+		if !strings.Contains(logs, w) {
+			t.Errorf("`anvil logs` lacks %q:\n%s", w, logs)
 		}
 	}
 }
