@@ -594,3 +594,89 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestWaitDaemonMissingImage is the issue's bad input on a machine: a
+// waitdaemon whose IMAGE does not exist fails, naming the image and the
+// registry's answer; it is never reported SUCCESS, the machine is not
+// taken down, and the workflow's next action does not run.
+func TestWaitDaemonMissingImage(t *testing.T) {
+	l := newTemplateLab(t, "wdbad")
+	mac, ip, name := "52:54:00:77:01:42", "10.77.0.142", "wd-missing"
+	const missing = "quay.io/tinkerbell/actions/nosuchaction:v1.0.0"
+	l.a.apply(t, fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
+kind: Hardware
+metadata:
+  name: %[1]s
+spec:
+  disks:
+    - device: /dev/vda
+  interfaces:
+    - dhcp:
+        mac: %[2]s
+        arch: x86_64
+        ip: {address: %[3]s, netmask: 255.255.255.0}
+      netboot:
+        allowPXE: true
+        allowWorkflow: true
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata:
+  name: %[1]s
+spec:
+  data: |
+    version: "0.1"
+    name: %[1]s
+    tasks:
+      - name: t
+        worker: "{{.device_1}}"
+        actions:
+          - name: "kexec into os"
+            image: ghcr.io/jacobweinstock/waitdaemon:latest
+            timeout: 90
+            pid: host
+            environment:
+              BLOCK_DEVICE: /dev/vda1
+              FS_TYPE: ext4
+              IMAGE: %[4]s
+              WAIT_SECONDS: 5
+          - name: after
+            image: quay.io/tinkerbell/actions/writefile:v1.0.0
+            timeout: 60
+            environment: {DEST_DISK: /dev/vda1, FS_TYPE: ext4, DEST_PATH: /x, CONTENTS: x}
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Workflow
+metadata:
+  name: %[1]s
+spec:
+  templateRef: %[1]s
+  hardwareRef: %[1]s
+  hardwareMap:
+    device_1: %[2]s
+`, name, mac, ip, missing))
+	run := runWorkflowOS(t, l.ns, l.a, name, biosOS, vm{name: name, mac: mac, tap: "tap0"}, 5*time.Minute, nil)
+	wf := getWorkflow(t, l.a, name)
+	if wf.Status.State != "FAILED" {
+		t.Fatalf("workflow %s; want FAILED; actions %q", wf.Status.State, workflowActions(wf))
+	}
+	kexec, ok1 := findAction(wf, "kexec into os")
+	after, ok2 := findAction(wf, "after")
+	if !ok1 || !ok2 {
+		t.Fatalf("actions %q", workflowActions(wf))
+	}
+	wantMsg := "waitdaemon: IMAGE: pull " + missing + " from mirror http://" + serverIP + ":5000 (" + serverIP + ":5000/tinkerbell/actions/nosuchaction:v1.0.0) [plain HTTP]: the registry has no such image"
+	if kexec.State != "FAILED" || !strings.Contains(kexec.Message, wantMsg) {
+		t.Errorf("waitdaemon: %s, %q; want FAILED with %q", kexec.State, kexec.Message, wantMsg)
+	}
+	t.Logf("the action's message: %s", kexec.Message)
+	if after.ExecutionStart != nil || after.State == "SUCCESS" {
+		t.Errorf("the next action ran: %+v", after)
+	}
+	if strings.Contains(run.res.serial, markerInstalled) || strings.Contains(run.res.serial, "acknowledged by the server; going ahead") {
+		t.Errorf("the machine went ahead after a failed waitdaemon:\n%s", tail(run.res.serial, 30))
+	}
+	if l.reg.Requests("GET /v2/tinkerbell/actions/nosuchaction/manifests/v1.0.0") == 0 {
+		t.Error("the machine never asked the lab's registry for IMAGE")
+	}
+}
