@@ -3,6 +3,8 @@ package actions
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/anvilproj/anvil/internal/oci/ocitest"
+	"github.com/anvilproj/anvil/internal/untar/untartest"
 )
 
 // The upstream actions Anvil has no native implementation of run through
@@ -161,5 +164,59 @@ func TestUpstreamRootioInContainer(t *testing.T) {
 	if pt.Label != "dos" || len(p) != 2 || p[0].Start != 2048 || p[0].Size != 4096 || p[0].Type != "c" || !p[0].Bootable ||
 		p[1].Start != 6144 || p[1].Start+p[1].Size != 16<<20/512 || p[1].Type != "83" {
 		t.Errorf("partition table %+v; want MBR: a bootable FAT32 partition of 4096 sectors from 2048, Linux on the rest\n%s", pt, out.text(""))
+	}
+}
+
+// TestUpstreamArchive2DiskInContainer: the upstream archive2disk, in a
+// container, unpacks onto an ext4 partition the files of the archive
+// TestArchive2Disk unpacks natively (checkRootFSFiles). Upstream (tinkerbell/actions
+// ae3e51d) keeps less than Anvil's native one: owners, the sticky
+// world-writable /tmp, FIFOs ("File type 54 unhandled") and mtimes are
+// lost; checkRootFS, which the native one passes, would fail.
+func TestUpstreamArchive2DiskInContainer(t *testing.T) {
+	l := newLab(t, 0)
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		t.Skip("mkfs.ext4 is missing")
+	}
+	srv := newFileServer(t)
+	plain := untartest.Tar(t, untartest.RootFS)
+	srv.files["/rootfs.tar.gz"] = compressImage(t, formatGzip, plain)
+	// Upstream's TARFILE_CHECKSUM is of the archive as unpacked (the tar),
+	// Anvil's of the file as served.
+	sum := sha256.Sum256(plain)
+	backing := filepath.Join(t.TempDir(), "fs.img")
+	os.WriteFile(backing, nil, 0o644)
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", backing, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
+	}
+	dev := loopDevice(t, backing)
+	image := l.push(t, "tinkerbell/actions/archive2disk:v1.0.0", ocitest.UpstreamImage(t, "archive2disk"))
+	s := l.spec(t, image, map[string]string{"ARCHIVE_URL": srv.url("/rootfs.tar.gz"), "ARCHIVE_TYPE": "targz",
+		"TARFILE_CHECKSUM": "sha256:" + hex.EncodeToString(sum[:]), "DEST_DISK": dev, "FS_TYPE": "ext4", "DEST_PATH": "/"})
+	out, sel, err := l.run(context.Background(), t, s)
+	if err != nil || sel.Path != PathContainer {
+		t.Fatalf("upstream archive2disk: %s, %v\n%s", sel.Path, err, out.text(""))
+	}
+	mnt := t.TempDir()
+	if b, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v %s", err, b)
+	}
+	defer exec.Command("umount", mnt).Run()
+	checkRootFSFiles(t, mnt)
+
+	// The same action, natively: upstream's checksum (of the tar) holds.
+	backing2 := filepath.Join(t.TempDir(), "fs.img")
+	os.WriteFile(backing2, nil, 0o644)
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", backing2, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
+	}
+	s.Env["DEST_DISK"] = loopDevice(t, backing2)
+	s.Runtime = RuntimeAuto
+	out, sel, err = l.run(context.Background(), t, s)
+	if err != nil || sel.Path != PathNative {
+		t.Fatalf("native archive2disk of the same action: %s, %v\n%s", sel.Path, err, out.text(""))
+	}
+	if want := "verified (the tar, decompressed)"; !strings.Contains(out.text(StreamAction), want) {
+		t.Errorf("native archive2disk's lines lack %q:\n%s", want, out.text(StreamAction))
 	}
 }
