@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -203,15 +202,7 @@ func TestImage2DiskContainerMatchesNative(t *testing.T) {
 // container, mounts a filesystem from the host's /dev and writes a file.
 func TestUpstreamWritefileInContainer(t *testing.T) {
 	l := newLab(t, 0)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 is missing")
-	}
-	backing := filepath.Join(t.TempDir(), "fs.img")
-	os.WriteFile(backing, nil, 0o644)
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", backing, "8M").CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
-	dev := loopDevice(t, backing)
+	dev := ext4Device(t, "8M")
 	image := l.push(t, "tinkerbell/actions/writefile:v1.0.0", ocitest.UpstreamImage(t, "writefile"))
 	s := l.spec(t, image, map[string]string{"DEST_DISK": dev, "FS_TYPE": "ext4", "DEST_PATH": "/etc/hostname",
 		"CONTENTS": "rack1-node07\n", "UID": "0", "GID": "0", "MODE": "0644", "DIRMODE": "0755"})
@@ -219,11 +210,7 @@ func TestUpstreamWritefileInContainer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upstream writefile: %v\n%s", err, out.text(""))
 	}
-	mnt := t.TempDir()
-	if b, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount: %v %s", err, b)
-	}
-	defer exec.Command("umount", mnt).Run()
+	mnt := mountDevice(t, dev)
 	if b, _ := os.ReadFile(filepath.Join(mnt, "etc/hostname")); string(b) != "rack1-node07\n" {
 		t.Errorf("/etc/hostname = %q\noutput:\n%s", b, out.text(""))
 	}
@@ -371,15 +358,7 @@ func TestContainerExitStatus(t *testing.T) {
 // in Then, after WAIT_SECONDS, with the action's environment.
 func TestWaitDaemonContainerImage(t *testing.T) {
 	l := newLab(t, 0)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 is missing")
-	}
-	backing := filepath.Join(t.TempDir(), "fs.img")
-	os.WriteFile(backing, nil, 0o644)
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", backing, "8M").CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
-	dev := loopDevice(t, backing)
+	dev := ext4Device(t, "8M")
 	image := l.push(t, "tinkerbell/actions/writefile:v1.0.0", ocitest.UpstreamImage(t, "writefile"))
 	s := l.spec(t, image, map[string]string{"DEST_DISK": dev, "FS_TYPE": "ext4", "DEST_PATH": "/etc/hostname",
 		"CONTENTS": "rack1-node07\n", "UID": "0", "GID": "0", "MODE": "0644", "DIRMODE": "0755",
@@ -404,11 +383,7 @@ func TestWaitDaemonContainerImage(t *testing.T) {
 	if err := res.Then(); err != nil {
 		t.Fatalf("Then: %v\n%s", err, out.text(""))
 	}
-	mnt := t.TempDir()
-	if b, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount: %v %s", err, b)
-	}
-	defer exec.Command("umount", mnt).Run()
+	mnt := mountDevice(t, dev)
 	if b, _ := os.ReadFile(filepath.Join(mnt, "etc/hostname")); string(b) != "rack1-node07\n" {
 		t.Errorf("/etc/hostname = %q\noutput:\n%s", b, out.text(""))
 	}

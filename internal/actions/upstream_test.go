@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/anvilproj/anvil/internal/oci/ocitest"
+	"github.com/anvilproj/anvil/internal/testtool"
 	"github.com/anvilproj/anvil/internal/untar/untartest"
 )
 
@@ -37,6 +38,32 @@ func loopDisk(t *testing.T, size int) (dev, backing string) {
 		t.Fatal(err)
 	}
 	return loopDevice(t, backing), backing
+}
+
+// ext4Device is a loop device over a new ext4 filesystem of size
+// (mkfs.ext4's, "8M").
+func ext4Device(t *testing.T, size string) string {
+	t.Helper()
+	mkfs := testtool.RequireBinary(t, "mkfs.ext4", "e2fsprogs")
+	backing := filepath.Join(t.TempDir(), "fs.img")
+	if err := os.WriteFile(backing, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, "-q", "-F", backing, size).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
+	}
+	return loopDevice(t, backing)
+}
+
+// mountDevice mounts dev on a new directory until the test's end.
+func mountDevice(t *testing.T, dev string) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if b, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount %s: %v %s", dev, err, b)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	return mnt
 }
 
 // TestUpstreamOCI2DiskInContainer: upstream oci2disk (no native
@@ -175,21 +202,13 @@ func TestUpstreamRootioInContainer(t *testing.T) {
 // lost; checkRootFS, which the native one passes, would fail.
 func TestUpstreamArchive2DiskInContainer(t *testing.T) {
 	l := newLab(t, 0)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 is missing")
-	}
 	srv := newFileServer(t)
 	plain := untartest.Tar(t, untartest.RootFS)
 	srv.files["/rootfs.tar.gz"] = compressImage(t, formatGzip, plain)
 	// Upstream's TARFILE_CHECKSUM is of the archive as unpacked (the tar),
 	// Anvil's of the file as served.
 	sum := sha256.Sum256(plain)
-	backing := filepath.Join(t.TempDir(), "fs.img")
-	os.WriteFile(backing, nil, 0o644)
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", backing, "16M").CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
-	dev := loopDevice(t, backing)
+	dev := ext4Device(t, "16M")
 	image := l.push(t, "tinkerbell/actions/archive2disk:v1.0.0", ocitest.UpstreamImage(t, "archive2disk"))
 	s := l.spec(t, image, map[string]string{"ARCHIVE_URL": srv.url("/rootfs.tar.gz"), "ARCHIVE_TYPE": "targz",
 		"TARFILE_CHECKSUM": "sha256:" + hex.EncodeToString(sum[:]), "DEST_DISK": dev, "FS_TYPE": "ext4", "DEST_PATH": "/"})
@@ -197,20 +216,11 @@ func TestUpstreamArchive2DiskInContainer(t *testing.T) {
 	if err != nil || sel.Path != PathContainer {
 		t.Fatalf("upstream archive2disk: %s, %v\n%s", sel.Path, err, out.text(""))
 	}
-	mnt := t.TempDir()
-	if b, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount: %v %s", err, b)
-	}
-	defer exec.Command("umount", mnt).Run()
+	mnt := mountDevice(t, dev)
 	checkRootFSFiles(t, mnt)
 
 	// The same action, natively: upstream's checksum (of the tar) holds.
-	backing2 := filepath.Join(t.TempDir(), "fs.img")
-	os.WriteFile(backing2, nil, 0o644)
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", backing2, "16M").CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
-	s.Env["DEST_DISK"] = loopDevice(t, backing2)
+	s.Env["DEST_DISK"] = ext4Device(t, "16M")
 	s.Runtime = RuntimeAuto
 	out, sel, err = l.run(context.Background(), t, s)
 	if err != nil || sel.Path != PathNative {
