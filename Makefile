@@ -27,6 +27,7 @@ FUZZ_TARGETS := \
 	./internal/oci:FuzzParseSize \
 	./internal/container:FuzzParseVolume \
 	./internal/model:FuzzParseManifests \
+	./internal/model:FuzzManifestForms \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
 	./internal/httpboot:FuzzScriptAlias \

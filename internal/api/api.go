@@ -8,8 +8,10 @@
 // those bodies (gate.go), asking internal/auth whether the caller may
 // (authz.go), checking a write against the objects it does not touch
 // before making it (admit.go: the store's claim conflicts, the engine's
-// worker rule), and the few operations that are several store calls in
-// one (Reprovision, ProvisionDevice). It must not hold state of its own
+// worker rule), apply's warnings of what can only fail later
+// (applycheck.go: images no registry has, a boot mode needing a BMC), and
+// the few operations that are several store calls in one (Reprovision,
+// ProvisionDevice). It must not hold state of its own
 // beyond a lock, open listeners or decide policy — the store, the engine,
 // the model's validation and internal/auth decide; internal/server mounts
 // the handlers and serves them.
@@ -46,10 +48,11 @@ const DefaultMaxWait = 30 * time.Second
 // fleet's manifest: 10,000 Hardware like examples/hardware.yaml weigh
 // 6.9 MB of YAML, 7.2 MB as a Connect JSON request; with a cloud-config
 // of two SSH keys and a package list each, 11.9 MB and 12.3 MB. 32 MiB is
-// 2.6 times the larger (the manifest parser's own model.MaxManifestBytes
-// still bounds what one Apply may carry); a request that large costs the
-// server about four times its size while it is decoded (a 31 MiB Apply
-// took the peak RSS from 27 to 158 MB).
+// 2.6 times the larger. This cap is the one limit on a manifest's size:
+// the parser has none of its own (model.ParseManifests bounds objects and
+// nodes, not bytes), so `--max-request-mib` is the knob for both. A
+// request that large costs the server about four times its size while it
+// is decoded (a 31 MiB Apply took the peak RSS from 27 to 158 MB).
 const DefaultMaxRequestBytes = 32 << 20
 
 // Engine is what the agent and job services need from the workflow
@@ -121,6 +124,11 @@ type Config struct {
 	// actions that run in containers. Zero: every registry directly,
 	// anonymously.
 	Registries oci.Settings
+	// ImageChecker looks up, at apply time, the action images of
+	// Templates that no native action runs, under Registries: those it
+	// cannot resolve are warned of (refused under strict). If nil, only
+	// whether an image is native is checked.
+	ImageChecker ImageChecker
 	// ActionRuntime is the runtime of actions whose template gives none
 	// (actions.RuntimeContainer runs every image itself, as Tinkerbell
 	// would); "" lets the agent choose (native when it implements the

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -106,6 +107,7 @@ func (g *gate) refuse(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	if errorWriter.IsSupported(r) {
 		_ = errorWriter.Write(w, r, err) // a client gone away is not our error
+		drainSmallBody(w, r)
 		return
 	}
 	// Not an RPC (a browser, a mistyped curl): plain HTTP.
@@ -119,6 +121,29 @@ func (g *gate) refuse(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		msg = ce.Message()
 	}
 	http.Error(w, msg, code)
+}
+
+// refusedBodyDrain is how much of a refused request's body is read, and
+// for how long, after the answer is written. An HTTP/2 stream whose body
+// is left unread is reset when the handler returns, and a proxy such as
+// nginx (grpc_pass) reports the reset to its client instead of the
+// answer it already has ("no Grpc-Status trailer"). A small request — a
+// refused call without a token — ends cleanly; a large or slow one is
+// still never read whole.
+const (
+	refusedBodyDrain     = 64 << 10
+	refusedBodyDrainTime = time.Second
+)
+
+func drainSmallBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength > refusedBodyDrain {
+		return
+	}
+	if w, ok := w.(http.Flusher); ok {
+		w.Flush() // the answer goes out before we wait on the body
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(refusedBodyDrainTime))
+	_, _ = io.CopyN(io.Discard, r.Body, refusedBodyDrain)
 }
 
 // tooLarge logs and counts a request refused for its size and returns the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -29,7 +30,10 @@ type manifestService struct{ s *Services }
 // references against the file and the store and what the write may not do
 // to other objects (admit), and stores every changed object in one atomic
 // store.Apply. Any problem in any document stores
-// nothing; the error lists every problem with its line.
+// nothing; the error lists every problem with its line. Warnings (fields
+// ignored, images no machine could pull, boot modes needing a missing
+// BMC) are returned with the result; under strict any warning refuses the
+// whole request, storing nothing.
 //
 // The created/configured/unchanged report is computed from a read before the
 // write; a concurrent writer between the two can make it stale, never the
@@ -72,13 +76,18 @@ func (m manifestService) Apply(ctx context.Context, req *connect.Request[v1.Appl
 	if refErr != nil {
 		return nil, s.toConnect(refErr)
 	}
+	warnings := append(res.Warnings, s.applyWarnings(ctx, res.Docs)...)
+	if req.Msg.GetStrict() && len(warnings) > 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: refused (strict): %d warning(s), nothing applied:\n%s",
+			source, len(warnings), strings.Join(warnings, "\n")))
+	}
 	unlock, err := s.admit(ctx, res.Docs)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
 	defer unlock()
 
-	out := &v1.ApplyResponse{Warnings: res.Warnings}
+	out := &v1.ApplyResponse{Warnings: warnings}
 	var write []model.Object
 	for i := range res.Docs {
 		obj := res.Docs[i].Object

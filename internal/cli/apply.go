@@ -13,21 +13,30 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
-	"github.com/anvilproj/anvil/internal/model"
 )
 
 func newApplyCmd() *cobra.Command {
 	var files []string
-	var recursive, dryRun bool
+	var recursive, dryRun, strict bool
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|-",
 		Short: "Create or update Hardware, Templates, Workflows and BootProfiles from YAML manifests",
 		Long: `Apply sends each manifest file to the server, which validates every document
 and stores all of them or none (apply is all-or-nothing per file). A directory
-applies its *.yaml, *.yml and *.json files in name order; "-" reads standard input.`,
+applies its *.yaml, *.yml and *.json files in name order; "-" reads standard input.
+
+A file holds YAML (or JSON) documents separated by "---": objects, kubectl's
+"kind: List" exports, or top-level lists of objects (Tinkerbell's file
+backend). Hardware and Workflow may be tinkerbell.org/v1alpha1 or v1alpha2.
+
+What applies but can only fail later is printed as "warning: ..." on standard
+error: an action image that is neither native nor resolvable under the
+server's registry settings, a boot mode that needs a BMC the Hardware lacks, a
+field Anvil ignores. --strict refuses such a file instead, storing none of it.`,
 		Example: `  anvil apply -f examples/
   anvil apply -f hardware.yaml -f workflow.yaml
-  cat node.yaml | anvil apply -f -`,
+  cat node.yaml | anvil apply -f -
+  kubectl get hardware,templates,workflows -o yaml | anvil apply --strict -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
@@ -47,7 +56,7 @@ applies its *.yaml, *.yml and *.json files in name order; "-" reads standard inp
 			}
 			failed := 0
 			for _, p := range paths {
-				if err := applyFile(cmd, c, p, dryRun); err != nil {
+				if err := applyFile(cmd, c, p, dryRun, strict); err != nil {
 					var unreachable bool
 					err, unreachable = c.explain(err), isNetError(err)
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s\n", err)
@@ -66,6 +75,7 @@ applies its *.yaml, *.yml and *.json files in name order; "-" reads standard inp
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory, or - for standard input (repeatable)")
 	cmd.Flags().BoolVarP(&recursive, "recursive", "R", false, "descend into subdirectories")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate and show what would change; store nothing")
+	cmd.Flags().BoolVar(&strict, "strict", false, "refuse a file that has any warning (unreachable image, missing BMC, ignored field), storing none of it")
 	return cmd
 }
 
@@ -106,21 +116,27 @@ func expandManifestPaths(arg string, recursive bool) ([]string, error) {
 }
 
 // readInput reads the file at path, or standard input for "-" (up to one
-// byte over limit, so the parser can say the input is too large).
+// byte over limit, so the parser can say the input is too large; all of
+// it when limit is negative).
 func readInput(cmd *cobra.Command, path string, limit int64) ([]byte, error) {
 	if path == "-" {
+		if limit < 0 {
+			return io.ReadAll(cmd.InOrStdin())
+		}
 		return io.ReadAll(io.LimitReader(cmd.InOrStdin(), limit+1))
 	}
 	return os.ReadFile(path)
 }
 
-func applyFile(cmd *cobra.Command, c *clients, path string, dryRun bool) error {
-	data, err := readInput(cmd, path, model.MaxManifestBytes)
+func applyFile(cmd *cobra.Command, c *clients, path string, dryRun, strict bool) error {
+	// No limit of the CLI's own: the server's request cap (--max-request-mib)
+	// is the one limit on a manifest, and its refusal says so.
+	data, err := readInput(cmd, path, -1)
 	if err != nil {
 		return err
 	}
 	resp, err := c.manifests.Apply(ctx(cmd), connect.NewRequest(&v1.ApplyRequest{
-		Source: path, Content: string(data), DryRun: dryRun,
+		Source: path, Content: string(data), DryRun: dryRun, Strict: strict,
 	}))
 	if err != nil {
 		return err

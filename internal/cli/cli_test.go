@@ -41,14 +41,23 @@ func listenLocal(t *testing.T) net.Listener {
 // and returns its address.
 func startServer(t *testing.T) string {
 	t.Helper()
+	return startServerWith(t, nil)
+}
+
+// startServerWith is startServer with configure, if not nil, changing the
+// server's configuration first.
+func startServerWith(t *testing.T, configure func(*server.Config)) string {
+	t.Helper()
 	ln := listenLocal(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, DisableGRPC: true,
-			Listeners:   server.Listeners{HTTP: ln},
-			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true})
-	}()
+	cfg := server.Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, DisableGRPC: true,
+		Listeners:   server.Listeners{HTTP: ln},
+		DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true}
+	if configure != nil {
+		configure(&cfg)
+	}
+	go func() { done <- server.Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

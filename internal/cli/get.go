@@ -46,17 +46,21 @@ func (s *scope) listRequest() *v1.ListRequest {
 
 func newGetCmd() *cobra.Command {
 	var sc scope
-	var output string
+	var output, apiVersion string
 	cmd := &cobra.Command{
-		Use:   "get hardware|templates|workflows|bootprofiles [NAME...]",
+		Use:   "get hardware|templates|workflows|bootprofiles [NAME...] | KIND/NAME",
 		Short: "List objects, or show some by name",
 		Example: `  anvil get hardware
   anvil get workflows -o wide
   anvil get workflow rack1-node07-install -o yaml
   anvil get hw -A -l rack=r1
-  anvil get bootprofiles -o wide`,
+  anvil get bootprofiles -o wide
+  anvil get hardware/rack1-node07 -o yaml --api-version tinkerbell.org/v1alpha2`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if k, name, ok := strings.Cut(args[0], "/"); ok && len(args) == 1 {
+				args = []string{k, name} // kubectl's KIND/NAME
+			}
 			kind, err := model.ParseKind(args[0])
 			if err != nil {
 				return err
@@ -65,6 +69,9 @@ func newGetCmd() *cobra.Command {
 			case "", "wide", "yaml", "json", "name":
 			default:
 				return fmt.Errorf("unknown output format %q (want wide, yaml, json or name)", output)
+			}
+			if apiVersion != "" && output != "yaml" && output != "json" {
+				return errors.New("--api-version applies to -o yaml and -o json")
 			}
 			c, err := newClients(cmd)
 			if err != nil {
@@ -86,24 +93,43 @@ func newGetCmd() *cobra.Command {
 					objs = append(objs, o)
 				}
 			}
-			return printObjects(cmd.OutOrStdout(), kind, objs, output, sc.allNamespaces, len(args) > 2 || len(args) == 1)
+			return printObjects(cmd.OutOrStdout(), kind, objs, printOptions{
+				output: output, apiVersion: apiVersion, showNS: sc.allNamespaces, asList: len(args) > 2 || len(args) == 1})
 		},
 	}
 	sc.add(cmd, true)
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide, yaml, json or name")
+	cmd.Flags().StringVar(&apiVersion, "api-version", "", "with -o yaml|json: show Hardware and Workflows as "+model.APIVersion+" (the default) or "+model.APIVersionV1alpha2)
 	return cmd
 }
 
+// printOptions say how printObjects writes.
+type printOptions struct {
+	output     string // "", "wide", "yaml", "json" or "name"
+	apiVersion string // for yaml and json: the form of the objects ("": their own)
+	showNS     bool   // a NAMESPACE column
+	asList     bool   // wrap yaml and json in a Kubernetes-style List
+}
+
 // printObjects writes objs as a table (output "" or "wide"), names, or
-// YAML/JSON. asList wraps several objects in a Kubernetes-style List.
-func printObjects(w io.Writer, kind string, objs []model.Object, output string, showNS, asList bool) error {
+// YAML/JSON, in the form o.apiVersion names.
+func printObjects(w io.Writer, kind string, objs []model.Object, o printOptions) error {
+	output, showNS := o.output, o.showNS
 	switch output {
 	case "yaml", "json":
-		var v any = objs
-		if asList {
-			v = map[string]any{"apiVersion": "v1", "kind": "List", "items": objs}
-		} else if len(objs) == 1 {
-			v = objs[0]
+		items := make([]any, len(objs))
+		for i, obj := range objs {
+			v, err := model.ToVersion(obj, o.apiVersion)
+			if err != nil {
+				return err
+			}
+			items[i] = v
+		}
+		var v any = items
+		if o.asList {
+			v = map[string]any{"apiVersion": "v1", "kind": "List", "items": items}
+		} else if len(items) == 1 {
+			v = items[0]
 		}
 		b, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {

@@ -35,7 +35,8 @@ import (
 	"github.com/anvilproj/anvil/internal/model"
 )
 
-// MaxBytes caps an inventory file, as model.MaxManifestBytes caps a manifest.
+// MaxBytes caps an inventory file: `anvil import` reads it whole before
+// converting it.
 const MaxBytes = 8 << 20
 
 // maxNodes bounds the YAML nodes an inventory may expand to, aliases

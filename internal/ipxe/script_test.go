@@ -134,7 +134,7 @@ func TestGolden(t *testing.T) {
 			Reason:     "workflow default/install is PENDING: boot environment",
 			KernelURL:  "http://10.0.0.1:7080/bootenv/vmlinuz-x86_64",
 			InitrdURLs: []string{"http://10.0.0.1:7080/bootenv/initramfs-x86_64"},
-			KernelArgs: []string{"grpc_authority=10.0.0.1:42113", "worker_id=52:54:00:12:34:56",
+			KernelArgs: []string{"grpc_authority=10.0.0.1:42113", "worker_id=52:54:00:12:34:56", "hw_addr=52:54:00:12:34:56",
 				"tinkerbell_tls=false", "tinkerbell_insecure_tls=false", "syslog_host=10.0.0.1", "anvil.server=http://10.0.0.1:7080",
 				"console=tty0", "console=ttyS0,115200"},
 		})},

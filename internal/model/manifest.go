@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,11 +15,8 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// MaxManifestBytes caps one manifest file. A file this large is a mistake
-// (or an attack), not an inventory.
-const MaxManifestBytes = 8 << 20
-
-// MaxDocuments caps the documents in one manifest file.
+// MaxDocuments caps the objects in one manifest file, counting each item
+// of a list.
 const MaxDocuments = 10000
 
 // Document is one object parsed from a manifest file, with where it came from.
@@ -27,6 +25,10 @@ type Document struct {
 	Source string
 	// Index is the document's position in the file, from 1.
 	Index int
+	// Item is the object's position, from 1, in the list the document is
+	// (kind: List, or a YAML sequence of objects); 0 when the document is
+	// one object.
+	Item int
 	// Line is the line the document starts on, from 1.
 	Line int
 	// Object is the decoded object, its namespace defaulted.
@@ -55,9 +57,11 @@ func parentPath(p string) string {
 	return p[:i]
 }
 
-// Describe is how errors name a document: "document 2 (Hardware default/node1)".
+// Describe is how errors name a document: "document 2 (Hardware
+// default/node1)", or "document 1 item 3 (Hardware default/node1)" for an
+// object in a list.
 func (d *Document) Describe() string {
-	s := fmt.Sprintf("document %d", d.Index)
+	s := position{index: d.Index, item: d.Item}.describe()
 	if d.Object != nil {
 		m := d.Object.GetObjectMeta()
 		s += fmt.Sprintf(" (%s %s/%s)", KindOf(d.Object), m.Namespace, m.Name)
@@ -122,15 +126,21 @@ type ParseResult struct {
 	Warnings []string
 }
 
-// ParseManifests decodes every YAML (or JSON) document in data. It returns
-// all the documents, or an ErrorList naming every problem by file, line,
-// document and field path; it never returns some documents and an error.
+// ParseManifests decodes every YAML (or JSON) document in data: objects,
+// lists of objects (kubectl's kind: List, typed lists such as HardwareList,
+// a top-level YAML sequence), Hardware and Workflows in
+// tinkerbell.org/v1alpha1 or v1alpha2. It returns all the objects, or an
+// ErrorList naming every problem by file, line, document (and list item)
+// and field path; it never returns some objects and an error.
+//
+// The size of data is its caller's to bound: the API's request cap
+// (anvil serve --max-request-mib) is the one limit on a manifest. The
+// parser bounds what data may expand to: MaxDocuments objects, each of at
+// most maxNodes nodes (aliases counted each time they are used).
 func ParseManifests(source string, data []byte) (*ParseResult, error) {
-	if len(data) > MaxManifestBytes {
-		return nil, ErrorList{{Source: source, Msg: fmt.Sprintf("file is %d bytes; the limit is %d", len(data), MaxManifestBytes)}}
-	}
 	res := &ParseResult{}
 	var errs ErrorList
+	objects := 0
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for index := 1; ; index++ {
 		var root yaml.Node
@@ -143,20 +153,38 @@ func ParseManifests(source string, data []byte) (*ParseResult, error) {
 			errs = append(errs, &FieldError{Source: source, Doc: fmt.Sprintf("document %d", index), Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")})
 			break
 		}
-		if index > MaxDocuments {
-			errs = append(errs, &FieldError{Source: source, Msg: fmt.Sprintf("more than %d documents", MaxDocuments)})
-			break
-		}
 		if len(root.Content) == 0 || root.Content[0].Kind == yaml.ScalarNode && root.Content[0].Tag == "!!null" {
 			continue // an empty document, e.g. a trailing "---"
 		}
-		doc, warns, derrs := decodeDocument(source, index, root.Content[0])
-		res.Warnings = append(res.Warnings, warns...)
-		if len(derrs) > 0 {
-			errs = append(errs, derrs...)
+		items, listKind, lerr := listItems(root.Content[0])
+		if lerr != "" {
+			errs = append(errs, &FieldError{Source: source, Line: root.Content[0].Line, Doc: fmt.Sprintf("document %d", index), Msg: lerr})
 			continue
 		}
-		res.Docs = append(res.Docs, *doc)
+		if items == nil {
+			items = []*yaml.Node{root.Content[0]}
+		}
+		aliased := maxAliasedNodes
+		for i, n := range items {
+			if objects++; objects > MaxDocuments {
+				errs = append(errs, &FieldError{Source: source, Msg: fmt.Sprintf("more than %d objects", MaxDocuments)})
+				break
+			}
+			at := position{source: source, index: index, aliased: &aliased}
+			if listKind != "" {
+				at.item = i + 1
+			}
+			doc, warns, derrs := decodeItem(at, listKind, n)
+			res.Warnings = append(res.Warnings, warns...)
+			if len(derrs) > 0 {
+				errs = append(errs, derrs...)
+				continue
+			}
+			res.Docs = append(res.Docs, *doc)
+		}
+		if objects > MaxDocuments {
+			break
+		}
 	}
 	errs = append(errs, duplicateObjects(res.Docs)...)
 	if len(errs) > 0 {
@@ -169,31 +197,142 @@ func ParseManifests(source string, data []byte) (*ParseResult, error) {
 // should win would be a guess.
 func duplicateObjects(docs []Document) ErrorList {
 	var errs ErrorList
-	seen := map[string]int{}
+	seen := map[string]string{}
 	for i := range docs {
 		d := &docs[i]
 		m := d.Object.GetObjectMeta()
 		key := KindOf(d.Object) + " " + m.Key()
 		if first, ok := seen[key]; ok {
 			errs = append(errs, &FieldError{Source: d.Source, Line: d.Line, Doc: d.Describe(), Path: "metadata.name",
-				Msg: fmt.Sprintf("defined again (first in document %d)", first)})
+				Msg: fmt.Sprintf("defined again (first in %s)", first)})
 			continue
 		}
-		seen[key] = d.Index
+		seen[key] = position{index: d.Index, item: d.Item}.describe()
 	}
 	return errs
 }
 
+// position is where an object is in a manifest file.
+type position struct {
+	source string
+	index  int // the document, from 1
+	item   int // the item in the document's list, from 1; 0: not a list
+	// aliased is what is left of the document's budget of nodes reached
+	// through aliases (maxAliasedNodes), shared by a list's items:
+	// aliases let a few bytes of list repeat a large anchored object in
+	// every item.
+	aliased *int
+}
+
+func (p position) describe() string {
+	if p.item > 0 {
+		return fmt.Sprintf("document %d item %d", p.index, p.item)
+	}
+	return fmt.Sprintf("document %d", p.index)
+}
+
+// listKindSequence is listItems's name for a document that is a YAML
+// sequence of objects (Tinkerbell's file backend writes them).
+const listKindSequence = "list"
+
+// listItems returns the objects of a document that is a list: a YAML
+// sequence (listKindSequence), kubectl's `kind: List` or a typed list
+// (`kind: HardwareList`), each with `items`. For any other document it
+// returns nil items and no kind. A list with no items gives an empty,
+// non-nil slice. The error, if not "", says why the list is malformed.
+func listItems(n *yaml.Node) (items []*yaml.Node, kind, errMsg string) {
+	if n.Kind == yaml.SequenceNode {
+		return append([]*yaml.Node{}, n.Content...), listKindSequence, ""
+	}
+	kind = listKindOf(n)
+	if kind == "" {
+		return nil, "", ""
+	}
+	v := mapValue(n, "items")
+	if v != nil && v.Kind == yaml.AliasNode {
+		v = v.Alias
+	}
+	switch {
+	case v == nil || v.Kind == yaml.ScalarNode && v.Tag == "!!null":
+		return []*yaml.Node{}, kind, ""
+	case v.Kind != yaml.SequenceNode:
+		return nil, "", fmt.Sprintf("kind %s: items must be a list of objects", kind)
+	}
+	return append([]*yaml.Node{}, v.Content...), kind, ""
+}
+
+// listKindOf returns the kind of a mapping that is a list ("List",
+// "HardwareList", ...), or "".
+func listKindOf(n *yaml.Node) string {
+	k := mapValue(n, "kind")
+	if k == nil || k.Kind != yaml.ScalarNode {
+		return ""
+	}
+	if k.Value == "List" {
+		return k.Value
+	}
+	if base, ok := strings.CutSuffix(k.Value, "List"); ok {
+		if _, err := New(base); err == nil {
+			return k.Value
+		}
+	}
+	return ""
+}
+
+// mapValue returns the value of key in a mapping node, or nil.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Kind == yaml.ScalarNode && n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// decodeItem decodes one object of a document; listKind is the kind of
+// the list it is an item of ("" when the document is the object). A list
+// inside a list is refused (what would its items' positions be?), and so
+// is an item of a typed list (HardwareList) of another kind.
+func decodeItem(at position, listKind string, n *yaml.Node) (*Document, []string, ErrorList) {
+	fail := func(msg string) (*Document, []string, ErrorList) {
+		return nil, nil, ErrorList{{Source: at.source, Line: n.Line, Doc: at.describe(), Msg: msg}}
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if listKind != "" {
+		r := n
+		if r.Kind == yaml.SequenceNode {
+			return fail("a list inside a list is not applied: put its objects in the outer list")
+		}
+		if inner := listKindOf(r); inner != "" {
+			return fail(fmt.Sprintf("a %s inside a list is not applied: put its items in the outer list", inner))
+		}
+	}
+	doc, warns, errs := decodeDocument(at, n)
+	if doc != nil && listKind != "" && listKind != "List" && listKind != listKindSequence {
+		if want := strings.TrimSuffix(listKind, "List"); KindOf(doc.Object) != want {
+			return nil, warns, ErrorList{{Source: at.source, Line: doc.Line, Doc: doc.Describe(), Path: "kind",
+				Msg: fmt.Sprintf("a %s holds only %s objects", listKind, want)}}
+		}
+	}
+	return doc, warns, errs
+}
+
 // decodeDocument turns one YAML node into a validated object.
-func decodeDocument(source string, index int, n *yaml.Node) (*Document, []string, ErrorList) {
-	doc := &Document{Source: source, Index: index, Line: n.Line, lines: map[string]int{}}
+func decodeDocument(at position, n *yaml.Node) (*Document, []string, ErrorList) {
+	source := at.source
+	doc := &Document{Source: source, Index: at.index, Item: at.item, Line: n.Line, lines: map[string]int{}}
 	fail := func(path, msg string) (*Document, []string, ErrorList) {
 		return nil, nil, ErrorList{{Source: source, Line: doc.FieldLine(path), Doc: doc.Describe(), Path: path, Msg: msg}}
 	}
 	if n.Kind != yaml.MappingNode {
 		return fail("", "a manifest document must be a mapping with apiVersion, kind, metadata and spec")
 	}
-	conv := &nodeConverter{lines: doc.lines, budget: maxNodes}
+	conv := &nodeConverter{lines: doc.lines, budget: maxNodes, aliased: at.aliased}
 	value, err := conv.value(n, "")
 	if err != nil {
 		return fail("", err.Error())
@@ -207,8 +346,37 @@ func decodeDocument(source string, index int, n *yaml.Node) (*Document, []string
 	if err != nil {
 		return fail("kind", err.Error())
 	}
-	if av, _ := m["apiVersion"].(string); av != APIVersionOf(kind) {
-		return fail("apiVersion", fmt.Sprintf("apiVersion %q is not %q (the group of %s)", av, APIVersionOf(kind), kind))
+	// Warnings are written once the object is decoded, so that they name it.
+	var pending []*FieldError
+	warn := func(path, msg string) {
+		pending = append(pending, &FieldError{Source: source, Line: doc.FieldLine(path), Path: path, Msg: msg})
+	}
+	switch av, _ := m["apiVersion"].(string); {
+	case av == APIVersionOf(kind):
+	case av == APIVersionV1alpha2 && v2Type(kind) != nil:
+		for _, p := range unknownFields(v2Type(kind), value, "") {
+			if !upstreamField(exportFields, kind, p) {
+				warn(p, "unknown field, ignored")
+			}
+		}
+		converted, ignored, err := fromV1alpha2(kind, m)
+		if err != nil {
+			var ce *convError
+			if errors.As(err, &ce) {
+				return fail(ce.path, ce.msg)
+			}
+			return fail("", err.Error())
+		}
+		for _, p := range ignored {
+			warn(p, fmt.Sprintf("a Tinkerbell field Anvil ignores (kept in annotation %s)", V1alpha2FieldsAnnotation))
+		}
+		value = converted
+	default:
+		want := fmt.Sprintf("%q", APIVersionOf(kind))
+		if v2Type(kind) != nil {
+			want += fmt.Sprintf(" or %q", APIVersionV1alpha2)
+		}
+		return fail("apiVersion", fmt.Sprintf("apiVersion %q is not %s (the group of %s)", av, want, kind))
 	}
 	raw, err := json.Marshal(value)
 	if err != nil {
@@ -230,10 +398,20 @@ func decodeDocument(source string, index int, n *yaml.Node) (*Document, []string
 	meta.UID, meta.ResourceVersion, meta.Generation, meta.CreationTimestamp = "", "", 0, nil
 	doc.Object = obj
 
-	var warns []string
 	for _, p := range unknownFields(reflect.TypeOf(obj).Elem(), value, "") {
-		warns = append(warns, (&FieldError{Source: source, Line: doc.FieldLine(p), Doc: doc.Describe(), Path: p,
-			Msg: "unknown field, ignored"}).Error())
+		switch {
+		case upstreamField(exportFields, kind, p):
+			continue
+		case upstreamField(upstreamFields, kind, p):
+			warn(p, "a Tinkerbell field Anvil ignores")
+			continue
+		}
+		warn(p, "unknown field, ignored")
+	}
+	warns := make([]string, len(pending))
+	for i, fe := range pending {
+		fe.Doc = doc.Describe()
+		warns[i] = fe.Error()
 	}
 	var errs ErrorList
 	for _, fe := range validate(obj) {
@@ -286,22 +464,34 @@ func slicesEqual(a, b []string) bool {
 	return true
 }
 
-// maxNodes bounds the nodes one document may expand to, counting every use
+// maxNodes bounds the nodes one object may expand to, counting every use
 // of an alias, so "billion laughs" documents fail fast instead of eating
 // memory.
 const maxNodes = 1 << 18
 
+// maxAliasedNodes bounds the nodes reached through aliases in all the
+// objects of one document (a list) together. Plain nodes are bounded by
+// the document's size; aliases are what multiply it, and a list would let
+// each of its items repeat one large anchor.
+const maxAliasedNodes = maxNodes
+
 // nodeConverter converts YAML nodes to the values encoding/json would
 // produce for the same JSON, recording the line of every path it passes.
 type nodeConverter struct {
-	lines  map[string]int
-	budget int
-	active map[*yaml.Node]bool // aliases being expanded, to catch cycles
+	lines   map[string]int
+	budget  int
+	aliased *int                // shared by the objects of one document; nil: no bound
+	active  map[*yaml.Node]bool // aliases being expanded, to catch cycles
 }
 
 func (c *nodeConverter) value(n *yaml.Node, path string) (any, error) {
 	if c.budget--; c.budget < 0 {
 		return nil, fmt.Errorf("line %d: document expands to more than %d nodes (aliases?)", n.Line, maxNodes)
+	}
+	if len(c.active) > 0 && c.aliased != nil {
+		if *c.aliased--; *c.aliased < 0 {
+			return nil, fmt.Errorf("line %d: document expands to more than %d nodes through aliases", n.Line, maxAliasedNodes)
+		}
 	}
 	lines := c.lines
 	if path != "" {
@@ -506,3 +696,67 @@ func CheckReferences(docs []Document, exists func(kind, namespace, name string) 
 	}
 	return errs.errOrNil()
 }
+
+// upstreamFields are the fields of Tinkerbell's v1alpha1 kinds that Anvil's
+// model has no place for, as path patterns ("[]": any list index). Apply
+// names them as Tinkerbell's, not as unknown: the manifest is right, Anvil
+// does not act on them.
+var upstreamFields = map[string][]string{
+	KindHardware: {
+		"spec.auto",                          // auto-enrollment
+		"spec.references",                    // template references to other objects
+		"spec.interfaces[].isoboot",          // Smee's ISO boot
+		"spec.interfaces[].netboot.pxelinux", // u-boot pxelinux.cfg
+		"spec.interfaces[].netboot.rpi",      // Raspberry Pi firmware netboot
+	},
+}
+
+// exportFields are fields an export from a Kubernetes cluster running
+// Tinkerbell (kubectl get -o yaml) carries that Anvil has no place for:
+// Kubernetes' server-set and lifecycle metadata, and the status fields of
+// Tinkerbell's kinds that Anvil's status lacks. They are dropped without a
+// warning: no one writes them on purpose, and a warning would make
+// --strict refuse every such export.
+var exportFields = map[string][]string{
+	KindHardware: {"status"}, // v1alpha2 Hardware has none; kubectl shows {}
+	KindWorkflow: {
+		"status.agentID",
+		"status.bootOptions",
+		"status.templateRending", // sic: Tinkerbell's JSON name
+	},
+}
+
+// exportMetadataFields are Kubernetes' ObjectMeta fields an export
+// carries and Anvil does not keep: server-set ones, and those that drive
+// Kubernetes' garbage collection (owners, finalizers), which Anvil does not
+// have.
+var exportMetadataFields = []string{
+	"metadata.managedFields",
+	"metadata.selfLink",
+	"metadata.deletionTimestamp",
+	"metadata.deletionGracePeriodSeconds",
+	"metadata.ownerReferences",
+	"metadata.finalizers",
+}
+
+func init() {
+	for _, k := range Kinds {
+		exportFields[k] = append(exportFields[k], exportMetadataFields...)
+	}
+}
+
+// upstreamField reports whether path (a field of kind that the model does
+// not know) is in patterns (upstreamFields or exportFields), or
+// inside one.
+func upstreamField(patterns map[string][]string, kind, path string) bool {
+	generic := listIndex.ReplaceAllString(path, "[]")
+	for _, p := range patterns[kind] {
+		if generic == p || strings.HasPrefix(generic, p+".") || strings.HasPrefix(generic, p+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// listIndex matches a list index in a field path.
+var listIndex = regexp.MustCompile(`\[[0-9]+\]`)

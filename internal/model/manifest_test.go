@@ -247,9 +247,11 @@ func FuzzParseManifests(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	f.Add([]byte("---\n---\n"))                                   // empty documents
-	f.Add([]byte("apiVersion: tinkerbell.org/v1alpha1\nkind: [")) // broken YAML
-	f.Add([]byte("a: &x [*x]"))                                   // alias
+	f.Add([]byte("---\n---\n"))                                                                                                         // empty documents
+	f.Add([]byte("apiVersion: tinkerbell.org/v1alpha1\nkind: ["))                                                                       // broken YAML
+	f.Add([]byte("a: &x [*x]"))                                                                                                         // alias
+	f.Add([]byte("apiVersion: v1\nkind: List\nitems:\n- {kind: Template, apiVersion: tinkerbell.org/v1alpha1, metadata: {name: t}}\n")) // kubectl's List
+	f.Add([]byte("- - {kind: Hardware}\n"))                                                                                             // a list in a list
 	f.Fuzz(func(t *testing.T, data []byte) {
 		res, err := ParseManifests("fuzz.yaml", data)
 		if err != nil {

@@ -1,7 +1,10 @@
 // Package model owns Anvil's resource types — Hardware, Template and Workflow in
 // Tinkerbell's tinkerbell.org/v1alpha1 shape, and BootProfile in Anvil's own
 // anvil.dev/v1alpha1 group — and the parsing and validation of the manifests
-// users apply.
+// users apply: objects, lists of them (kubectl's kind: List, Tinkerbell's
+// file-backend YAML lists), and Hardware and Workflow in Tinkerbell's
+// tinkerbell.org/v1alpha2, converted to the one stored shape and back
+// (v1alpha2.go; ToVersion).
 //
 // It must not touch storage, the network or the clock: everything here is a
 // pure function of its input, so the same rules hold whichever transport or

@@ -16,6 +16,10 @@
 // any, into a staging directory, and only a complete image enters the
 // cache: a failed pull leaves nothing.
 //
+// Checker answers, without pulling, whether an image can be resolved
+// under Settings (a manifest HEAD with a short timeout, answers cached
+// briefly): the server's apply warns of images no agent could pull.
+//
 // It owns images and nothing else: it runs nothing (internal/container
 // does), talks to no Anvil server and writes no disk but its cache. Its
 // Sources hold credentials; their String and LogValue leave them out.

@@ -65,7 +65,9 @@ func FuzzResolve(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Resolve(%q).Ref = %q: not a reference: %v", image, src.Ref, err)
 		}
-		orig, err := name.ParseReference(image)
+		// Resolve trims surrounding space (a YAML value's), as the
+		// agent's puller does; anything else must parse as it is.
+		orig, err := name.ParseReference(strings.TrimSpace(image))
 		if err != nil {
 			t.Fatalf("Resolve accepted %q, which does not parse: %v", image, err)
 		}

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
-	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
 
@@ -135,12 +135,13 @@ func TestRequestLimitGRPCPort(t *testing.T) {
 	})
 }
 
-// TestDefaultRequestLimitAdmitsLargestManifest: with the default limit, a
-// manifest as large as the parser accepts (model.MaxManifestBytes) applies
-// over Connect JSON on the HTTP port, and the limit is in the start log.
-func TestDefaultRequestLimitAdmitsLargestManifest(t *testing.T) {
+// TestDefaultRequestLimitIsTheManifestLimit: the request cap is the one
+// limit on a manifest (the parser has none of its own), so with the
+// default cap a manifest just under it applies over Connect JSON on the
+// HTTP port; and the limit is in the start log.
+func TestDefaultRequestLimitIsTheManifestLimit(t *testing.T) {
 	base, _, _, _, logs := start(t)
-	content := paddedManifest("largest-1", model.MaxManifestBytes)
+	content := paddedManifest("largest-1", api.DefaultMaxRequestBytes-64<<10)
 	body, err := json.Marshal(&struct {
 		Source  string `json:"source"`
 		Content string `json:"content"`

@@ -38,8 +38,10 @@ import (
 	"github.com/anvilproj/anvil/internal/httplimit"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/metadata"
+	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store/bolt"
+	"github.com/anvilproj/anvil/internal/version"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
 
@@ -155,6 +157,12 @@ type Config struct {
 	RegistryPlainHTTP []string
 	RegistryCAs       []string
 	RegistryAuthFile  string
+	// NoApplyImageCheck stops apply from looking up the action images
+	// of Templates in their registries (a HEAD through the settings
+	// above, for its warnings): for a server that must not make outbound
+	// requests on a writer's say-so, or that cannot reach the agents'
+	// registries at all.
+	NoApplyImageCheck bool
 	// ActionRuntime is the runtime of actions whose template names none:
 	// "" (the agent runs natively what it implements), container (every
 	// image runs itself, as under Tinkerbell) or native.
@@ -461,9 +469,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer func() { err = errors.Join(err, stopEngineAndWait()) }()
 
 	// Stage 4: handlers.
+	var imageChecker api.ImageChecker
+	if !cfg.NoApplyImageCheck {
+		imageChecker = oci.NewChecker(oci.CheckerConfig{UserAgent: "anvil/" + version.Version})
+	}
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore,
-		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, ActionRuntime: cfg.ActionRuntime,
+		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, ImageChecker: imageChecker, ActionRuntime: cfg.ActionRuntime,
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the
 			// client a trusted proxy forwarded for.

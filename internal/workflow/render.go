@@ -345,44 +345,9 @@ func CheckTemplateStatic(data string) []error {
 		}
 		return []error{err}
 	}
-	// Build the substituted text and, for each of its lines, the line of
-	// data it starts on (an action spanning lines collapses them).
-	var sb strings.Builder
-	lineOf := []int{1}
-	line := 1
-	last := 0
-	emit := func(s string) {
-		for _, r := range s {
-			if r == '\n' {
-				line++
-				sb.WriteByte('\n')
-				lineOf = append(lineOf, line)
-				continue
-			}
-			sb.WriteRune(r)
-		}
-	}
-	for _, m := range templateAction.FindAllStringIndex(data, -1) {
-		emit(data[last:m[0]])
-		sb.WriteString(placeholder)
-		line += strings.Count(data[m[0]:m[1]], "\n")
-		last = m[1]
-	}
-	emit(data[last:])
-
-	var root yamlv3.Node
-	if err := yamlv3.Unmarshal([]byte(sb.String()), &root); err != nil {
+	doc, orig := substituted(data)
+	if doc == nil {
 		return nil
-	}
-	orig := func(l int) int {
-		if l >= 1 && l <= len(lineOf) {
-			return lineOf[l-1]
-		}
-		return l
-	}
-	doc := &root
-	if doc.Kind == yamlv3.DocumentNode && len(doc.Content) > 0 {
-		doc = doc.Content[0]
 	}
 	var errs []error
 	tasks := mappingValue(doc, "tasks")
@@ -425,6 +390,114 @@ func CheckTemplateStatic(data string) []error {
 		}
 	}
 	return errs
+}
+
+// substituted parses data as YAML with every {{...}} action replaced by
+// placeholder, and returns its root and a function from a line of the
+// substituted text to the line of data it came from (an action spanning
+// lines collapses them). It returns nil when the result does not parse.
+func substituted(data string) (*yamlv3.Node, func(int) int) {
+	// Build the substituted text and, for each of its lines, the line of
+	// data it starts on (an action spanning lines collapses them).
+	var sb strings.Builder
+	lineOf := []int{1}
+	line := 1
+	last := 0
+	emit := func(s string) {
+		for _, r := range s {
+			if r == '\n' {
+				line++
+				sb.WriteByte('\n')
+				lineOf = append(lineOf, line)
+				continue
+			}
+			sb.WriteRune(r)
+		}
+	}
+	for _, m := range templateAction.FindAllStringIndex(data, -1) {
+		emit(data[last:m[0]])
+		sb.WriteString(placeholder)
+		line += strings.Count(data[m[0]:m[1]], "\n")
+		last = m[1]
+	}
+	emit(data[last:])
+
+	var root yamlv3.Node
+	if err := yamlv3.Unmarshal([]byte(sb.String()), &root); err != nil {
+		return nil, nil
+	}
+	orig := func(l int) int {
+		if l >= 1 && l <= len(lineOf) {
+			return lineOf[l-1]
+		}
+		return l
+	}
+	doc := &root
+	if doc.Kind == yamlv3.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	return doc, orig
+}
+
+// StaticAction is one action of a Template as written, before rendering.
+type StaticAction struct {
+	Task, Name, Image, Runtime string
+	// Environment holds the action's variables whose values are written
+	// out (waitdaemon's IMAGE names a second image).
+	Environment map[string]string
+	// Line is the line of the action's image in the Template's data.
+	Line int
+}
+
+// TemplateActions lists the actions of a Template's data whose image is
+// written out (not computed by a template action), in order, best-effort
+// as CheckTemplateStatic reads data: what does not parse lists nothing.
+// Apply checks their images before any machine needs them.
+func TemplateActions(data string) []StaticAction {
+	doc, orig := substituted(data)
+	if doc == nil {
+		return nil
+	}
+	scalar := func(n *yamlv3.Node, key string) (string, int) {
+		v := mappingValue(n, key)
+		if v == nil || v.Kind != yamlv3.ScalarNode || strings.Contains(v.Value, placeholder) {
+			return "", 0
+		}
+		return v.Value, orig(v.Line)
+	}
+	var out []StaticAction
+	tasks := mappingValue(doc, "tasks")
+	if tasks == nil || tasks.Kind != yamlv3.SequenceNode {
+		return nil
+	}
+	for _, t := range tasks.Content {
+		task, _ := scalar(t, "name")
+		actions := mappingValue(t, "actions")
+		if actions == nil || actions.Kind != yamlv3.SequenceNode {
+			continue
+		}
+		for _, a := range actions.Content {
+			image, line := scalar(a, "image")
+			if image == "" {
+				continue
+			}
+			name, _ := scalar(a, "name")
+			runtime, _ := scalar(a, "runtime")
+			var env map[string]string
+			if e := mappingValue(a, "environment"); e != nil && e.Kind == yamlv3.MappingNode {
+				for i := 0; i+1 < len(e.Content); i += 2 {
+					if v, _ := scalar(e, e.Content[i].Value); v != "" {
+						if env == nil {
+							env = map[string]string{}
+						}
+						env[e.Content[i].Value] = v
+					}
+				}
+			}
+			out = append(out, StaticAction{Task: task, Name: name, Image: image, Runtime: runtime, Environment: env, Line: line})
+		}
+	}
+	return out
 }
 
 // mappingValue returns the value node of key in a mapping node, or nil.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -368,4 +369,31 @@ func executingTemplates() []string {
 		}
 	}
 	return out
+}
+
+// TestTemplateActions: the actions whose image is written out are listed
+// with their task, runtime and line; a computed image is left out.
+func TestTemplateActions(t *testing.T) {
+	data := `version: "0.1"
+name: t
+tasks:
+  - name: install
+    worker: "{{.device_1}}"
+    actions:
+      - name: stream
+        image: quay.io/tinkerbell/actions/image2disk:v1.0.0
+      - name: custom
+        image: "{{ .image }}"
+      - name: tool
+        runtime: container
+        image: registry.lab/tools/fw:1
+`
+	got := TemplateActions(data)
+	want := []StaticAction{
+		{Task: "install", Name: "stream", Image: "quay.io/tinkerbell/actions/image2disk:v1.0.0", Line: 8},
+		{Task: "install", Name: "tool", Image: "registry.lab/tools/fw:1", Runtime: "container", Line: 13},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("TemplateActions = %+v; want %+v", got, want)
+	}
 }

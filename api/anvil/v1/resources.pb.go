@@ -1680,10 +1680,18 @@ type ApplyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// source names the file in error messages.
 	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	// content is one or more YAML (or JSON) documents separated by "---".
+	// content is one or more YAML (or JSON) documents separated by "---":
+	// objects, kubectl's "kind: List" exports, or top-level lists of objects;
+	// Hardware and Workflow in tinkerbell.org/v1alpha1 or v1alpha2. Its size
+	// is bounded by the server's request cap only (--max-request-mib).
 	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
 	// dry_run validates and reports what would change, storing nothing.
-	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// strict refuses the request (INVALID_ARGUMENT, storing nothing) when
+	// it has any warning: an action image that is neither native nor
+	// reachable, a boot mode that needs a BMC the Hardware lacks, a field
+	// that is ignored. The error lists the warnings.
+	Strict        bool `protobuf:"varint,4,opt,name=strict,proto3" json:"strict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1735,6 +1743,13 @@ func (x *ApplyRequest) GetContent() string {
 func (x *ApplyRequest) GetDryRun() bool {
 	if x != nil {
 		return x.DryRun
+	}
+	return false
+}
+
+func (x *ApplyRequest) GetStrict() bool {
+	if x != nil {
+		return x.Strict
 	}
 	return false
 }
@@ -1811,8 +1826,11 @@ func (x *AppliedObject) GetAction() string {
 type ApplyResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Objects []*AppliedObject       `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
-	// Warnings name fields that were ignored (e.g. unknown fields), with the
-	// document and line.
+	// Warnings name what was applied but can only fail later, or was
+	// ignored: fields Anvil does not act on (unknown, or Tinkerbell's), each
+	// with its document and line; action images that are neither native nor
+	// reachable under the server's registry settings; boot modes that need
+	// a BMC the Hardware lacks. The CLI prints each as "warning: ...".
 	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1979,11 +1997,12 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x13ReprovisionResponse\x12.\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x12.anvil.v1.WorkflowR\bworkflow\x12.\n" +
 	"\bhardware\x18\x02 \x01(\v2\x12.anvil.v1.HardwareR\bhardware\x12\x1a\n" +
-	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"Y\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"q\n" +
 	"\fApplyRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x17\n" +
-	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"m\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x16\n" +
+	"\x06strict\x18\x04 \x01(\bR\x06strict\"m\n" +
 	"\rAppliedObject\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +

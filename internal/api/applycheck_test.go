@@ -1,0 +1,149 @@
+package api_test
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/oci"
+)
+
+// countingChecker answers every image with err and records the checks
+// (apply checks concurrently).
+type countingChecker struct {
+	mu      sync.Mutex
+	checked []string
+	err     error
+}
+
+func (c *countingChecker) Check(_ context.Context, src oci.Source) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.checked = append(c.checked, src.Ref)
+	return c.err
+}
+
+func templateWith(name string, actions ...string) string {
+	return "apiVersion: tinkerbell.org/v1alpha1\nkind: Template\nmetadata: {name: " + name + "}\nspec:\n  data: |\n" +
+		"    version: \"0.1\"\n    name: x\n    global_timeout: 60\n    tasks:\n      - name: t\n        worker: \"{{.device_1}}\"\n        actions:\n" +
+		"          - " + strings.Join(actions, "\n          - ") + "\n"
+}
+
+// TestApplyImageRules: a native image is not looked up unless its action
+// asks for a container; runtime: native on an image with no native action
+// is warned of; the same image in two actions is looked up once; a
+// strict dry run refuses too.
+func TestApplyImageRules(t *testing.T) {
+	checker := &countingChecker{err: errString("the registry has no such image")}
+	e := newEnv(t, envOptions{configure: func(c *api.Config) { c.ImageChecker = checker }})
+	tpl := templateWith("rules",
+		"{name: native, image: quay.io/tinkerbell/actions/cexec:v1.0.0, timeout: 60}",
+		"{name: boxed, image: quay.io/tinkerbell/actions/writefile:v1.0.0, runtime: container, timeout: 60}",
+		"{name: pinned, image: registry.lab/fw:1, runtime: native, timeout: 60}",
+		"{name: a, image: registry.lab/tool:2, timeout: 60}",
+		"{name: b, image: registry.lab/tool:2, timeout: 60}",
+		"{name: computed, image: \"registry.lab/{{ .name }}:1\", timeout: 60}",
+		"{name: odd, image: quay.io/tinkerbell/actions/cexec:v1.0.0, runtime: docker, timeout: 60}")
+	r, err := apply(e, tpl, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`template "rules" action "pinned": image "registry.lab/fw:1" has no native action, and runtime: native forbids a container`,
+		`template "rules" action "odd": runtime "docker": want container, native or nothing (a workflow of this template fails when it is rendered)`,
+		`template "rules" action "boxed": image "quay.io/tinkerbell/actions/writefile:v1.0.0" runs in a container (runtime: container) and could not be resolved from quay.io: the registry has no such image`,
+		`template "rules" action "a": image "registry.lab/tool:2" is not native and could not be resolved from registry.lab: the registry has no such image`,
+		`template "rules" action "b": image "registry.lab/tool:2" is not native and could not be resolved from registry.lab: the registry has no such image`,
+	}
+	if !reflect.DeepEqual(r.GetWarnings(), want) {
+		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(r.GetWarnings(), "\n"), strings.Join(want, "\n"))
+	}
+	if len(checker.checked) != 2 {
+		t.Errorf("checked %v; want the writefile container image and registry.lab/tool:2, once each", checker.checked)
+	}
+	_, err = msgOf(e.man.Apply(context.Background(), connect.NewRequest(&v1.ApplyRequest{
+		Source: "s.yaml", Content: templateWith("strict", "{name: a, image: registry.lab/tool:2, timeout: 60}"), DryRun: true, Strict: true})))
+	wantCode(t, "strict dry run", err, connect.CodeInvalidArgument)
+	if err == nil || !strings.Contains(err.Error(), `s.yaml: refused (strict): 1 warning(s), nothing applied:`+"\n"+`template "strict" action "a": image "registry.lab/tool:2"`) {
+		t.Errorf("strict refusal = %v", err)
+	}
+}
+
+// TestApplyBMCWarning: a Workflow booting by ISO warns when its Hardware
+// (in the file or already stored) has no bmcRef, not when it has one.
+func TestApplyBMCWarning(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	hw := func(name, mac, extra string) string {
+		return "apiVersion: tinkerbell.org/v1alpha1\nkind: Hardware\nmetadata: {name: " + name + "}\nspec:\n" + extra +
+			"  interfaces:\n  - dhcp: {mac: \"" + mac + "\"}\n---\n"
+	}
+	wf := func(name, hw, mode string) string {
+		return "apiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\nmetadata: {name: " + name + "}\nspec:\n  templateRef: t\n  hardwareRef: " + hw +
+			"\n  bootOptions: {bootMode: " + mode + "}\n---\n"
+	}
+	tpl := templateWith("t", "{name: a, image: quay.io/tinkerbell/actions/cexec:v1.0.0, timeout: 60}") + "---\n"
+	if _, err := apply(e, tpl+hw("stored", "02:00:00:00:02:01", ""), false); err != nil {
+		t.Fatal(err)
+	}
+	r, err := apply(e, hw("with-bmc", "02:00:00:00:02:02", "  bmcRef: {apiGroup: bmc.tinkerbell.org, kind: Machine, name: m}\n")+
+		hw("no-bmc", "02:00:00:00:02:03", "")+
+		wf("w1", "with-bmc", "isoboot")+wf("w2", "no-bmc", "customboot")+wf("w3", "stored", "iso")+wf("w4", "no-bmc", "netboot"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`workflow "w2": spec.bootOptions.bootMode "customboot" needs a BMC to boot the machine, and hardware "no-bmc" has no spec.bmcRef: the workflow waits until the machine is booted another way`,
+		`workflow "w3": spec.bootOptions.bootMode "iso" needs a BMC to boot the machine, and hardware "stored" has no spec.bmcRef: the workflow waits until the machine is booted another way`,
+	}
+	if !reflect.DeepEqual(r.GetWarnings(), want) {
+		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(r.GetWarnings(), "\n"), strings.Join(want, "\n"))
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// TestApplyWaitDaemonImage: waitdaemon's IMAGE is checked as the image
+// it is (waitdaemon itself runs natively, whatever the runtime): a native
+// IMAGE is not looked up, another is; the server's --action-runtime
+// container makes every image one that is pulled.
+func TestApplyWaitDaemonImage(t *testing.T) {
+	tpl := templateWith("wd",
+		"{name: kexec, image: ghcr.io/jacobweinstock/waitdaemon:latest, timeout: 90, environment: {IMAGE: quay.io/tinkerbell/actions/kexec:v1.0.0}}",
+		"{name: custom, image: ghcr.io/jacobweinstock/waitdaemon:latest, runtime: container, timeout: 90, environment: {IMAGE: registry.lab/finish:1}}")
+	for _, tc := range []struct {
+		runtime string
+		want    []string
+		checked []string
+	}{
+		{runtime: "", checked: []string{"registry.lab/finish:1"}, want: []string{
+			`template "wd" action "custom": waitdaemon's IMAGE "registry.lab/finish:1" runs in a container (runtime: container) and could not be resolved from registry.lab: the registry has no such image`,
+		}},
+		{runtime: "container", checked: []string{"quay.io/tinkerbell/actions/kexec:v1.0.0", "registry.lab/finish:1"}, want: []string{
+			`template "wd" action "kexec": waitdaemon's IMAGE "quay.io/tinkerbell/actions/kexec:v1.0.0" runs in a container (the server's --action-runtime container) and could not be resolved from quay.io: the registry has no such image`,
+			`template "wd" action "custom": waitdaemon's IMAGE "registry.lab/finish:1" runs in a container (runtime: container) and could not be resolved from registry.lab: the registry has no such image`,
+		}},
+	} {
+		checker := &countingChecker{err: errString("the registry has no such image")}
+		e := newEnv(t, envOptions{configure: func(c *api.Config) { c.ImageChecker, c.ActionRuntime = checker, tc.runtime }})
+		r, err := apply(e, tpl, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(r.GetWarnings(), tc.want) {
+			t.Errorf("--action-runtime %q: warnings =\n%s\nwant\n%s", tc.runtime, strings.Join(r.GetWarnings(), "\n"), strings.Join(tc.want, "\n"))
+		}
+		slices.Sort(checker.checked)
+		if !slices.Equal(checker.checked, tc.checked) {
+			t.Errorf("--action-runtime %q: checked %q; want %q", tc.runtime, checker.checked, tc.checked)
+		}
+	}
+}
