@@ -259,6 +259,17 @@ func readExt4(t *testing.T, disk string, paths ...string) map[string]string {
 	return out
 }
 
+// applyOutput applies manifest with the CLI and returns what it printed
+// (its warnings).
+func applyOutput(t *testing.T, a *anvil, manifest string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return a.cli(t, "apply", "-f", f)
+}
+
 // envsubst fills a playground manifest's $VARIABLES as the playground's
 // setup does.
 func envsubst(text string, vars map[string]string) string {
@@ -362,7 +373,9 @@ func runPlayground(t *testing.T, l *templateLab, upstream bool) {
 	vars := map[string]string{"TINKERBELL_HOST_IP": serverIP, "TINKERBELL_CLIENT_PLATFORM": "amd64", "TINKERBELL_CLIENT_ARCH": "x86_64",
 		"TINKERBELL_CLIENT_MAC": mac, "TINKERBELL_CLIENT_IP": ip, "DISK_DEVICE": "/dev/vda"}
 	for _, f := range []string{"hardware.yaml", "template.yaml", "workflow.yaml"} {
-		l.a.apply(t, envsubst(readTestdata(t, "playground/"+f), vars))
+		if out := applyOutput(t, l.a, envsubst(readTestdata(t, "playground/"+f), vars)); strings.Contains(out, "warning:") {
+			t.Errorf("the playground's %s applies with warnings:\n%s", f, out)
+		}
 	}
 	start := time.Now()
 	run := runWorkflowOS(t, l.ns, l.a, "playground-workflow", biosOS, vm{name: "machine1", mac: mac, tap: "tap0"}, 10*time.Minute, nil)
@@ -504,7 +517,7 @@ func TestCAPTTemplate(t *testing.T) {
 		"DestDisk": "/dev/vda", "DestPartition": "/dev/vda1", "DeviceTemplateName": "{{.device_1}}",
 	})
 	indented := "    " + strings.ReplaceAll(strings.TrimPrefix(tmpl, "\n"), "\n", "\n    ")
-	l.a.apply(t, fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
+	applied := applyOutput(t, l.a, fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
 metadata:
   name: %[1]s
@@ -547,6 +560,9 @@ spec:
   bootOptions:
     toggleAllowNetboot: true
 `, name, mac, ip, indented))
+	if strings.Contains(applied, "warning:") {
+		t.Errorf("CAPT's template applies with warnings:\n%s", applied)
+	}
 	start := time.Now()
 	run := runWorkflowOS(t, l.ns, l.a, name, biosOS, vm{name: name, mac: mac, tap: "tap0"}, 10*time.Minute, nil)
 	t.Logf("CAPT template: QEMU start → workflow SUCCESS %.1fs, → installed OS %.1fs (whole run %.1fs, TCG)",
@@ -603,7 +619,7 @@ func TestWaitDaemonMissingImage(t *testing.T) {
 	l := newTemplateLab(t, "wdbad")
 	mac, ip, name := "52:54:00:77:01:42", "10.77.0.142", "wd-missing"
 	const missing = "quay.io/tinkerbell/actions/nosuchaction:v1.0.0"
-	l.a.apply(t, fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
+	applied := applyOutput(t, l.a, fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
 metadata:
   name: %[1]s
@@ -655,6 +671,10 @@ spec:
   hardwareMap:
     device_1: %[2]s
 `, name, mac, ip, missing))
+	// apply already says so, and stores it (no --strict).
+	if want := `warning: template "` + name + `" action "kexec into os": waitdaemon's IMAGE "` + missing + `" is not native and could not be resolved via mirror http://` + serverIP + `:5000`; !strings.Contains(applied, want) {
+		t.Errorf("apply's output lacks %q:\n%s", want, applied)
+	}
 	run := runWorkflowOS(t, l.ns, l.a, name, biosOS, vm{name: name, mac: mac, tap: "tap0"}, 5*time.Minute, nil)
 	wf := getWorkflow(t, l.a, name)
 	if wf.Status.State != "FAILED" {
