@@ -18,6 +18,7 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzDetect \
 	./internal/actions:FuzzParseChecksum \
 	./internal/actions:FuzzParseMode \
+	./internal/actions:FuzzGrubDefault \
 	./internal/agent:FuzzParseCmdline \
 	./internal/untar:FuzzEntryPath \
 	./internal/untar:FuzzExtract \

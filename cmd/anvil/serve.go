@@ -121,6 +121,7 @@ instead of --bind and the ports.`,
 	f.StringVar(&cfg.AssetsDir, "assets-dir", "", "directory served at /assets/ for boot profiles: kernels, initrds, images, sysext .raw and .conf files, with /assets/SHA256SUMS and a JSON listing at /assets/ (default DATA_DIR/assets)")
 	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200 (anvil.image_cache=2GiB sizes the agent's image cache)")
 	// Registries of the images of actions that run in containers (docs/actions.md).
+	f.StringVar(&cfg.ActionRuntime, "action-runtime", "", "runtime of actions whose template names none: container runs every action's image itself, as Tinkerbell would; native refuses images Anvil does not implement; empty: native when Anvil implements the image, else a container")
 	f.StringArrayVar(&cfg.RegistryMirrors, "registry-mirror", nil, "REGISTRY=URL: pull the images of REGISTRY from a mirror, e.g. --registry-mirror quay.io=http://10.0.0.2:5000 (http:// is plain HTTP; a path prefixes the repositories) (repeatable)")
 	f.BoolVar(&cfg.NoApplyImageCheck, "no-apply-image-check", false, "do not look up Templates' action images in their registries at apply time (apply then warns only of what it can tell without asking: see docs/concepts.md)")
 	f.StringArrayVar(&cfg.RegistryPlainHTTP, "registry-plain-http", nil, "HOST[:PORT] of a registry reached over plain HTTP (repeatable)")

@@ -1,6 +1,7 @@
 // Package actions runs Tinkerbell's actions natively, without a container
-// runtime: image2disk, archive2disk, writefile, cexec, kexec, reboot and
-// poweroff, selected by Tinkerbell's image name
+// runtime: image2disk, archive2disk, writefile, cexec, kexec (with
+// upstream's grub.cfg detection), reboot, poweroff and waitdaemon (its
+// IMAGE natively or in a container), selected by Tinkerbell's image name
 // (quay.io/tinkerbell/actions/image2disk:v1.0.0) or by a short name
 // ("image2disk"), configured by the same environment variables.
 //
@@ -73,7 +74,8 @@ type Output interface {
 	Line(stream, line string)
 	// Progress is called every few seconds by actions that move bytes,
 	// and once more when they have moved the last byte. It is never
-	// called after the Runner has returned.
+	// called after the Runner has returned, but from a Result's Then
+	// (waitdaemon runs its IMAGE there).
 	Progress(p Progress)
 }
 
@@ -200,8 +202,8 @@ const (
 	NameReboot       = "reboot"
 	NamePowerOff     = "poweroff"
 	// NameWaitDaemon is ghcr.io/jacobweinstock/waitdaemon, which
-	// Tinkerbell templates use to reboot or power off after the action
-	// is reported: its command ([reboot] or [poweroff]) says which.
+	// Tinkerbell templates end with: it runs its IMAGE (kexec, say), or
+	// reboots or powers off, once the action is reported (waitdaemon.go).
 	NameWaitDaemon = "waitdaemon"
 )
 

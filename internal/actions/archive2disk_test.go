@@ -25,6 +25,9 @@ func TestArchive2Disk(t *testing.T) {
 	}{{"/rootfs.tar", formatRaw}, {"/rootfs.tar.gz", formatGzip}, {"/rootfs.tar.zst", formatZstd}, {"/rootfs.tar.xz", formatXz}} {
 		srv.files[f.path] = compressImage(t, f.f, plain)
 	}
+	// GNU tar pads an archive to its record size; this one has far more
+	// after its end than any tar writer pads.
+	srv.files["/padded.tar.gz"] = compressImage(t, formatGzip, append(append([]byte{}, plain...), make([]byte, 256<<10)...))
 	sumOf := func(p string) string {
 		s := sha256.Sum256(srv.files[p])
 		return "sha256:" + hex.EncodeToString(s[:])
@@ -43,8 +46,13 @@ func TestArchive2Disk(t *testing.T) {
 		{name: "tarzst", path: "/rootfs.tar.zst", typ: "TARZST", checksum: sumOf("/rootfs.tar.zst"), destPath: "/"},
 		{name: "tarxz without a checksum, insecure", path: "/rootfs.tar.xz", typ: "tarxz", insecure: "true", destPath: "/"},
 		{name: "checksum required", path: "/rootfs.tar", typ: "tar", destPath: "/", wantErr: "TARFILE_CHECKSUM is required (sha256:HEX), or set INSECURE_NO_TARFILE_CHECKSUM_VERIFICATION=true"},
-		{name: "wrong checksum: unpacked, then refused", path: "/rootfs.tar.gz", typ: "targz", checksum: sumOf("/rootfs.tar"), destPath: "/",
-			wantErr: "TARFILE_CHECKSUM mismatch: " + srv.url("/rootfs.tar.gz") + " has " + sumOf("/rootfs.tar.gz") + ", want " + sumOf("/rootfs.tar")},
+		{name: "zeros past the tar's end: the served file's checksum", path: "/padded.tar.gz", typ: "targz", checksum: sumOf("/padded.tar.gz"), destPath: "/"},
+		{name: "targz with the checksum of the tar inside, as upstream checks it", path: "/rootfs.tar.gz", typ: "targz", checksum: sumOf("/rootfs.tar"), destPath: "/"},
+		{name: "wrong checksum: unpacked, then refused", path: "/rootfs.tar.gz", typ: "targz", checksum: sumOf("/rootfs.tar.xz"), destPath: "/",
+			wantErr: "TARFILE_CHECKSUM mismatch: " + srv.url("/rootfs.tar.gz") + " has " + sumOf("/rootfs.tar.gz") + " as served and " + sumOf("/rootfs.tar") +
+				" decompressed, want " + sumOf("/rootfs.tar.xz")},
+		{name: "wrong checksum of a plain tar", path: "/rootfs.tar", typ: "tar", checksum: sumOf("/rootfs.tar.xz"), destPath: "/",
+			wantErr: "TARFILE_CHECKSUM mismatch: " + srv.url("/rootfs.tar") + " has " + sumOf("/rootfs.tar") + ", want " + sumOf("/rootfs.tar.xz")},
 		{name: "type that does not match the data", path: "/rootfs.tar", typ: "targz", insecure: "true", destPath: "/", wantErr: "not a gzip stream"},
 		{name: "unknown type", path: "/rootfs.tar", typ: "zip", insecure: "true", destPath: "/", wantErr: `ARCHIVE_TYPE "zip" is not one of`},
 		{name: "404", path: "/nope.tar", typ: "tar", insecure: "true", destPath: "/", wantErr: "HTTP 404"},
@@ -69,34 +77,7 @@ func TestArchive2Disk(t *testing.T) {
 			if err != nil {
 				t.Fatalf("archive2disk: %v\n%s", err, out.text(""))
 			}
-			dest := filepath.Join(top, tc.destPath)
-			for _, w := range []fileState{
-				{path: "etc/os-release", mode: 0o644, contents: "ID=debian\n"},
-				{path: "etc/shadow", mode: 0o640, gid: 42, contents: "root:*:1::::::\n"},
-				{path: "usr/bin/sudo", mode: 0o755 | fs.ModeSetuid, contents: "ELF"},
-				{path: "usr/bin", dir: true, mode: 0o755},
-				{path: "home/ops", dir: true, mode: 0o700, uid: 1000, gid: 1000},
-				{path: "home/ops/.profile", mode: 0o600, uid: 1000, gid: 1000, contents: "PS1='$ '\n"},
-				{path: "tmp", dir: true, mode: 0o777 | fs.ModeSticky},
-			} {
-				checkFile(t, dest, w)
-			}
-			for link, want := range map[string]string{"bin": "usr/bin", "etc/localtime": "/usr/share/zoneinfo/UTC"} {
-				if got, err := os.Readlink(filepath.Join(dest, link)); err != nil || got != want {
-					t.Errorf("symlink %s -> %q, %v; want %q", link, got, err, want)
-				}
-			}
-			a, _ := os.Stat(filepath.Join(dest, "usr/bin/sudo"))
-			b, _ := os.Stat(filepath.Join(dest, "usr/bin/sudoedit"))
-			if a == nil || b == nil || !os.SameFile(a, b) {
-				t.Error("usr/bin/sudoedit is not a hard link to usr/bin/sudo")
-			}
-			if st, err := os.Lstat(filepath.Join(dest, "run/initctl")); err != nil || st.Mode().Type() != fs.ModeNamedPipe {
-				t.Errorf("run/initctl: %v, %v; want a FIFO", st, err)
-			}
-			if st, _ := os.Stat(filepath.Join(dest, "etc")); st == nil || !st.ModTime().Equal(time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)) {
-				t.Errorf("etc's mtime is not the archive's: %v", st)
-			}
+			checkRootFS(t, filepath.Join(top, tc.destPath))
 			ps := out.progresses()
 			if len(ps) == 0 || ps[len(ps)-1].Bytes != int64(len(srv.files[tc.path])) {
 				t.Errorf("progress %+v; want a last report of all %d bytes", ps, len(srv.files[tc.path]))
@@ -183,5 +164,56 @@ func TestArchive2DiskTruncated(t *testing.T) {
 	want := srv.url("/short.tar.gz") + " near byte " + itoa(len(full)*2/3) + " of " + itoa(len(full)*2/3) + " of the download: entry 13 \"big\": unexpected EOF"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error = %v; want %q", err, want)
+	}
+}
+
+// checkRootFS checks that dest holds untartest.RootFS as unpacked:
+// checkRootFSFiles, and the owners, special modes, FIFO and mtimes a tar
+// carries.
+func checkRootFS(t *testing.T, dest string) {
+	t.Helper()
+	checkRootFSFiles(t, dest)
+	for _, w := range []fileState{
+		{path: "etc/shadow", mode: 0o640, gid: 42, contents: "root:*:1::::::\n"},
+		{path: "home/ops", dir: true, mode: 0o700, uid: 1000, gid: 1000},
+		{path: "home/ops/.profile", mode: 0o600, uid: 1000, gid: 1000, contents: "PS1='$ '\n"},
+		{path: "tmp", dir: true, mode: 0o777 | fs.ModeSticky},
+	} {
+		checkFile(t, dest, w)
+	}
+	if st, err := os.Lstat(filepath.Join(dest, "run/initctl")); err != nil || st.Mode().Type() != fs.ModeNamedPipe {
+		t.Errorf("run/initctl: %v, %v; want a FIFO", st, err)
+	}
+	if st, _ := os.Stat(filepath.Join(dest, "etc")); st == nil || !st.ModTime().Equal(time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)) {
+		t.Errorf("etc's mtime is not the archive's: %v", st)
+	}
+}
+
+// checkRootFSFiles checks the files of untartest.RootFS in dest: regular
+// files with their contents and modes (setuid too), symlinks and a hard
+// link.
+func checkRootFSFiles(t *testing.T, dest string) {
+	t.Helper()
+	for _, w := range []fileState{
+		{path: "etc/os-release", mode: 0o644, contents: "ID=debian\n"},
+		{path: "usr/bin/sudo", mode: 0o755 | fs.ModeSetuid, contents: "ELF"},
+		{path: "usr/bin", dir: true, mode: 0o755},
+	} {
+		checkFile(t, dest, w)
+	}
+	for name, want := range map[string]string{"etc/shadow": "root:*:1::::::\n", "home/ops/.profile": "PS1='$ '\n"} {
+		if b, err := os.ReadFile(filepath.Join(dest, name)); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", name, b, err, want)
+		}
+	}
+	for link, want := range map[string]string{"bin": "usr/bin", "etc/localtime": "/usr/share/zoneinfo/UTC"} {
+		if got, err := os.Readlink(filepath.Join(dest, link)); err != nil || got != want {
+			t.Errorf("symlink %s -> %q, %v; want %q", link, got, err, want)
+		}
+	}
+	a, _ := os.Stat(filepath.Join(dest, "usr/bin/sudo"))
+	b, _ := os.Stat(filepath.Join(dest, "usr/bin/sudoedit"))
+	if a == nil || b == nil || !os.SameFile(a, b) {
+		t.Error("usr/bin/sudoedit is not a hard link to usr/bin/sudo")
 	}
 }

@@ -60,29 +60,70 @@ const containerProgressInterval = 3 * time.Second
 // unknown runtime, runtime: native for an image Anvil does not implement,
 // or no container runtime configured (Config.Images and Containers).
 func (c *Catalog) Select(s Spec) (Selection, error) {
-	native, ok := c.runners[actionName(s.Image)]
-	switch s.Runtime {
-	case RuntimeAuto:
-		if ok {
-			return Selection{Run: native, Path: PathNative, Why: "native " + actionName(s.Image)}, nil
-		}
-		if !c.containers() {
-			return Selection{}, fmt.Errorf("%w %q, and no container runtime is configured (the agent's image cache or cgroups are missing), so only native actions run (%s)",
-				ErrUnknownImage, s.Image, strings.Join(c.Names(), ", "))
-		}
-		return Selection{Run: c.container, Path: PathContainer, Why: "no native " + actionName(s.Image)}, nil
-	case RuntimeContainer:
-		if !c.containers() {
-			return Selection{}, fmt.Errorf("action %q asks for runtime: container, and no container runtime is configured (the agent's image cache or cgroups are missing)", s.Name)
-		}
-		return Selection{Run: c.container, Path: PathContainer, Why: "runtime: container"}, nil
-	case RuntimeNative:
-		if !ok {
-			return Selection{}, fmt.Errorf("%w %q, and the action asks for runtime: native (native actions: %s)", ErrUnknownImage, s.Image, strings.Join(c.Names(), ", "))
-		}
-		return Selection{Run: native, Path: PathNative, Why: "runtime: native"}, nil
+	path, why, err := c.route(s.Image, s.Runtime)
+	switch {
+	case errors.Is(err, errBadRuntime):
+		return Selection{}, fmt.Errorf("action %q: %w", s.Name, err)
+	case err != nil:
+		return Selection{}, err
+	case path == PathNative:
+		return Selection{Run: c.runners[actionName(s.Image)], Path: PathNative, Why: why}, nil
+	case !c.containers() && s.Runtime == RuntimeContainer:
+		return Selection{}, fmt.Errorf("action %q asks for runtime: container, and no container runtime is configured (the agent's image cache or cgroups are missing)", s.Name)
+	case !c.containers():
+		return Selection{}, fmt.Errorf("%w %q, and no container runtime is configured (the agent's image cache or cgroups are missing), so only native actions run (%s)",
+			ErrUnknownImage, s.Image, strings.Join(c.Names(), ", "))
 	}
-	return Selection{}, fmt.Errorf("action %q: runtime %q: want container, native or nothing", s.Name, s.Runtime)
+	return Selection{Run: c.container, Path: PathContainer, Why: why}, nil
+}
+
+// PathOf says how an action of image with runtime runs (Select's rule),
+// whether or not this Catalog can run containers: apply asks it of a
+// Template's images. The error is an unknown runtime, or runtime: native
+// for an image with no native action.
+func (c *Catalog) PathOf(image, runtime string) (Path, error) {
+	path, _, err := c.route(image, runtime)
+	return path, err
+}
+
+// route is Select's rule: the path and why, in a few words.
+func (c *Catalog) route(image, runtime string) (Path, string, error) {
+	name := actionName(image)
+	_, native := c.runners[name]
+	switch runtime {
+	case RuntimeAuto:
+		if native {
+			return PathNative, "native " + name, nil
+		}
+		return PathContainer, "no native " + name, nil
+	case RuntimeContainer:
+		if name == NameWaitDaemon {
+			// Upstream's waitdaemon image works only beside Docker's
+			// socket, which the boot environment has not: what the
+			// runtime chooses is how its IMAGE runs.
+			return PathNative, "native waitdaemon; runtime: container is for its IMAGE", nil
+		}
+		return PathContainer, "runtime: container", nil
+	case RuntimeNative:
+		if !native {
+			return "", "", fmt.Errorf("%w %q, and the action asks for runtime: native (native actions: %s)", ErrUnknownImage, image, strings.Join(c.Names(), ", "))
+		}
+		return PathNative, "runtime: native", nil
+	}
+	return "", "", CheckRuntime(runtime)
+}
+
+// errBadRuntime is wrapped by CheckRuntime's error.
+var errBadRuntime = errors.New("want container, native or nothing")
+
+// CheckRuntime says whether r is a runtime Select knows: "" (auto),
+// container or native.
+func CheckRuntime(r string) error {
+	switch r {
+	case RuntimeAuto, RuntimeContainer, RuntimeNative:
+		return nil
+	}
+	return fmt.Errorf("runtime %q: %w", r, errBadRuntime)
 }
 
 // containers reports whether the container path is configured.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -48,6 +47,8 @@ func TestSelect(t *testing.T) {
 			wantErr: `no native action for image "quay.io/x/rootio:v1", and the action asks for runtime: native`},
 		{name: "no container runtime", c: off, spec: Spec{Image: "quay.io/tinkerbell/actions/oci2disk:v1.0.0"},
 			wantErr: `no native action for image "quay.io/tinkerbell/actions/oci2disk:v1.0.0", and no container runtime is configured`},
+		{name: "waitdaemon, runtime: container", c: on, spec: Spec{Image: "ghcr.io/jacobweinstock/waitdaemon:latest", Runtime: "container"},
+			path: PathNative, why: "native waitdaemon; runtime: container is for its IMAGE"},
 		{name: "unknown runtime", c: on, spec: Spec{Name: "a", Image: "cexec", Runtime: "docker"}, wantErr: `action "a": runtime "docker": want container, native or nothing`},
 	}
 	for _, tc := range tests {
@@ -165,18 +166,11 @@ func TestImage2DiskContainerMatchesNative(t *testing.T) {
 	srv.files["/os.raw.gz"] = compressImage(t, formatGzip, img)
 	image := l.push(t, "tinkerbell/actions/image2disk:v1.0.0", ocitest.UpstreamImage(t, "image2disk"))
 
-	disk := func() (dev, backing string) {
-		backing = filepath.Join(t.TempDir(), "disk")
-		if err := os.WriteFile(backing, bytes.Repeat([]byte{0xa5}, diskSize), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return loopDevice(t, backing), backing
-	}
 	env := func(dev string) map[string]string {
 		return map[string]string{"IMG_URL": srv.url("/os.raw.gz"), "DEST_DISK": dev, "COMPRESSED": "true"}
 	}
 
-	cdev, cbacking := disk()
+	cdev, cbacking := loopDisk(t, diskSize)
 	s := l.spec(t, image, env(cdev))
 	out, sel, err := l.run(context.Background(), t, s)
 	if err != nil {
@@ -185,7 +179,7 @@ func TestImage2DiskContainerMatchesNative(t *testing.T) {
 	if sel.Path != PathContainer {
 		t.Fatalf("ran %s", sel.Path)
 	}
-	ndev, nbacking := disk()
+	ndev, nbacking := loopDisk(t, diskSize)
 	ns := l.spec(t, image, env(ndev))
 	ns.Runtime = RuntimeAuto
 	if out, sel, err := l.run(context.Background(), t, ns); err != nil || sel.Path != PathNative {
@@ -208,15 +202,7 @@ func TestImage2DiskContainerMatchesNative(t *testing.T) {
 // container, mounts a filesystem from the host's /dev and writes a file.
 func TestUpstreamWritefileInContainer(t *testing.T) {
 	l := newLab(t, 0)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 is missing")
-	}
-	backing := filepath.Join(t.TempDir(), "fs.img")
-	os.WriteFile(backing, nil, 0o644)
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", backing, "8M").CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
-	dev := loopDevice(t, backing)
+	dev := ext4Device(t, "8M")
 	image := l.push(t, "tinkerbell/actions/writefile:v1.0.0", ocitest.UpstreamImage(t, "writefile"))
 	s := l.spec(t, image, map[string]string{"DEST_DISK": dev, "FS_TYPE": "ext4", "DEST_PATH": "/etc/hostname",
 		"CONTENTS": "rack1-node07\n", "UID": "0", "GID": "0", "MODE": "0644", "DIRMODE": "0755"})
@@ -224,11 +210,7 @@ func TestUpstreamWritefileInContainer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upstream writefile: %v\n%s", err, out.text(""))
 	}
-	mnt := t.TempDir()
-	if b, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount: %v %s", err, b)
-	}
-	defer exec.Command("umount", mnt).Run()
+	mnt := mountDevice(t, dev)
 	if b, _ := os.ReadFile(filepath.Join(mnt, "etc/hostname")); string(b) != "rack1-node07\n" {
 		t.Errorf("/etc/hostname = %q\noutput:\n%s", b, out.text(""))
 	}
@@ -367,5 +349,68 @@ func TestContainerExitStatus(t *testing.T) {
 	}
 	if out.text(StreamStdout)+out.text(StreamStderr) == "" {
 		t.Error("no output line was streamed")
+	}
+}
+
+// TestWaitDaemonContainerImage: waitdaemon with an IMAGE run in a
+// container (runtime: container, which for waitdaemon is its IMAGE's):
+// the image is pulled while the action runs, and its program runs only
+// in Then, after WAIT_SECONDS, with the action's environment.
+func TestWaitDaemonContainerImage(t *testing.T) {
+	l := newLab(t, 0)
+	dev := ext4Device(t, "8M")
+	image := l.push(t, "tinkerbell/actions/writefile:v1.0.0", ocitest.UpstreamImage(t, "writefile"))
+	s := l.spec(t, image, map[string]string{"DEST_DISK": dev, "FS_TYPE": "ext4", "DEST_PATH": "/etc/hostname",
+		"CONTENTS": "rack1-node07\n", "UID": "0", "GID": "0", "MODE": "0644", "DIRMODE": "0755",
+		"IMAGE": image, "WAIT_SECONDS": "0"})
+	s.Images = map[string]ImageSource{image: s.Images[image]}
+	s.Image = waitdaemonImage
+	out := &recorder{}
+	sel, err := l.c.Select(s)
+	if err != nil || sel.Path != PathNative {
+		t.Fatalf("Select = %s, %v; want waitdaemon native", sel.Path, err)
+	}
+	res, err := sel.Run(context.Background(), s, out)
+	if err != nil {
+		t.Fatalf("waitdaemon: %v\n%s", err, out.text(""))
+	}
+	if l.reg.Requests("GET /v2/tinkerbell/actions/writefile/manifests/v1.0.0") == 0 {
+		t.Error("IMAGE was not pulled while the action ran")
+	}
+	if strings.Contains(out.text(""), "running [") {
+		t.Fatalf("IMAGE's program ran before Then:\n%s", out.text(""))
+	}
+	if err := res.Then(); err != nil {
+		t.Fatalf("Then: %v\n%s", err, out.text(""))
+	}
+	mnt := mountDevice(t, dev)
+	if b, _ := os.ReadFile(filepath.Join(mnt, "etc/hostname")); string(b) != "rack1-node07\n" {
+		t.Errorf("/etc/hostname = %q\noutput:\n%s", b, out.text(""))
+	}
+	if want := `running ["/usr/bin/writefile"] in a container of ` + image; !strings.Contains(out.text(StreamAction), want) {
+		t.Errorf("the action's lines lack %q:\n%s", want, out.text(StreamAction))
+	}
+}
+
+// TestWaitDaemonMissingImage is the issue's bad input for waitdaemon: an
+// IMAGE that does not exist fails the action, naming the image and the
+// registry's answer, and leaves nothing to run after the report.
+func TestWaitDaemonMissingImage(t *testing.T) {
+	l := newLab(t, 0)
+	const missing = "quay.io/tinkerbell/actions/nosuchaction:v1.0.0"
+	src, err := l.settings.Resolve(missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Spec{Name: "kexec", Image: waitdaemonImage, Env: map[string]string{"IMAGE": missing, "WAIT_SECONDS": "0"},
+		Images: map[string]ImageSource{missing: {Source: src}}}
+	out, _, err := l.run(context.Background(), t, s)
+	if err == nil {
+		t.Fatalf("waitdaemon of a missing IMAGE succeeded:\n%s", out.text(""))
+	}
+	for _, want := range []string{"waitdaemon: IMAGE: pull " + missing, "the registry has no such image"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
 	}
 }

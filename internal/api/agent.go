@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 		Environment: na.Environment,
 		Pid:         na.Pid,
 		Attempt:     int32(na.Attempt),
-		Runtime:     na.Runtime,
+		Runtime:     cmp.Or(na.Runtime, s.cfg.ActionRuntime),
 		Images:      s.imageSources(ctx, na, agentID),
 	}), nil
 }

@@ -135,6 +135,11 @@ type Config struct {
 	// cannot resolve are warned of (refused under strict). If nil, only
 	// whether an image is native is checked.
 	ImageChecker ImageChecker
+	// ActionRuntime is the runtime of actions whose template gives none
+	// (actions.RuntimeContainer runs every image itself, as Tinkerbell
+	// would); "" lets the agent choose (native when it implements the
+	// image).
+	ActionRuntime string
 }
 
 // Services implements every anvil.v1 service. It is safe for concurrent use.

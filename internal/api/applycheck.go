@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -69,25 +70,33 @@ func (s *Services) imageWarnings(ctx context.Context, docs []model.Document) []s
 		err   error
 	}
 	checks := map[string]*check{}
-	for _, u := range uses {
-		_, err := nativeCatalog().Lookup(u.action.Image)
-		native := err == nil
-		switch {
-		case u.action.Runtime != "" && u.action.Runtime != model.RuntimeNative && u.action.Runtime != model.RuntimeContainer:
+	// pulled are the images each use pulls: its own, or waitdaemon's IMAGE.
+	pulled := make([][]string, len(uses))
+	for i, u := range uses {
+		if u.action.Runtime != "" && u.action.Runtime != model.RuntimeNative && u.action.Runtime != model.RuntimeContainer {
 			warns = append(warns, fmt.Sprintf("template %q action %q: runtime %q: want %s, %s or nothing (a workflow of this template fails when it is rendered)",
 				u.template, u.action.Name, u.action.Runtime, model.RuntimeContainer, model.RuntimeNative))
 			continue
-		case u.action.Runtime == model.RuntimeNative && !native:
-			warns = append(warns, fmt.Sprintf("template %q action %q: image %q has no native action, and runtime: native forbids a container",
-				u.template, u.action.Name, u.action.Image))
-			continue
-		case u.action.Runtime == model.RuntimeNative, native && u.action.Runtime != model.RuntimeContainer:
-			continue
 		}
-		if _, ok := checks[u.action.Image]; !ok {
-			c := &check{image: u.action.Image}
-			c.src, c.err = s.cfg.Registries.Resolve(u.action.Image)
-			checks[u.action.Image] = c
+		// The server's --action-runtime is the runtime of an action that
+		// names none.
+		runtime := cmp.Or(u.action.Runtime, s.cfg.ActionRuntime)
+		for _, image := range actions.NamedImages(u.action.Image, u.action.Environment) {
+			path, err := nativeCatalog().PathOf(image, runtime)
+			switch {
+			case err != nil:
+				warns = append(warns, fmt.Sprintf("template %q action %q: image %q has no native action, and runtime: native forbids a container",
+					u.template, u.action.Name, image))
+				continue
+			case path == actions.PathNative:
+				continue
+			}
+			pulled[i] = append(pulled[i], image)
+			if _, ok := checks[image]; !ok {
+				c := &check{image: image}
+				c.src, c.err = s.cfg.Registries.Resolve(image)
+				checks[image] = c
+			}
 		}
 	}
 	if s.cfg.ImageChecker != nil {
@@ -107,21 +116,29 @@ func (s *Services) imageWarnings(ctx context.Context, docs []model.Document) []s
 		}
 		wg.Wait()
 	}
-	for _, u := range uses {
-		c, ok := checks[u.action.Image]
-		if !ok || c.err == nil {
-			continue
+	for i, u := range uses {
+		for _, image := range pulled[i] {
+			c := checks[image]
+			if c.err == nil {
+				continue
+			}
+			what, which := "is not native", "image"
+			switch {
+			case u.action.Runtime == model.RuntimeContainer:
+				what = "runs in a container (runtime: container)"
+			case u.action.Runtime == "" && s.cfg.ActionRuntime == model.RuntimeContainer:
+				what = "runs in a container (the server's --action-runtime container)"
+			}
+			if image != u.action.Image {
+				which = "waitdaemon's IMAGE"
+			}
+			via := "from " + registryOf(c.src)
+			if c.src.Mirror != "" {
+				via = "via mirror " + c.src.Mirror
+			}
+			warns = append(warns, fmt.Sprintf("template %q action %q: %s %q %s and could not be resolved %s: %v",
+				u.template, u.action.Name, which, image, what, via, c.err))
 		}
-		what := "is not native"
-		if u.action.Runtime == model.RuntimeContainer {
-			what = "runs in a container (runtime: container)"
-		}
-		via := "from " + registryOf(c.src)
-		if c.src.Mirror != "" {
-			via = "via mirror " + c.src.Mirror
-		}
-		warns = append(warns, fmt.Sprintf("template %q action %q: image %q %s and could not be resolved %s: %v",
-			u.template, u.action.Name, u.action.Image, what, via, c.err))
 	}
 	return warns
 }

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -109,3 +110,40 @@ func TestApplyBMCWarning(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestApplyWaitDaemonImage: waitdaemon's IMAGE is checked as the image
+// it is (waitdaemon itself runs natively, whatever the runtime): a native
+// IMAGE is not looked up, another is; the server's --action-runtime
+// container makes every image one that is pulled.
+func TestApplyWaitDaemonImage(t *testing.T) {
+	tpl := templateWith("wd",
+		"{name: kexec, image: ghcr.io/jacobweinstock/waitdaemon:latest, timeout: 90, environment: {IMAGE: quay.io/tinkerbell/actions/kexec:v1.0.0}}",
+		"{name: custom, image: ghcr.io/jacobweinstock/waitdaemon:latest, runtime: container, timeout: 90, environment: {IMAGE: registry.lab/finish:1}}")
+	for _, tc := range []struct {
+		runtime string
+		want    []string
+		checked []string
+	}{
+		{runtime: "", checked: []string{"registry.lab/finish:1"}, want: []string{
+			`template "wd" action "custom": waitdaemon's IMAGE "registry.lab/finish:1" runs in a container (runtime: container) and could not be resolved from registry.lab: the registry has no such image`,
+		}},
+		{runtime: "container", checked: []string{"quay.io/tinkerbell/actions/kexec:v1.0.0", "registry.lab/finish:1"}, want: []string{
+			`template "wd" action "kexec": waitdaemon's IMAGE "quay.io/tinkerbell/actions/kexec:v1.0.0" runs in a container (the server's --action-runtime container) and could not be resolved from quay.io: the registry has no such image`,
+			`template "wd" action "custom": waitdaemon's IMAGE "registry.lab/finish:1" runs in a container (runtime: container) and could not be resolved from registry.lab: the registry has no such image`,
+		}},
+	} {
+		checker := &countingChecker{err: errString("the registry has no such image")}
+		e := newEnv(t, envOptions{configure: func(c *api.Config) { c.ImageChecker, c.ActionRuntime = checker, tc.runtime }})
+		r, err := apply(e, tpl, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(r.GetWarnings(), tc.want) {
+			t.Errorf("--action-runtime %q: warnings =\n%s\nwant\n%s", tc.runtime, strings.Join(r.GetWarnings(), "\n"), strings.Join(tc.want, "\n"))
+		}
+		slices.Sort(checker.checked)
+		if !slices.Equal(checker.checked, tc.checked) {
+			t.Errorf("--action-runtime %q: checked %q; want %q", tc.runtime, checker.checked, tc.checked)
+		}
+	}
+}

@@ -6,13 +6,15 @@ import (
 	"strings"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/actions"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
 
-// imageSources resolves how the agent pulls the images an action names:
+// imageSources resolves how the agent pulls the images an action names
+// (actions.NamedImages: its own, and waitdaemon's IMAGE):
 // the server's registry settings with the Hardware's annotation on top
 // (oci.Settings.Merge decides which wins), each image given only its own
 // registry's credentials. A failure to resolve (an invalid reference, an
@@ -22,7 +24,7 @@ import (
 func (s *Services) imageSources(ctx context.Context, na *workflow.NextAction, agentID string) []*v1.ImageSource {
 	settings, hwErr := s.registrySettings(ctx, na.WorkflowID, agentID)
 	var out []*v1.ImageSource
-	for _, image := range []string{na.Image} {
+	for _, image := range actions.NamedImages(na.Image, na.Environment) {
 		src := &v1.ImageSource{Image: image}
 		out = append(out, src)
 		if hwErr != nil {

@@ -72,21 +72,7 @@ func TestGetActionImageSources(t *testing.T) {
 	if _, err := apply(e, registryManifest, false); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	var a *v1.GetActionResponse
-	for range 20 { // the engine renders the workflow asynchronously
-		r, err := e.ag.GetAction(context.Background(), connect.NewRequest(&v1.GetActionRequest{AgentId: "3c:ec:ef:00:00:01", Wait: durationpb.New(5 * time.Second)}))
-		if connect.CodeOf(err) == connect.CodeNotFound {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		a = r.Msg
-		break
-	}
-	if a == nil {
-		t.Fatal("no action")
-	}
+	a := firstAction(t, e, "3c:ec:ef:00:00:01")
 	if a.GetRuntime() != "container" || len(a.GetImages()) != 1 {
 		t.Fatalf("GetAction = %v; want runtime container and one image source", a)
 	}
@@ -108,10 +94,80 @@ func TestGetActionImageSources(t *testing.T) {
 	}
 }
 
+// firstAction waits for the engine to render the workflow and returns
+// the agent's first action.
+func firstAction(t *testing.T, e *env, agentID string) *v1.GetActionResponse {
+	t.Helper()
+	for range 20 { // the engine renders the workflow asynchronously
+		r, err := e.ag.GetAction(context.Background(), connect.NewRequest(&v1.GetActionRequest{AgentId: agentID, Wait: durationpb.New(5 * time.Second)}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Msg
+	}
+	t.Fatal("no action")
+	return nil
+}
+
+// TestGetActionWaitDaemonImage: a waitdaemon action comes with how to
+// pull its IMAGE too, resolved by the same settings as its own image: the
+// agent pulls IMAGE before it reports the action.
+func TestGetActionWaitDaemonImage(t *testing.T) {
+	server, err := oci.Settings{Mirrors: map[string]string{"quay.io": "http://10.0.0.2:5000"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{engine: true, configure: func(c *api.Config) { c.Registries = server }})
+	manifest := strings.Replace(registryManifest,
+		`{name: oci, image: "quay.io/tinkerbell/actions/oci2disk:v1.0.0", runtime: container, timeout: 60}`,
+		`{name: kexec, image: "ghcr.io/jacobweinstock/waitdaemon:latest", timeout: 90, pid: host, environment: {IMAGE: "quay.io/tinkerbell/actions/kexec:v1.0.0", WAIT_SECONDS: "10"}}`, 1)
+	if _, err := apply(e, manifest, false); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	a := firstAction(t, e, "3c:ec:ef:00:00:01")
+	var got []string
+	for _, src := range a.GetImages() {
+		got = append(got, src.GetImage()+" -> "+src.GetRef()+" via "+src.GetMirror())
+	}
+	want := []string{
+		"ghcr.io/jacobweinstock/waitdaemon:latest -> ghcr.io/jacobweinstock/waitdaemon:latest via ",
+		"quay.io/tinkerbell/actions/kexec:v1.0.0 -> rack7.lab:5000/tinkerbell/actions/kexec:v1.0.0 via https://rack7.lab:5000",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("image sources:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if c := a.GetImages()[1].GetCredentials(); c.GetUsername() != "rack" {
+		t.Errorf("IMAGE's credentials %v; want the rack mirror's", c)
+	}
+}
+
 // testCAPEM is a real certificate in PEM, for a CA setting.
 func testCAPEM(t *testing.T) string {
 	t.Helper()
 	srv := httptest.NewTLSServer(nil)
 	defer srv.Close()
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+}
+
+// TestGetActionServerRuntime: the server's ActionRuntime (anvil serve
+// --action-runtime) is the runtime of an action whose template names
+// none; one the template names wins.
+func TestGetActionServerRuntime(t *testing.T) {
+	for _, tc := range []struct{ action, want string }{
+		{action: `{name: hostname, image: "quay.io/tinkerbell/actions/writefile:v1.0.0", timeout: 60}`, want: "container"},
+		{action: `{name: hostname, image: "quay.io/tinkerbell/actions/writefile:v1.0.0", runtime: native, timeout: 60}`, want: "native"},
+	} {
+		e := newEnv(t, envOptions{engine: true, configure: func(c *api.Config) { c.ActionRuntime = "container" }})
+		manifest := strings.Replace(registryManifest,
+			`{name: oci, image: "quay.io/tinkerbell/actions/oci2disk:v1.0.0", runtime: container, timeout: 60}`, tc.action, 1)
+		if _, err := apply(e, manifest, false); err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		if got := firstAction(t, e, "3c:ec:ef:00:00:01").GetRuntime(); got != tc.want {
+			t.Errorf("%s: runtime %q; want %q", tc.action, got, tc.want)
+		}
+	}
 }

@@ -29,6 +29,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/anvilproj/anvil/internal/actions"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/bmc"
@@ -163,6 +164,10 @@ type Config struct {
 	// requests on a writer's say-so, or that cannot reach the agents'
 	// registries at all.
 	NoApplyImageCheck bool
+	// ActionRuntime is the runtime of actions whose template names none:
+	// "" (the agent runs natively what it implements), container (every
+	// image runs itself, as under Tinkerbell) or native.
+	ActionRuntime string
 
 	// MetadataPort is the metadata service's own listener (Hegel's port,
 	// where Tinkerbell's actions look). The metadata routes are also
@@ -322,6 +327,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	registries, err := registrySettings(cfg)
 	if err != nil {
 		return err
+	}
+	if err := actions.CheckRuntime(cfg.ActionRuntime); err != nil {
+		return fmt.Errorf("--action-runtime: %w", err)
 	}
 	logRegistrySettings(log, registries)
 	if cfg.BootRate < 0 || cfg.BootBurst < 0 || cfg.BootConcurrency < 0 ||
@@ -499,7 +507,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
-		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, ImageChecker: imageChecker,
+		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, ImageChecker: imageChecker, ActionRuntime: cfg.ActionRuntime,
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the
 			// client a trusted proxy forwarded for.

@@ -442,6 +442,9 @@ func substituted(data string) (*yamlv3.Node, func(int) int) {
 // StaticAction is one action of a Template as written, before rendering.
 type StaticAction struct {
 	Task, Name, Image, Runtime string
+	// Environment holds the action's variables whose values are written
+	// out (waitdaemon's IMAGE names a second image).
+	Environment map[string]string
 	// Line is the line of the action's image in the Template's data.
 	Line int
 }
@@ -480,7 +483,18 @@ func TemplateActions(data string) []StaticAction {
 			}
 			name, _ := scalar(a, "name")
 			runtime, _ := scalar(a, "runtime")
-			out = append(out, StaticAction{Task: task, Name: name, Image: image, Runtime: runtime, Line: line})
+			var env map[string]string
+			if e := mappingValue(a, "environment"); e != nil && e.Kind == yamlv3.MappingNode {
+				for i := 0; i+1 < len(e.Content); i += 2 {
+					if v, _ := scalar(e, e.Content[i].Value); v != "" {
+						if env == nil {
+							env = map[string]string{}
+						}
+						env[e.Content[i].Value] = v
+					}
+				}
+			}
+			out = append(out, StaticAction{Task: task, Name: name, Image: image, Runtime: runtime, Environment: env, Line: line})
 		}
 	}
 	return out

@@ -233,7 +233,13 @@ func runInstall(t *testing.T, ns *netns, a *anvil, name, mac string, during func
 // it is cabled), with the firmware img is for.
 func runInstallOS(t *testing.T, ns *netns, a *anvil, img osImage, m vm, during func()) installRun {
 	t.Helper()
-	name := m.name
+	return runWorkflowOS(t, ns, a, m.name+"-install", img, m, installTimeout, during)
+}
+
+// runWorkflowOS is runInstallOS of the workflow named workflow, bounded by
+// timeout.
+func runWorkflowOS(t *testing.T, ns *netns, a *anvil, workflow string, img osImage, m vm, timeout time.Duration, during func()) installRun {
+	t.Helper()
 	disk := filepath.Join(t.TempDir(), "disk.raw")
 	if err := os.WriteFile(disk, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -252,7 +258,7 @@ func runInstallOS(t *testing.T, ns *netns, a *anvil, img osImage, m vm, during f
 		start := <-qemuStart
 		calledDuring := false
 		for ctx.Err() == nil {
-			state := workflowState(a, name+"-install")
+			state := workflowState(a, workflow)
 			if state == "RUNNING" && !calledDuring && during != nil {
 				calledDuring = true
 				during()
@@ -272,7 +278,7 @@ func runInstallOS(t *testing.T, ns *netns, a *anvil, img osImage, m vm, during f
 	m.disk, m.uefi, m.qemuArgs, m.stop = disk, img.uefi, img.qemuArgs, failed
 	m.markers = []string{markerAgent, markerInstalled}
 	qemuStart <- time.Now()
-	res := ns.boot(m, installTimeout)
+	res := ns.boot(m, timeout)
 	cancel()
 	<-polled
 	return installRun{res: res, success: time.Duration(success.Load()), disk: disk, os: img}
