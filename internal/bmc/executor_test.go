@@ -446,6 +446,12 @@ func crossNamespace(j *model.Job) *model.Job {
 // and operation op, from the default registry.
 func metric(t *testing.T, name, op string) float64 {
 	t.Helper()
+	return providerMetric(t, name, model.ProviderIPMI, op)
+}
+
+// providerMetric is metric for any provider.
+func providerMetric(t *testing.T, name, provider, op string) float64 {
+	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -459,7 +465,7 @@ func metric(t *testing.T, name, op string) float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["provider"] == model.ProviderIPMI && labels["op"] == op {
+			if labels["provider"] == provider && labels["op"] == op {
 				return m.GetCounter().GetValue()
 			}
 		}
