@@ -80,6 +80,8 @@ func TestBMCErrors(t *testing.T) {
 			[]string{"spec.connection.authSecretRef.name: missing name"}},
 		{"bad cipher suite", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      ipmitool: {cipherSuite: \"1\"}\n",
 			[]string{"f.yaml:9:", "cipherSuite", "suites 3 and 17"}},
+		{"bad redfish port", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      redfish: {port: 70000}\n",
+			[]string{"providerOptions.redfish.port", "70000 is not a port"}},
 		{"bad power action", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: sideways\n",
 			[]string{"f.yaml:7:", "spec.tasks[0].powerAction", `"sideways" is not a power action`}},
 		{"two actions in one task", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: \"on\"\n    oneTimeBootDeviceAction: {device: [pxe]}\n",

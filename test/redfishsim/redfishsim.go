@@ -19,10 +19,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -613,7 +613,7 @@ func (s *Server) managerRoute(w http.ResponseWriter, r *http.Request, parts []st
 		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": cd, "@odata.type": "#VirtualMedia.v1_6_0.VirtualMedia",
 			"Id": "CD1", "Name": "Virtual CD", "MediaTypes": []string{"CD", "DVD"},
 			"Image": image, "ImageName": name, "Inserted": img != "", "WriteProtected": true,
-			"ConnectedVia": map[bool]string{true: "URI", false: "NotConnected"}[img != ""],
+			"ConnectedVia":         map[bool]string{true: "URI", false: "NotConnected"}[img != ""],
 			"TransferProtocolType": "HTTP",
 			"Actions": map[string]any{
 				"#VirtualMedia.InsertMedia": map[string]string{"target": cd + "/Actions/VirtualMedia.InsertMedia"},
