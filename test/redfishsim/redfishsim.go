@@ -88,6 +88,9 @@ type Config struct {
 	Systems            []System
 	// NoSessions leaves out SessionService: clients must use basic auth.
 	NoSessions bool
+	// Listen is the address to listen on; if empty, a free port of
+	// 127.0.0.1.
+	Listen string
 }
 
 // Server is a running Redfish service.
@@ -128,7 +131,18 @@ type system struct {
 // Start starts a service for t; it stops when t ends.
 func Start(t testing.TB, cfg Config) *Server {
 	t.Helper()
-	s := &Server{cfg: cfg, closing: make(chan struct{}), dir: t.TempDir(),
+	s, err := New(cfg, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// New starts a service that keeps its files (the CA, fetched images) in
+// dir. Close stops it.
+func New(cfg Config, dir string) (*Server, error) {
+	s := &Server{cfg: cfg, closing: make(chan struct{}), dir: dir,
 		systems: map[string]*system{}, sessions: map[string]string{}, faults: map[string]int{}}
 	for _, sys := range cfg.Systems {
 		if sys.Name == "" {
@@ -141,16 +155,23 @@ func Start(t testing.TB, cfg Config) *Server {
 	}
 	cert, err := selfSigned()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	if cfg.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return nil, err
+		}
+		s.srv.Listener.Close()
+		s.srv.Listener = ln
+	}
 	// Its own certificate, not httptest's shared one: a client that
 	// trusts one service must not trust another (the TLS mismatch test).
 	s.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	// A client that refuses the certificate is what the TLS tests want.
 	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	s.srv.StartTLS()
-	t.Cleanup(func() { close(s.closing); s.srv.Close() })
 	s.URL = s.srv.URL
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(s.URL, "https://"))
 	s.Host = host
@@ -158,9 +179,16 @@ func Start(t testing.TB, cfg Config) *Server {
 	s.CAFile = filepath.Join(s.dir, "bmc-ca.pem")
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})
 	if err := os.WriteFile(s.CAFile, certPEM, 0o644); err != nil {
-		t.Fatal(err)
+		s.Close()
+		return nil, err
 	}
-	return s
+	return s, nil
+}
+
+// Close stops the service, ending requests left hanging.
+func (s *Server) Close() {
+	close(s.closing)
+	s.srv.Close()
 }
 
 // selfSigned makes a certificate for 127.0.0.1 and ::1 that is its own CA.
