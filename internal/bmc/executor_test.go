@@ -234,7 +234,7 @@ func TestJobBadInput(t *testing.T) {
 		machine("hangs", "good", hang, suite3),
 		machine("nouser", "nouser", sim.Port, nil),
 		machine("nosecret", "missing", sim.Port, nil),
-		machine("redfish", "good", sim.Port, &model.ProviderOptions{PreferredOrder: []string{model.ProviderRedfish}}),
+		machine("amt", "good", sim.Port, &model.ProviderOptions{PreferredOrder: []string{model.ProviderIntelAMT}}),
 		machine("other", "good", other.Port, nil),
 		machine("erroring", "good", failing.Port, nil),
 	)
@@ -260,10 +260,10 @@ func TestJobBadInput(t *testing.T) {
 			[]string{"task 0 (powerAction on): provider ipmitool:", "Secret default/nouser (authSecretRef of Machine default/nouser) has no username"}, false},
 		{job("no-secret", "nosecret", on),
 			[]string{"task 0 (powerAction on): provider ipmitool:", "Secret default/missing", "does not exist"}, false},
-		{job("redfish-only", "redfish", on),
-			[]string{"task 0 (powerAction on): providerOptions of Machine default/redfish: preferredOrder [redfish] names no provider Anvil has"}, false},
+		{job("amt-only", "amt", on),
+			[]string{"task 0 (powerAction on): providerOptions of Machine default/amt: preferredOrder [intelAMT] names no provider Anvil has", "Intel AMT is not built yet"}, false},
 		{job("virtual-media", "other", model.BMCAction{VirtualMediaAction: &model.VirtualMediaAction{MediaURL: "http://x/a.iso", Kind: "CD"}}),
-			[]string{"task 0 (virtualMediaAction CD), provider ipmitool:", "virtual media: not supported"}, true},
+			[]string{"task 0 (virtualMediaAction CD), provider ipmitool: virtual media: not supported by this provider (Redfish has it"}, true},
 	}
 	for _, tc := range cases {
 		w.put(t, tc.job)

@@ -116,3 +116,33 @@ func TestBMCErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestBMCExamples: the manifests docs/bmc.md runs parse without a
+// warning, the Redfish Machine's options included.
+func TestBMCExamples(t *testing.T) {
+	files, err := filepath.Glob("../../examples/bmc/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("examples/bmc: %v %v", files, err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := ParseManifests(f, data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(res.Warnings) != 0 {
+			t.Errorf("%s: warnings %v", f, res.Warnings)
+		}
+		for _, d := range res.Docs {
+			if m, ok := d.Object.(*Machine); ok && m.Name == "bmc-node08" {
+				o := m.Spec.Connection.ProviderOptions
+				if o == nil || o.Redfish == nil || o.Redfish.Port != 443 || o.Redfish.SystemName != "1" || o.PreferredOrder[0] != ProviderRedfish {
+					t.Errorf("%s: redfish options %+v", f, o)
+				}
+			}
+		}
+	}
+}
