@@ -63,6 +63,20 @@ func rfConn(sim *redfishsim.Server) bmc.Conn {
 	return bmc.Conn{Host: sim.Host, Port: sim.Port, Username: rfUser, Password: rfPassword}
 }
 
+// TestLoadCAFile: a CA file that is not PEM is refused at start, naming it.
+func TestLoadCAFile(t *testing.T) {
+	bad := t.TempDir() + "/ca.pem"
+	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bmc.LoadCAFile(bad); err == nil || err.Error() != "BMC CA file "+bad+": no PEM certificate in it" {
+		t.Errorf("not PEM: %v", err)
+	}
+	if _, err := bmc.LoadCAFile(bad + ".missing"); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing: %v", err)
+	}
+}
+
 // TestRedfishProvider drives every operation through a session against the
 // simulator: the power follows ComputerSystem.Reset, a one-time boot is
 // the Boot override with Enabled=Once (spent by the next boot), virtual
@@ -325,6 +339,9 @@ func TestRedfishJobBadInput(t *testing.T) {
 	erroring.Fail("/redfish/v1/Systems/1", http.StatusInternalServerError)
 	hanging, _ := oneSystem(t, redfishsim.Config{})
 	hanging.Hang("/redfish/v1/Systems/1")
+	// This one answers until the power action, then hangs.
+	hangsOnReset, _ := oneSystem(t, redfishsim.Config{})
+	hangsOnReset.Hang("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset")
 	// The executor trusts good's CA only: the others' certificates are
 	// unknown to it unless insecureTLS.
 	w := newWorld(t, bmc.Redfish{RootCAs: caPool(t, good), Timeout: 300 * time.Millisecond})
@@ -335,6 +352,7 @@ func TestRedfishJobBadInput(t *testing.T) {
 		redfishMachine("untrusted", "rf", erroring, false),
 		redfishMachine("erroring", "rf", erroring, true),
 		redfishMachine("hanging", "rf", hanging, true),
+		redfishMachine("hangs-on-reset", "rf", hangsOnReset, true),
 		redfishMachine("good", "rf", good, false),
 	)
 	on := power(model.PowerActionOn)
@@ -353,6 +371,9 @@ func TestRedfishJobBadInput(t *testing.T) {
 		{job("rf-hangs", "hanging", on), []string{
 			"task 0 (powerAction on), provider redfish: list systems:",
 			"Client.Timeout exceeded", "(the BMC did not answer in time)"}},
+		{job("rf-hangs-on-reset", "hangs-on-reset", on), []string{
+			"task 0 (powerAction on), provider redfish: ComputerSystem.Reset On: Post \"https://127.0.0.1:",
+			"/redfish/v1/Systems/1/Actions/ComputerSystem.Reset\": context deadline exceeded (Client.Timeout exceeded while awaiting headers) (the BMC did not answer in time)"}},
 	}
 	for _, tc := range cases {
 		w.put(t, tc.job)
@@ -379,7 +400,7 @@ func TestRedfishJobBadInput(t *testing.T) {
 			}
 		})
 	}
-	for name, sim := range map[string]*redfishsim.Server{"good": good, "erroring": erroring, "hanging": hanging} {
+	for name, sim := range map[string]*redfishsim.Server{"good": good, "erroring": erroring, "hanging": hanging, "hangs-on-reset": hangsOnReset} {
 		if created, deleted := sim.Sessions(); created != deleted {
 			t.Errorf("%s: sessions created %d, deleted %d: a failed job left one open", name, created, deleted)
 		}

@@ -301,20 +301,33 @@ func (q *QMP) Execute(cmd string, args any) (json.RawMessage, error) {
 			}
 			return nil, fmt.Errorf("QMP %s: %w", cmd, err)
 		}
-		var rep qmpReply
-		if err := json.Unmarshal(line, &rep); err != nil {
-			return nil, fmt.Errorf("QMP %s: bad reply %q: %w", cmd, line, err)
-		}
-		switch {
-		case rep.Event != "":
+		ret, event, err := parseReply(line)
+		if event {
 			continue
-		case rep.Error != nil:
-			return nil, fmt.Errorf("QMP %s: %s: %s", cmd, rep.Error.Class, rep.Error.Desc)
-		case rep.Return != nil:
-			return rep.Return, nil
 		}
-		return nil, fmt.Errorf("QMP %s: reply %q has neither return nor error", cmd, line)
+		if err != nil {
+			return nil, fmt.Errorf("QMP %s: %w", cmd, err)
+		}
+		return ret, nil
 	}
+}
+
+// parseReply reads one line from QEMU: a command's return value, an
+// event (skipped by the caller), or the command's error.
+func parseReply(line []byte) (ret json.RawMessage, event bool, err error) {
+	var rep qmpReply
+	if err := json.Unmarshal(line, &rep); err != nil {
+		return nil, false, fmt.Errorf("bad reply %q: %w", line, err)
+	}
+	switch {
+	case rep.Event != "":
+		return nil, true, nil
+	case rep.Error != nil:
+		return nil, false, fmt.Errorf("%s: %s", rep.Error.Class, rep.Error.Desc)
+	case rep.Return != nil:
+		return rep.Return, false, nil
+	}
+	return nil, false, fmt.Errorf("reply %q has neither return nor error", line)
 }
 
 // Close closes the connection.
