@@ -410,10 +410,12 @@ func TestRedfishJobBadInput(t *testing.T) {
 	}
 }
 
-// TestRedfishQEMU: the simulator in front of a real QEMU VM, driven by a
-// Job through the executor: power on launches QEMU (QMP query-status
+// TestRedfishQEMU: the simulator in front of a real QEMU VM, driven by
+// Jobs through the executor: power on launches QEMU (QMP query-status
 // says running) with the one-time boot on its command line, the ISO lands
-// in its CD drive (QMP query-block), and power off ends the process.
+// in its CD drive (QMP query-block), a bootable ISO with a one-time CD
+// boot and a power cycle is what the firmware boots, and power off ends
+// the process.
 func TestRedfishQEMU(t *testing.T) {
 	qemu := testtool.RequireBinary(t, "qemu-system-x86_64", "qemu-system-x86")
 	vm := &redfishsim.QEMU{Binary: qemu, Dir: t.TempDir()}
@@ -432,7 +434,7 @@ func TestRedfishQEMU(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no QEMU process after power on")
 	}
-	if !strings.Contains(strings.Join(args, " "), "-boot once=n") {
+	if !strings.Contains(strings.Join(args, " "), "-boot order=c,strict=on,once=n") {
 		t.Errorf("QEMU %v was not started with the one-time PXE boot", args)
 	}
 	var status struct{ Status string }
@@ -465,6 +467,28 @@ func TestRedfishQEMU(t *testing.T) {
 	if m := w.get(t, model.KindMachine, "vm").(*model.Machine); m.Status.PowerState != model.PowerOn {
 		t.Errorf("machine powerState %q", m.Status.PowerState)
 	}
+
+	// A bootable ISO (iPXE's) as virtual media, a one-time CD boot and a
+	// power cycle: the firmware boots from the virtual CD.
+	const ipxeISO = "/usr/lib/ipxe/ipxe.iso"
+	isoBytes, err := os.ReadFile(ipxeISO)
+	if err != nil {
+		testtool.Need(t, "%s (Debian package ipxe; scripts/install-deps.sh installs it)", ipxeISO)
+	}
+	bootable := isoServer(t, isoBytes)
+	w.put(t, job("vm-cd", "vm", media(bootable+"/boot.iso"), bootdev(model.BootDeviceCDROM, false), power(model.PowerActionCycle)))
+	if c := condition(w.wait(t, "vm-cd").Status.Conditions, model.ConditionCompleted); c.Status != model.ConditionTrue {
+		t.Fatalf("vm-cd: %+v", w.get(t, model.KindJob, "vm-cd").(*model.Job).Status.Conditions)
+	}
+	if p, _ := vm.Process(); p == pid {
+		t.Errorf("QEMU %d still runs after a power cycle with a boot override (it is relaunched with -boot once=d)", pid)
+	}
+	// Its own order is the disk only (strict): a boot from the CD is the
+	// override's doing.
+	testtool.WaitFor(t, "the firmware to boot from the virtual CD", func() bool {
+		return strings.Contains(vm.FirmwareLog(), "Booting from DVD/CD...")
+	})
+	pid, _ = vm.Process()
 
 	w.put(t, job("vm-off", "vm", power(model.PowerActionOff)))
 	if c := condition(w.wait(t, "vm-off").Status.Conditions, model.ConditionCompleted); c.Status != model.ConditionTrue {

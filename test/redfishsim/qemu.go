@@ -17,15 +17,17 @@ import (
 // QEMU is a Machine that is a real QEMU VM, driven through QMP on a unix
 // socket:
 //
-//   - power on launches QEMU (a machine that is off has no process), with
-//     `-boot once=X` for a boot override (Pxe n, Cd d, Hdd c, BiosSetup
-//     menu=on) and the inserted image in its CD drive;
+//   - power on launches QEMU (a machine that is off has no process) with
+//     `-boot order=c,strict=on` — its own order is its disk only — plus
+//     `once=X` for a boot override (Pxe n, Cd d, Hdd c; BiosSetup
+//     menu=on), and the inserted image in its CD drive;
 //   - ForceOff is QMP `quit`; GracefulShutdown is `system_powerdown` (ACPI:
 //     the guest decides);
 //   - a reset is `system_reset`, or — with a boot override, which QEMU
 //     reads only at launch — a quit and a new launch;
 //   - virtual media is `blockdev-change-medium` / `eject` on the ide-cd
-//     device "cd0".
+//     device "cd0";
+//   - SeaBIOS's debug log (FirmwareLog) says which device it booted.
 //
 // Its methods are safe for concurrent use.
 type QEMU struct {
@@ -85,11 +87,20 @@ func (m *QEMU) PowerOn(boot string) error {
 	}
 	args := []string{"-nodefaults", "-no-user-config", "-machine", "pc,accel=" + accel, "-m", "128",
 		"-display", "none", "-serial", "file:" + filepath.Join(m.Dir, "console.log"),
+		// SeaBIOS's debug port: its log says which device it boots
+		// ("Booting from DVD/CD..."); the file starts anew at each launch.
+		"-chardev", "file,id=firmware,path=" + filepath.Join(m.Dir, "firmware.log"),
+		"-device", "isa-debugcon,iobase=0x402,chardev=firmware",
 		"-qmp", "unix:" + sock + ",server=on,wait=off",
 		"-drive", drive, "-device", "ide-cd,drive=cdrom0,id=cd0"}
+	// The machine's own order is its disk, only (strict), as a server's
+	// firmware set up to boot its OS: a boot from anything else is the
+	// override's doing.
+	bootArg := "order=c,strict=on"
 	if o := bootOnce[boot]; o != "" {
-		args = append(args, "-boot", o)
+		bootArg += "," + o
 	}
+	args = append(args, "-boot", bootArg)
 	args = append(args, m.Extra...)
 	cmd := exec.Command(m.Binary, args...)
 	logf, err := os.OpenFile(filepath.Join(m.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -210,6 +221,13 @@ func (m *QEMU) Process() (int, []string) {
 		return 0, nil
 	}
 	return m.cmd.Process.Pid, m.cmd.Args
+}
+
+// FirmwareLog returns what the firmware (SeaBIOS) logged since the last
+// launch.
+func (m *QEMU) FirmwareLog() string {
+	b, _ := os.ReadFile(filepath.Join(m.Dir, "firmware.log"))
+	return string(b)
 }
 
 // Close kills QEMU if it runs.
