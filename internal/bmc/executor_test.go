@@ -224,7 +224,12 @@ func TestJobBadInput(t *testing.T) {
 	// the BMC hangs.
 	suite3 := &model.ProviderOptions{IPMITOOL: &model.IPMIOptions{CipherSuite: "3"}}
 	hang := bmctest.HangAfter(t, fmt.Sprintf("%s:%d", sim.Host, sim.Port), 5)
-	w := newWorld(t, fast)
+	// No resends, and time to spare on a loaded machine: HangAfter counts
+	// datagrams, so a resent session-opening request would use up the
+	// five it lets through and the hang would come before the session
+	// is open (failing "open session", not "chassis control on").
+	patient := bmc.IPMI{Timeout: 2 * time.Second, Retries: -1}
+	w := newWorld(t, patient)
 	w.put(t,
 		secret("good", map[string]string{"username": simUser, "password": simPassword}),
 		secret("wrong", map[string]string{"username": simUser, "password": "not-" + simPassword}),
