@@ -185,6 +185,7 @@ func (p IntelAMT) Open(ctx context.Context, c Conn) (Session, error) {
 	s := &amtSession{
 		tr:       tr,
 		endpoint: endpoint,
+		scheme:   scheme,
 		c: &wsman.Client{Endpoint: endpoint, HTTP: &http.Client{Timeout: timeout,
 			Transport: &wsman.DigestTransport{Username: c.Username, Password: c.Password, Base: tr}}},
 	}
@@ -200,6 +201,7 @@ type amtSession struct {
 	c        *wsman.Client
 	tr       *http.Transport
 	endpoint string
+	scheme   string
 }
 
 // explain turns the client's and net/http's errors into one line an
@@ -212,11 +214,17 @@ func (s *amtSession) explain(what string, err error) error {
 		return fmt.Errorf("%s: %w (the AMT refused the username or password of the Secret)", what, err)
 	case errors.As(err, &fault):
 		return fmt.Errorf("%s: the AMT answered %w", what, err)
+	case s.scheme == "http" && (strings.Contains(err.Error(), "connection reset by peer") || strings.Contains(err.Error(), "HTTPS server")):
+		// A TLS port (16993) spoken to in plain HTTP drops the connection.
+		return fmt.Errorf("%s: %w (is it a TLS port? %s)", what, err, amtSchemeHint)
 	case errors.As(err, &httpErr):
 		return fmt.Errorf("%s: the AMT answered %w", what, err)
 	}
-	return explainTransport(what, err, "providerOptions.intelAMT.port", "set providerOptions.intelAMT.hostScheme to match the port: http on 16992, https on 16993")
+	return explainTransport(what, err, "providerOptions.intelAMT.port", amtSchemeHint)
 }
+
+// amtSchemeHint is what to do when the scheme does not fit the port.
+const amtSchemeHint = "set providerOptions.intelAMT.hostScheme to match the port: http on 16992, https on 16993"
 
 // power reads the system's PowerState and the states it may be asked
 // for now (AvailableRequestedPowerStates; empty when AMT does not say).

@@ -16,8 +16,8 @@ func TestImports(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowed := map[string]string{
-		"github.com/anvilproj/anvil/internal/model": "Machine, Job, Task and Secret",
-		"github.com/anvilproj/anvil/internal/store": "the Store interface (no implementation)",
+		"github.com/anvilproj/anvil/internal/model":     "Machine, Job, Task and Secret",
+		"github.com/anvilproj/anvil/internal/store":     "the Store interface (no implementation)",
 		"github.com/anvilproj/anvil/internal/bmc/wsman": "the WS-Management client of the Intel AMT provider",
 	}
 	for _, imp := range pkg.Imports {
