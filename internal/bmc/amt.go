@@ -213,12 +213,12 @@ func (s *amtSession) explain(what string, err error) error {
 	case errors.Is(err, wsman.ErrUnauthorized):
 		return fmt.Errorf("%s: %w (the AMT refused the username or password of the Secret)", what, err)
 	case errors.As(err, &fault):
-		return fmt.Errorf("%s: the AMT answered %w", what, err)
+		return fmt.Errorf("%s: the AMT answered %w", what, fault)
 	case s.scheme == "http" && (strings.Contains(err.Error(), "connection reset by peer") || strings.Contains(err.Error(), "HTTPS server")):
 		// A TLS port (16993) spoken to in plain HTTP drops the connection.
 		return fmt.Errorf("%s: %w (is it a TLS port? %s)", what, err, amtSchemeHint)
 	case errors.As(err, &httpErr):
-		return fmt.Errorf("%s: the AMT answered %w", what, err)
+		return fmt.Errorf("%s: the AMT answered %w", what, httpErr)
 	}
 	return explainTransport(what, err, "providerOptions.intelAMT.port", amtSchemeHint)
 }

@@ -251,7 +251,7 @@ func TestAMTJobBadInput(t *testing.T) {
 	}{
 		{job("amt-wrong-password", "wrongpw", on), []string{
 			"task 0 (powerAction on), provider intelAMT: open session with http://127.0.0.1:",
-			"/wsman: read the power state (Enumerate CIM_AssociatedPowerManagementService): Enumerate: HTTP 401: the server refused the username or password (the AMT refused the username or password of the Secret)"}},
+			"/wsman: read the power state (Enumerate CIM_AssociatedPowerManagementService): enumerate: HTTP 401: the server refused the username or password (the AMT refused the username or password of the Secret)"}},
 		{job("amt-tls-mismatch", "untrusted", on), []string{
 			"task 0 (powerAction on), provider intelAMT: open session with https://127.0.0.1:",
 			"x509: certificate signed by unknown authority",
@@ -261,7 +261,7 @@ func TestAMTJobBadInput(t *testing.T) {
 			"(is it a TLS port? set providerOptions.intelAMT.hostScheme to match the port: http on 16992, https on 16993)"}},
 		{job("amt-fault", "faulting", on), []string{
 			"task 0 (powerAction on), provider intelAMT: open session with http://127.0.0.1:",
-			"read the power state (Enumerate CIM_AssociatedPowerManagementService): the AMT answered Pull: SOAP Fault AccessDenied: The sender was not authorized to access the resource."}},
+			"read the power state (Enumerate CIM_AssociatedPowerManagementService): the AMT answered SOAP Fault AccessDenied: The sender was not authorized to access the resource."}},
 		{job("amt-hangs", "hanging", on), []string{
 			"task 0 (powerAction on), provider intelAMT: CIM_PowerManagementService.RequestPowerStateChange 2 (On): Post \"http://127.0.0.1:",
 			"(the BMC did not answer in time)"}},

@@ -129,11 +129,11 @@ const maxPulls = 32
 func (c *Client) EnumerateAll(ctx context.Context, resourceURI string) ([]*Element, error) {
 	resp, err := c.Do(ctx, Request{Action: ActionEnumerate, ResourceURI: resourceURI, Body: E(NSEnumeration, "Enumerate")})
 	if err != nil {
-		return nil, fmt.Errorf("Enumerate: %w", err)
+		return nil, fmt.Errorf("enumerate: %w", err)
 	}
 	ctxt, ok := resp.Value("EnumerationContext")
 	if !ok || ctxt == "" {
-		return nil, errors.New("Enumerate: the response has no EnumerationContext")
+		return nil, errors.New("enumerate: the response has no EnumerationContext")
 	}
 	var items []*Element
 	for range maxPulls {
@@ -143,10 +143,10 @@ func (c *Client) EnumerateAll(ctx context.Context, resourceURI string) ([]*Eleme
 			T(NSEnumeration, "MaxCharacters", "99999"))
 		resp, err := c.Do(ctx, Request{Action: ActionPull, ResourceURI: resourceURI, Body: body})
 		if err != nil {
-			return nil, fmt.Errorf("Pull: %w", err)
+			return nil, fmt.Errorf("pull: %w", err)
 		}
 		if resp == nil || resp.Name.Local != "PullResponse" {
-			return nil, errors.New("Pull: the response has no PullResponse")
+			return nil, errors.New("pull: the response has no PullResponse")
 		}
 		items = append(items, resp.Child("Items").Children...)
 		if resp.Child("EndOfSequence") != nil {
@@ -156,7 +156,7 @@ func (c *Client) EnumerateAll(ctx context.Context, resourceURI string) ([]*Eleme
 			ctxt = next
 		}
 	}
-	return nil, fmt.Errorf("Pull: no EndOfSequence after %d pulls", maxPulls)
+	return nil, fmt.Errorf("pull: no EndOfSequence after %d pulls", maxPulls)
 }
 
 // Invoke calls method of the instance of resourceURI with the input's
