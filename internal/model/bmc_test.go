@@ -82,6 +82,10 @@ func TestBMCErrors(t *testing.T) {
 			[]string{"f.yaml:9:", "cipherSuite", "suites 3 and 17"}},
 		{"bad redfish port", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      redfish: {port: 70000}\n",
 			[]string{"providerOptions.redfish.port", "70000 is not a port"}},
+		{"bad intelAMT scheme", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      intelAMT: {hostScheme: ftp, port: 16993}\n",
+			[]string{"providerOptions.intelAMT.hostScheme", `"ftp": want http or https`}},
+		{"unknown provider", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      preferredOrder: [IntelAMT, asrockrack]\n",
+			[]string{"preferredOrder[1]", `unknown provider "asrockrack"`}},
 		{"bad power action", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: sideways\n",
 			[]string{"f.yaml:7:", "spec.tasks[0].powerAction", `"sideways" is not a power action`}},
 		{"two actions in one task", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: \"on\"\n    oneTimeBootDeviceAction: {device: [pxe]}\n",
@@ -114,6 +118,20 @@ func TestBMCErrors(t *testing.T) {
 				t.Errorf("error %q repeats the secret's value", err)
 			}
 		})
+	}
+}
+
+// TestCanonicalProvider: Rufio's (bmclib's) provider names in any case,
+// and Anvil's own.
+func TestCanonicalProvider(t *testing.T) {
+	for in, want := range map[string]string{"IntelAMT": ProviderIntelAMT, "intelamt": ProviderIntelAMT, "intelAMT": ProviderIntelAMT,
+		"gofish": ProviderRedfish, "Redfish": ProviderRedfish, "ipmitool": ProviderIPMI, "IPMI": ProviderIPMI, "rpc": ProviderRPC} {
+		if got, ok := CanonicalProvider(in); !ok || got != want {
+			t.Errorf("%s: %s %v; want %s", in, got, ok, want)
+		}
+	}
+	if _, ok := CanonicalProvider("dell"); ok {
+		t.Error("dell: accepted")
 	}
 }
 
