@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -173,6 +174,8 @@ func Start(t testing.TB, cfg Config, tlsOn bool) *Server {
 		t.Fatal(err)
 	}
 	s.HTTP = httptest.NewUnstartedServer(s)
+	// Clients refused at TLS are what the TLS tests want: no log lines.
+	s.HTTP.Config.ErrorLog = log.New(io.Discard, "", 0)
 	if tlsOn {
 		s.HTTP.StartTLS()
 	} else {
