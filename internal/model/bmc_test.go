@@ -136,7 +136,7 @@ func TestCanonicalProvider(t *testing.T) {
 }
 
 // TestBMCExamples: the manifests docs/bmc.md runs parse without a
-// warning, the Redfish Machine's options included.
+// warning, the Redfish and Intel AMT Machines' options included.
 func TestBMCExamples(t *testing.T) {
 	files, err := filepath.Glob("../../examples/bmc/*.yaml")
 	if err != nil || len(files) < 4 {
@@ -159,6 +159,12 @@ func TestBMCExamples(t *testing.T) {
 				o := m.Spec.Connection.ProviderOptions
 				if o == nil || o.Redfish == nil || o.Redfish.Port != 443 || o.Redfish.SystemName != "1" || o.PreferredOrder[0] != ProviderRedfish {
 					t.Errorf("%s: redfish options %+v", f, o)
+				}
+			}
+			if m, ok := d.Object.(*Machine); ok && m.Name == "bmc-node09" {
+				o := m.Spec.Connection.ProviderOptions
+				if name, _ := CanonicalProvider(o.PreferredOrder[0]); o.IntelAMT == nil || o.IntelAMT.Port != 16992 || o.IntelAMT.HostScheme != "http" || name != ProviderIntelAMT {
+					t.Errorf("%s: intelAMT options %+v", f, o)
 				}
 			}
 		}
