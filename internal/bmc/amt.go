@@ -86,10 +86,29 @@ var (
 // CIM PowerState values (DSP1027) that AMT reports and accepts.
 const (
 	amtOn              = 2
-	amtPowerCycle      = 5  // Power Cycle (Off - Soft)
+	amtSleepLight      = 3
+	amtSleepDeep       = 4
+	amtPowerCycle      = 5 // Power Cycle (Off - Soft)
+	amtOffHard         = 6
+	amtHibernate       = 7
 	amtOff             = 8  // Power Off - Soft (AMT: off, not graceful)
+	amtPowerCycleHard  = 9  // Power Cycle (Off - Hard)
 	amtMasterBusReset  = 10 // a hardware reset
 	amtOffSoftGraceful = 12 // an OS shutdown; needs the OS's Intel LMS
+	amtOffHardGraceful = 13
+	amtCycleSoftGrace  = 15
+	amtCycleHardGrace  = 16
+)
+
+// roleIsNextSingleUse is SetBootConfigRole's Role for "the next boot,
+// once": the only next-boot role AMT has (Intel AMT SDK, Boot Control).
+const roleIsNextSingleUse = "1"
+
+// CIM method ReturnValues that mean success: 0 Completed with No Error,
+// and 4096 Job Started (AMT completes at once).
+const (
+	cimCompleted  = 0
+	cimJobStarted = 4096
 )
 
 // amtPowerNames names CIM PowerState values for messages.
@@ -261,7 +280,8 @@ func amtPowerOf(st int) (string, error) {
 	switch st {
 	case amtOn:
 		return model.PowerOn, nil
-	case 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16:
+	case amtSleepLight, amtSleepDeep, amtPowerCycle, amtOffHard, amtHibernate, amtOff, amtPowerCycleHard,
+		amtOffSoftGraceful, amtOffHardGraceful, amtCycleSoftGrace, amtCycleHardGrace:
 		return model.PowerOff, nil
 	}
 	return "", fmt.Errorf("the AMT reports PowerState %s", powerName(st))
@@ -289,7 +309,7 @@ func cimReturn(out *wsman.Element) error {
 	meaning := map[int]string{1: "Not Supported", 2: "Unknown or Unspecified Error", 3: "Cannot complete within Timeout Period",
 		4: "Failed", 5: "Invalid Parameter", 6: "In Use", 4097: "Invalid State Transition", 4098: "Use of Timeout Parameter Not Supported", 4099: "Busy"}
 	switch n {
-	case 0, 4096: // completed; job started (AMT completes at once)
+	case cimCompleted, cimJobStarted:
 		return nil
 	}
 	if m := meaning[n]; m != "" {
@@ -400,7 +420,7 @@ func (s *amtSession) SetBootDevice(ctx context.Context, device string, efi, pers
 	}
 	out, err := s.c.Invoke(ctx, uriBootService, "SetBootConfigRole", selBootService,
 		wsman.EPR(uriBootService, "BootConfigSetting", uriBootConfigSetting, selBootConfig),
-		wsman.T(uriBootService, "Role", "1")) // IsNextSingleUse, the only "next" role AMT has
+		wsman.T(uriBootService, "Role", roleIsNextSingleUse))
 	if err == nil {
 		err = cimReturn(out)
 	}
