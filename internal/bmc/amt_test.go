@@ -230,6 +230,8 @@ func TestAMTJobBadInput(t *testing.T) {
 	tlsSim := amtSim(t, amtsim.Config{}, true)
 	faulting := amtSim(t, amtsim.Config{}, false)
 	faulting.Fail("pull-power", "fault-access-denied")
+	refusing := amtSim(t, amtsim.Config{}, false)
+	refusing.Fail("power-on", "power-change-refused")
 	hanging := amtSim(t, amtsim.Config{}, false)
 	hanging.Hang("power-on")
 	w := newWorld(t, bmc.IntelAMT{Timeout: 300 * time.Millisecond})
@@ -241,6 +243,7 @@ func TestAMTJobBadInput(t *testing.T) {
 		amtMachine("plain-to-tls", "amt", tlsSim, &model.IntelAMTOptions{HostScheme: "http"}),
 		amtMachine("faulting", "amt", faulting, nil),
 		amtMachine("hanging", "amt", hanging, nil),
+		amtMachine("refusing", "amt", refusing, nil),
 		amtMachine("good", "amt", good, nil),
 	)
 	on := power(model.PowerActionOn)
@@ -262,6 +265,8 @@ func TestAMTJobBadInput(t *testing.T) {
 		{job("amt-fault", "faulting", on), []string{
 			"task 0 (powerAction on), provider intelAMT: open session with http://127.0.0.1:",
 			"read the power state (Enumerate CIM_AssociatedPowerManagementService): the AMT answered SOAP Fault AccessDenied: The sender was not authorized to access the resource."}},
+		{job("amt-refuses", "refusing", on), []string{
+			"task 0 (powerAction on), provider intelAMT: CIM_PowerManagementService.RequestPowerStateChange 2 (On): ReturnValue 2 (Unknown or Unspecified Error)"}},
 		{job("amt-hangs", "hanging", on), []string{
 			"task 0 (powerAction on), provider intelAMT: CIM_PowerManagementService.RequestPowerStateChange 2 (On): Post \"http://127.0.0.1:",
 			"(the BMC did not answer in time)"}},

@@ -199,8 +199,10 @@ func (s *Server) Close() {
 	}
 }
 
-// Fail makes the exchange answer with the fault fixture (e.g.
-// "fault-access-denied") and HTTP 400, as AMT does.
+// Fail makes the exchange answer with another response fixture instead
+// of its own, without its effect on the machine: a Fault (e.g.
+// "fault-access-denied", sent with HTTP 400 as AMT does) or a refusal
+// such as "power-change-refused" (ReturnValue 2).
 func (s *Server) Fail(exchange, fault string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -330,8 +332,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-s.hang:
 		}
-	case fault != "":
+	case strings.HasPrefix(fault, "fault-"):
 		s.reply(w, http.StatusBadRequest, fault)
+	case fault != "":
+		s.reply(w, http.StatusOK, fault)
 	default:
 		s.reply(w, http.StatusOK, match.response+".response")
 	}
