@@ -135,8 +135,8 @@ func (p *authParser) token68() (string, bool) {
 	if j < len(p.s) && p.s[j] != ',' && p.s[j] != ' ' && p.s[j] != '\t' {
 		return "", false
 	}
-	// A bare token followed by a comma is the next challenge's scheme when
-	// it has no '='; only a token with '=' padding or a lone value counts.
+	// The caller takes it only with '=' padding: a bare token before a
+	// comma is as likely the next challenge's scheme.
 	p.i = k
 	return p.s[start:j], true
 }
