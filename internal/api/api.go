@@ -130,6 +130,10 @@ type Config struct {
 	// actions that run in containers. Zero: every registry directly,
 	// anonymously.
 	Registries oci.Settings
+	// VirtualMedia says a BMC provider of the server can insert virtual
+	// media (Redfish): without it a Workflow with bootOptions.bootMode
+	// isoboot is refused at apply, having no way to boot.
+	VirtualMedia bool
 	// ImageChecker looks up, at apply time, the action images of
 	// Templates that no native action runs, under Registries: those it
 	// cannot resolve are warned of (refused under strict). If nil, only
