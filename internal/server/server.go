@@ -488,7 +488,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The BMC job executor: runs Rufio-shaped Jobs against machines' BMCs.
 	// It stops with the engine, before the store closes.
 	if !cfg.DisableBMC {
-		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log})
+		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: recorder})
 		bmcCtx, stopBMC := context.WithCancel(context.Background())
 		bmcDone := make(chan struct{})
 		go func() {
