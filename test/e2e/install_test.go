@@ -121,6 +121,10 @@ type installSpec struct {
 	// keepNetboot leaves netboot on after the install (no
 	// toggleAllowNetboot): the next boot gets iPXE's local-disk script.
 	keepNetboot bool
+	// bmc, if set, is the Machine the Hardware's spec.bmcRef names.
+	bmc string
+	// noWorkflow leaves the Workflow out (reprovision creates it).
+	noWorkflow bool
 }
 
 // yaml is the Hardware, Template and Workflow of the install.
@@ -133,11 +137,15 @@ func (in installSpec) yaml() string {
 	if in.keepNetboot {
 		toggle = ""
 	}
-	return fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
+	bmcRef := ""
+	if in.bmc != "" {
+		bmcRef = "\n  bmcRef:\n    apiGroup: bmc.tinkerbell.org\n    kind: Machine\n    name: " + in.bmc
+	}
+	out := fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
 metadata:
   name: %[1]s
-spec:
+spec:%[10]s
   disks:
     - device: /dev/vda
   metadata:
@@ -210,7 +218,11 @@ spec:
   hardwareMap:
     device_1: %[2]s%[9]s
 `, in.name, in.mac, in.ip, in.server, in.imageURL, in.os.bootConfig,
-		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle)
+		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle, bmcRef)
+	if in.noWorkflow {
+		out, _, _ = strings.Cut(out, "---\napiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\n")
+	}
+	return out
 }
 
 // installRun is one install: the VM's result and when the workflow ended.
