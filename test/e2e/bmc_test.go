@@ -171,22 +171,32 @@ spec:
 }
 
 // TestBMCReprovision: a real IPMI BMC takes a real VM from cold to its
-// installed OS. The VM begins powered off; `anvil reprovision` creates the
-// workflow (bootMode netboot), the engine its netboot Job (power off,
-// one-time PXE, power on), the executor runs it against ipmi_sim, whose
-// chassis control starts the VM; the VM netboots, installs, the workflow's
-// reboot action reboots it from its disk into the installed OS, which
-// powers it off. Nothing else touches the VM. The Job's progress is in the
-// machine's record.
+// installed OS, started by `anvil reprovision` and, separately, by the Jobs
+// API's ProvisionDevice (`anvil job provision`). The VM begins powered off;
+// the command creates the workflow (bootMode netboot), the engine its
+// netboot Job (power off, one-time PXE, power on), the executor runs it
+// against ipmi_sim, whose chassis control starts the VM; the VM netboots,
+// installs, the workflow's reboot action reboots it from its disk into the
+// installed OS, which powers it off. Nothing else touches the VM. The
+// Job's progress is in the machine's record.
 func TestBMCReprovision(t *testing.T) {
 	requireLab(t)
 	testtool.RequireBinary(t, "ipmi_sim", "openipmi")
 	prepareInstall(t)
-	ns := newNetns(t, "bmc")
+	for i, how := range []string{"reprovision", "ProvisionDevice"} {
+		t.Run(how, func(t *testing.T) {
+			name := fmt.Sprintf("node-bmc%d", i)
+			bmcInstall(t, how, name, fmt.Sprintf("52:54:00:77:01:4%d", i), fmt.Sprintf("10.77.0.14%d", i))
+		})
+	}
+}
+
+// bmcInstall is one run of TestBMCReprovision, started by how.
+func bmcInstall(t *testing.T, how, name, mac, ip string) {
+	ns := newNetns(t, name)
 	ns.bridge("br0", serverIP+"/24", "fd77::1/64")
 	ns.tap("br0", "tap0")
 	a := startAnvil(t, ns, serverIP, "--bootenv-dir", installLab.bootEnv, "--images-dir", installLab.images)
-	name, mac, ip := "node-bmc", "52:54:00:77:01:40", "10.77.0.140"
 	machine := "bmc-" + name
 
 	qemuSlots <- struct{}{} // this test's VM counts against the lab's one at a time
@@ -203,12 +213,24 @@ func TestBMCReprovision(t *testing.T) {
 		return err == nil
 	})
 	if !strings.Contains(st, "power off") || b.on() {
-		t.Fatalf("the machine is not off before reprovision:\n%s", st)
+		t.Fatalf("the machine is not off before %s:\n%s", how, st)
 	}
 
 	start := time.Now()
-	out := a.cli(t, "reprovision", name, "--template", name+"-install", "--name", name+"-install")
-	t.Logf("anvil reprovision:\n%s", out)
+	workflow := name + "-install"
+	if how == "reprovision" {
+		t.Logf("anvil reprovision:\n%s", a.cli(t, "reprovision", name, "--template", name+"-install", "--name", workflow))
+	} else {
+		var r struct {
+			JobID string `json:"jobId"`
+		}
+		out := a.cli(t, "job", "provision", mac, "--template", name+"-install", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &r); err != nil || !strings.HasPrefix(r.JobID, "default/"+name+"-") {
+			t.Fatalf("anvil job provision: %v\n%s", err, out)
+		}
+		workflow = strings.TrimPrefix(r.JobID, "default/")
+		t.Logf("anvil job provision: job %s", r.JobID)
+	}
 	job := "tink-controller-" + name + "-one-time-netboot"
 	var powered, success time.Duration
 	deadline := start.Add(installTimeout + time.Minute)
@@ -216,22 +238,22 @@ func TestBMCReprovision(t *testing.T) {
 		if powered == 0 && b.on() {
 			powered = time.Since(start)
 		}
-		if success == 0 && workflowState(a, name+"-install") == "SUCCESS" {
+		if success == 0 && workflowState(a, workflow) == "SUCCESS" {
 			success = time.Since(start)
 		}
 		serial, _ := os.ReadFile(b.serial)
 		if powered != 0 && !b.on() && strings.Contains(string(serial), markerInstalled) {
 			break // the installed OS ran and powered the machine off
 		}
-		if s := workflowState(a, name+"-install"); s == "FAILED" || s == "TIMEOUT" || time.Now().After(deadline) {
+		if s := workflowState(a, workflow); s == "FAILED" || s == "TIMEOUT" || time.Now().After(deadline) {
 			t.Fatalf("workflow %s (powered on after %s); describe:\n%s\nBMC control:\n%s\nserial:\n%s", s, powered,
-				a.cli(t, "describe", "workflow", name+"-install"), b.controlLog(), tail(string(serial), 40))
+				a.cli(t, "describe", "workflow", workflow), b.controlLog(), tail(string(serial), 40))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	installed := time.Since(start)
 	serial, _ := os.ReadFile(b.serial)
-	run := installRun{res: vmResult{serial: string(serial)}, success: success, disk: b.disk, os: biosOS}
+	run := installRun{res: vmResult{serial: string(serial)}, success: success, disk: b.disk, os: biosOS, workflow: workflow}
 	assertInstalled(t, a, run, name, mac, ip)
 
 	// The BMC was told a one-time PXE boot before power on, and QEMU
@@ -244,8 +266,8 @@ func TestBMCReprovision(t *testing.T) {
 	var j struct {
 		Status struct {
 			Conditions []struct{ Type, Status, Message string } `json:"conditions"`
-			StartTime  *time.Time                                 `json:"startTime"`
-			Completion *time.Time                                 `json:"completionTime"`
+			StartTime  *time.Time                               `json:"startTime"`
+			Completion *time.Time                               `json:"completionTime"`
 		} `json:"status"`
 	}
 	if err := json.Unmarshal([]byte(a.cli(t, "get", "job", job, "-o", "json")), &j); err != nil {
@@ -254,7 +276,7 @@ func TestBMCReprovision(t *testing.T) {
 	if j.Status.StartTime == nil || j.Status.Completion == nil {
 		t.Fatalf("job %s: %+v", job, j.Status)
 	}
-	desc := a.cli(t, "describe", "workflow", name+"-install")
+	desc := a.cli(t, "describe", "workflow", workflow)
 	for _, want := range []string{"NetbootJobComplete", "netboot job " + job + " completed"} {
 		if !strings.Contains(desc, want) {
 			t.Errorf("describe workflow lacks %q:\n%s", want, desc)
@@ -268,6 +290,6 @@ func TestBMCReprovision(t *testing.T) {
 	if os.Getenv("ANVIL_E2E_SERIAL") != "" {
 		t.Logf("serial console:\n%s", serial)
 	}
-	t.Logf("bmc reprovision: netboot job %.1fs; reprovision → power on %.1fs, → workflow SUCCESS %.1fs, → installed OS powered off %.1fs",
+	t.Logf("bmc %s: netboot job %.1fs; command → power on %.1fs, → workflow SUCCESS %.1fs, → installed OS powered off %.1fs", how,
 		j.Status.Completion.Sub(*j.Status.StartTime).Seconds(), powered.Seconds(), success.Seconds(), installed.Seconds())
 }

@@ -231,6 +231,17 @@ type installRun struct {
 	success time.Duration // from QEMU start to the workflow's SUCCESS as polled (0: not seen)
 	disk    string
 	os      osImage
+	// workflow is the install's workflow; "" is the machine's name with
+	// "-install".
+	workflow string
+}
+
+// workflowOf is the name of run's workflow on the machine name.
+func (run installRun) workflowOf(name string) string {
+	if run.workflow != "" {
+		return run.workflow
+	}
+	return name + "-install"
 }
 
 // runInstall boots a blank BIOS VM until its installed OS powers it off,
@@ -398,7 +409,7 @@ func assertInstalledOS(t *testing.T, a *anvil, run installRun, name, mac, ip str
 	if run.res.err != nil {
 		t.Errorf("VM did not power off cleanly: %v", run.res.err)
 	}
-	wf := getWorkflow(t, a, name+"-install")
+	wf := getWorkflow(t, a, run.workflowOf(name))
 	if wf.Status.State != "SUCCESS" {
 		t.Errorf("workflow state = %q; want SUCCESS", wf.Status.State)
 	}
@@ -429,7 +440,7 @@ func assertInstalledOS(t *testing.T, a *anvil, run installRun, name, mac, ip str
 	}
 
 	// The record: the agent's output reached the server.
-	logs := a.cli(t, "logs", "workflow/"+name+"-install")
+	logs := a.cli(t, "logs", "workflow/"+run.workflowOf(name))
 	if !strings.Contains(logs, "metadata") || !strings.Contains(logs, name) {
 		t.Errorf("workflow log lacks the cexec action's output (the metadata it fetched):\n%s", logs)
 	}
