@@ -41,6 +41,13 @@ const (
 // watch of Jobs reconciles that workflow when the Job changes.
 const LabelWorkflow = "anvil.dev/workflow"
 
+// annotationWorkflowUID is the UID of the workflow a Job was created for:
+// a reconcile that created the Job and then lost its status write to a
+// conflict finds it again by it, instead of replacing a Job that may be
+// running (a workflow deleted and created again under the same name has
+// another UID, and gets a new Job).
+const annotationWorkflowUID = "anvil.dev/workflow-uid"
+
 // labelAutoCreated marks the Jobs the engine made, as Tinkerbell marks
 // its own.
 const labelAutoCreated = "tink-controller-auto-created"
@@ -155,7 +162,7 @@ func (e *Engine) createNetbootJob(ctx context.Context, wf *model.Workflow, now t
 		TypeMeta: model.TypeMeta{APIVersion: model.BMCAPIVersion, Kind: model.KindJob},
 		ObjectMeta: model.ObjectMeta{Namespace: wf.Namespace, Name: name,
 			Labels:      map[string]string{labelAutoCreated: "true", LabelWorkflow: wf.Name},
-			Annotations: map[string]string{labelAutoCreated: "true"}},
+			Annotations: map[string]string{labelAutoCreated: "true", annotationWorkflowUID: wf.UID}},
 		Spec: model.JobSpec{
 			MachineRef: model.ObjectReference{Name: hw.Spec.BMCRef.Name, Namespace: wf.Namespace},
 			Tasks: []model.BMCAction{
@@ -165,13 +172,23 @@ func (e *Engine) createNetbootJob(ctx context.Context, wf *model.Workflow, now t
 			},
 		},
 	}
-	// A previous workflow's Job of the same name goes first, as upstream
-	// deletes it; its Tasks are overwritten by the new Job's.
-	if err := e.store.Delete(ctx, model.KindJob, wf.Namespace, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return false, fmt.Errorf("delete the previous netboot job %s/%s: %w", wf.Namespace, name, err)
-	}
-	if _, err := e.store.Create(ctx, job); err != nil {
-		return false, fmt.Errorf("create netboot job %s/%s: %w", wf.Namespace, name, err)
+	old, err := e.store.Get(ctx, model.KindJob, wf.Namespace, name)
+	switch {
+	case err == nil && wf.UID != "" && old.GetObjectMeta().Annotations[annotationWorkflowUID] == wf.UID:
+		// This workflow's own, created before its status write was lost.
+	case err == nil || errors.Is(err, store.ErrNotFound):
+		// A previous workflow's Job of the same name goes first, as
+		// upstream deletes it; its Tasks are overwritten by the new Job's.
+		if err == nil {
+			if err := e.store.Delete(ctx, model.KindJob, wf.Namespace, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return false, fmt.Errorf("delete the previous netboot job %s/%s: %w", wf.Namespace, name, err)
+			}
+		}
+		if _, err := e.store.Create(ctx, job); err != nil {
+			return false, fmt.Errorf("create netboot job %s/%s: %w", wf.Namespace, name, err)
+		}
+	default:
+		return false, err
 	}
 	boot := "pxe"
 	if efi {

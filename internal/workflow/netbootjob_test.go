@@ -151,3 +151,32 @@ func TestEngineNetbootWithoutBMC(t *testing.T) {
 		t.Fatal("a Job exists")
 	}
 }
+
+// TestCreateNetbootJobAdoptsOwn: a reconcile that created the Job and then
+// lost its status write finds the Job again by the workflow's UID and
+// leaves it be (it may be running); a workflow of another UID replaces it.
+func TestCreateNetbootJobAdoptsOwn(t *testing.T) {
+	e := newEnv(t)
+	e.create(bmcHardware(t))
+	name := NetbootJobName("rack1-node07")
+	off := model.PowerActionOff
+	e.create(&model.Job{TypeMeta: model.TypeMeta{APIVersion: model.BMCAPIVersion, Kind: model.KindJob},
+		ObjectMeta: model.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"marker": "first"},
+			Annotations: map[string]string{annotationWorkflowUID: "uid-1"}},
+		Spec: model.JobSpec{MachineRef: model.ObjectReference{Name: "bmc-node07"}, Tasks: []model.BMCAction{{PowerAction: &off}}}})
+	for _, tc := range []struct {
+		uid      string
+		replaced bool
+	}{{"uid-1", false}, {"uid-2", true}} {
+		wf := netbootWorkflow("wf")
+		wf.UID = tc.uid
+		wf.Status.State = model.StatePending
+		changed, err := e.engine.createNetbootJob(context.Background(), wf, t0)
+		if err != nil || !changed || !NetbootJobPending(&wf.Status) {
+			t.Fatalf("uid %s: changed %v, err %v, status %+v", tc.uid, changed, err, wf.Status.Conditions)
+		}
+		if got := e.job(name).Labels["marker"] == ""; got != tc.replaced {
+			t.Errorf("uid %s: replaced = %v; want %v", tc.uid, got, tc.replaced)
+		}
+	}
+}
