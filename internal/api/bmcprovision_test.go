@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,9 +29,14 @@ func TestProvisionThroughBMC(t *testing.T) {
 			if _, err := e.st.Update(ctx, hw); err != nil {
 				t.Fatal(err)
 			}
+			jobID := ""
 			if how == "ProvisionDevice" {
-				e.provision(t, "", &v1.ProvisionDeviceRequest{DeviceId: "node1", Template: "install",
+				r := e.provision(t, "", &v1.ProvisionDeviceRequest{DeviceId: "node1", Template: "install",
 					Parameters: map[string]string{"image": "http://img/debian.raw"}})
+				if !strings.HasSuffix(r.GetMessage(), "; its BMC (machine/bmc-node1) powers it on to that network boot") {
+					t.Errorf("ProvisionDevice message %q", r.GetMessage())
+				}
+				jobID = r.GetJobId()
 			} else if _, err := e.wf.Reprovision(ctx, by("", &v1.ReprovisionRequest{Hardware: "node1", Template: "install"})); err != nil {
 				t.Fatal(err)
 			}
@@ -52,6 +58,12 @@ func TestProvisionThroughBMC(t *testing.T) {
 			}
 			if _, err := e.ag.GetAction(ctx, by("", &v1.GetActionRequest{AgentId: macOf(1)})); err == nil {
 				t.Fatal("an action was handed out before the netboot job completed")
+			}
+			if jobID != "" {
+				want := "waiting for the BMC: netboot job " + name + " created: machine bmc-node1 powered off, next boot pxe, powered on"
+				if m := e.status(t, jobID).GetMessage(); m != want {
+					t.Errorf("job status message %q; want %q", m, want)
+				}
 			}
 			job.Status.Conditions = model.SetCondition(job.Status.Conditions, model.ConditionCompleted, model.ConditionTrue, "3 tasks completed")
 			if _, err := e.st.Update(ctx, job); err != nil {
