@@ -50,7 +50,8 @@ FUZZ_TARGETS := \
 	./test/powercut:FuzzNBDServer \
 	./internal/doctest:FuzzParse \
 	./internal/tmplbudget:FuzzExecute \
-	./internal/secrets:FuzzOpen
+	./internal/secrets:FuzzOpen \
+	./test/redfishsim:FuzzParseReply
 
 .PHONY: all build test unit fuzz lint labcheck demo bench generate deps tools kernel clean ipxe-refresh
 

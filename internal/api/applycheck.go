@@ -195,8 +195,8 @@ func (s *Services) workflowHardware(ctx context.Context, docs []model.Document) 
 func hasBMC(h *model.Hardware) bool { return h.Spec.BMCRef != nil && h.Spec.BMCRef.Name != "" }
 
 // checkISOBoot refuses a Workflow booting from virtual media (isoboot)
-// that cannot: its Hardware has no BMC, or no provider of the server has
-// virtual media (Config.VirtualMedia). Accepted, such a workflow would wait
+// that cannot: its Hardware has no BMC, or the server does not boot
+// isoboot workflows (Config.ISOBoot). Accepted, such a workflow would wait
 // for a boot that never comes.
 func (s *Services) checkISOBoot(ctx context.Context, docs []model.Document) error {
 	hws := s.workflowHardware(ctx, docs)
@@ -211,8 +211,8 @@ func (s *Services) checkISOBoot(ctx context.Context, docs []model.Document) erro
 		if h := hws[w]; h != nil && !hasBMC(h) {
 			missing = append(missing, fmt.Sprintf("hardware %q has no spec.bmcRef", h.Name))
 		}
-		if !s.cfg.VirtualMedia {
-			missing = append(missing, "Anvil's BMC providers (IPMI) have no virtual media: it needs the Redfish provider, not built yet")
+		if !s.cfg.ISOBoot {
+			missing = append(missing, "Anvil does not insert a workflow's isoURL as virtual media yet (a Job's virtualMediaAction through Redfish does)")
 		}
 		if len(missing) == 0 {
 			continue

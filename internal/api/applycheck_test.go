@@ -116,26 +116,26 @@ func TestApplyBMCWarning(t *testing.T) {
 }
 
 // TestApplyISOBootRefused: isoboot (and v1alpha1's "iso") is refused at
-// apply, naming what is missing: the Hardware's bmcRef, a provider with
-// virtual media, or both; with both it is accepted.
+// apply, naming what is missing: the Hardware's bmcRef, the server's
+// isoboot (api.Config.ISOBoot), or both; with both it is accepted.
 func TestApplyISOBootRefused(t *testing.T) {
 	tpl := templateWith("t", "{name: a, image: quay.io/tinkerbell/actions/cexec:v1.0.0, timeout: 60}") + "---\n"
-	noMedia := `"isoboot" boots the machine from virtual media through its BMC, and Anvil's BMC providers (IPMI) have no virtual media: it needs the Redfish provider, not built yet; use bootMode netboot`
+	noMedia := `"isoboot" boots the machine from virtual media through its BMC, and Anvil does not insert a workflow's isoURL as virtual media yet (a Job's virtualMediaAction through Redfish does); use bootMode netboot`
 	for _, tc := range []struct {
-		name         string
-		virtualMedia bool
-		hw, mode     string
-		want         string // "" accepted
+		name     string
+		isoBoot  bool
+		hw, mode string
+		want     string // "" accepted
 	}{
-		{name: "bmc, no virtual media", hw: bmcRefLine, mode: "isoboot", want: `spec.bootOptions.bootMode: ` + noMedia},
-		{name: "no bmc, no virtual media", mode: "iso",
-			want: `spec.bootOptions.bootMode: "iso" boots the machine from virtual media through its BMC, and hardware "h" has no spec.bmcRef, and Anvil's BMC providers (IPMI) have no virtual media`},
-		{name: "no bmc, virtual media", virtualMedia: true, mode: "isoboot",
+		{name: "bmc, no isoboot", hw: bmcRefLine, mode: "isoboot", want: `spec.bootOptions.bootMode: ` + noMedia},
+		{name: "no bmc, no isoboot", mode: "iso",
+			want: `spec.bootOptions.bootMode: "iso" boots the machine from virtual media through its BMC, and hardware "h" has no spec.bmcRef, and Anvil does not insert a workflow's isoURL as virtual media yet`},
+		{name: "no bmc, isoboot", isoBoot: true, mode: "isoboot",
 			want: `spec.bootOptions.bootMode: "isoboot" boots the machine from virtual media through its BMC, and hardware "h" has no spec.bmcRef; use bootMode netboot`},
-		{name: "both", virtualMedia: true, hw: bmcRefLine, mode: "isoboot"},
+		{name: "both", isoBoot: true, hw: bmcRefLine, mode: "isoboot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{configure: func(c *api.Config) { c.VirtualMedia = tc.virtualMedia }})
+			e := newEnv(t, envOptions{configure: func(c *api.Config) { c.ISOBoot = tc.isoBoot }})
 			_, err := apply(e, tpl+bootHardware("h", "02:00:00:00:02:09", tc.hw)+bootWorkflow("w", "h", tc.mode), false)
 			if tc.want == "" {
 				if err != nil {

@@ -1,6 +1,6 @@
 // Package bmc owns out-of-band control of machines through their baseboard
 // management controllers: the providers that speak a BMC's protocol (IPMI
-// 2.0 over LAN today), and the executor that runs Rufio-shaped Jobs
+// 2.0 over LAN, Redfish over HTTPS), and the executor that runs Rufio-shaped Jobs
 // (bmc.tinkerbell.org/v1alpha1) task by task, writing Task objects, Job
 // conditions and the Machine's power state as Rufio does.
 //
@@ -31,8 +31,16 @@ type Conn struct {
 	// CipherSuite is the RMCP+ cipher suite, "3" or "17"; empty lets the
 	// provider choose (17, then 3).
 	CipherSuite string
-	// InsecureTLS is for TLS providers (not built yet).
+	// InsecureTLS skips verifying a TLS provider's certificate (the
+	// Machine's insecureTLS).
 	InsecureTLS bool
+	// SystemName picks one of a Redfish service's systems by its Id or
+	// Name (providerOptions.redfish.systemName); empty takes the only one.
+	SystemName string
+	// BasicAuth makes the Redfish provider send the credentials with every
+	// request instead of opening a session
+	// (providerOptions.redfish.useBasicAuth).
+	BasicAuth bool
 }
 
 // Session is one open session with a BMC. Its methods are called from one
@@ -47,6 +55,28 @@ type Session interface {
 	SetBootDevice(ctx context.Context, device string, efi, persistent bool) error
 	// Close ends the session.
 	Close(ctx context.Context) error
+}
+
+// MediaSession is a Session that can insert and eject virtual media
+// (Redfish's VirtualMedia). A provider whose sessions lack it fails a
+// virtualMediaAction saying so.
+type MediaSession interface {
+	Session
+	// InsertMedia attaches the image at url as virtual media of kind
+	// ("CD" or "Floppy"), ejecting what was there.
+	InsertMedia(ctx context.Context, kind, url string) error
+	// EjectMedia detaches the virtual media of kind; media already out is
+	// no error.
+	EjectMedia(ctx context.Context, kind string) error
+}
+
+// MediaProvider is a Provider whose sessions are MediaSessions; the
+// executor refuses a virtualMediaAction for any other before it opens a
+// session.
+type MediaProvider interface {
+	Provider
+	// VirtualMedia is a marker: it does nothing.
+	VirtualMedia()
 }
 
 // Provider opens sessions with BMCs of one protocol.

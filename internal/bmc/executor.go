@@ -42,7 +42,7 @@ type Config struct {
 	// Required.
 	Unseal func(*model.Secret) (map[string][]byte, error)
 	// Providers are the protocols the executor speaks, in the order it
-	// prefers them. If empty, uses IPMI{}.
+	// prefers them. If empty, uses IPMI{} and Redfish{}.
 	Providers []Provider
 	// TaskTimeout bounds one task. If 0, uses DefaultTaskTimeout.
 	TaskTimeout time.Duration
@@ -80,7 +80,7 @@ type Executor struct {
 // New returns an Executor for cfg.
 func New(cfg Config) *Executor {
 	if len(cfg.Providers) == 0 {
-		cfg.Providers = []Provider{IPMI{}}
+		cfg.Providers = []Provider{IPMI{}, Redfish{}}
 	}
 	if cfg.TaskTimeout <= 0 {
 		cfg.TaskTimeout = DefaultTaskTimeout
@@ -379,6 +379,10 @@ func (r *jobRun) resolve(ctx context.Context) (Conn, error) {
 			return Conn{}, fmt.Errorf("provider %s: %s has no %s (it needs the keys username and password)", p.Name(), what, k)
 		}
 	}
+	if p.Name() == model.ProviderRedfish {
+		redfishConn(&conn, c.ProviderOptions)
+		return conn, nil
+	}
 	if o := c.ProviderOptions; o != nil && o.IPMITOOL != nil {
 		conn.CipherSuite = o.IPMITOOL.CipherSuite
 		if o.IPMITOOL.Port != 0 {
@@ -398,8 +402,11 @@ func (e *Executor) choose(o *model.ProviderOptions) (Provider, error) {
 		return e.cfg.Providers[0], nil
 	}
 	for _, name := range o.PreferredOrder {
-		if name == "ipmi" {
+		switch name {
+		case "ipmi":
 			name = model.ProviderIPMI
+		case "gofish": // bmclib's name for its Redfish provider
+			name = model.ProviderRedfish
 		}
 		for _, p := range e.cfg.Providers {
 			if p.Name() == name {
@@ -411,7 +418,7 @@ func (e *Executor) choose(o *model.ProviderOptions) (Provider, error) {
 	for _, p := range e.cfg.Providers {
 		have = append(have, p.Name())
 	}
-	return nil, fmt.Errorf("preferredOrder %v names no provider Anvil has (it has %v; Redfish and Intel AMT are not built yet)",
+	return nil, fmt.Errorf("preferredOrder %v names no provider Anvil has (it has %v; Intel AMT is not built yet)",
 		o.PreferredOrder, have)
 }
 
@@ -458,7 +465,9 @@ func (r *jobRun) runTask(ctx context.Context, i int, a model.BMCAction, conn Con
 // act carries out one action, opening the session first if need be.
 func (r *jobRun) act(ctx context.Context, a model.BMCAction, conn Conn) error {
 	if a.VirtualMediaAction != nil {
-		return fmt.Errorf("virtual media: %w in Anvil yet (it needs the Redfish provider)", ErrUnsupported)
+		if _, ok := r.provider.(MediaProvider); !ok {
+			return fmt.Errorf("virtual media: %w by this provider (Redfish has it: put redfish first in the Machine's providerOptions.preferredOrder)", ErrUnsupported)
+		}
 	}
 	if r.session == nil {
 		s, err := openMeasured(ctx, r.provider, conn)
@@ -475,6 +484,15 @@ func (r *jobRun) act(ctx context.Context, a model.BMCAction, conn Conn) error {
 	case a.OneTimeBootDeviceAction != nil:
 		b := a.OneTimeBootDeviceAction
 		return r.session.SetBootDevice(ctx, b.Devices[0], b.EFIBoot, b.Persistent)
+	case a.VirtualMediaAction != nil:
+		m, ok := r.session.(MediaSession)
+		if !ok {
+			return fmt.Errorf("virtual media: %w by this session", ErrUnsupported)
+		}
+		if v := a.VirtualMediaAction; v.MediaURL != "" {
+			return m.InsertMedia(ctx, v.Kind, v.MediaURL)
+		}
+		return m.EjectMedia(ctx, a.VirtualMediaAction.Kind)
 	}
 	return errors.New("empty task")
 }

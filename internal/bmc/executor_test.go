@@ -314,7 +314,7 @@ func TestJobBadInput(t *testing.T) {
 		machine("hangs", "good", hang, suite3),
 		machine("nouser", "nouser", sim.Port, nil),
 		machine("nosecret", "missing", sim.Port, nil),
-		machine("redfish", "good", sim.Port, &model.ProviderOptions{PreferredOrder: []string{model.ProviderRedfish}}),
+		machine("amt", "good", sim.Port, &model.ProviderOptions{PreferredOrder: []string{model.ProviderIntelAMT}}),
 		machine("other", "good", other.Port, nil),
 		machine("erroring", "good", failing.Port, nil),
 	)
@@ -340,10 +340,10 @@ func TestJobBadInput(t *testing.T) {
 			[]string{"task 0 (powerAction on): provider ipmitool:", "Secret default/nouser (authSecretRef of Machine default/nouser) has no username"}, false},
 		{job("no-secret", "nosecret", on),
 			[]string{"task 0 (powerAction on): provider ipmitool:", "Secret default/missing", "does not exist"}, false},
-		{job("redfish-only", "redfish", on),
-			[]string{"task 0 (powerAction on): providerOptions of Machine default/redfish: preferredOrder [redfish] names no provider Anvil has"}, false},
+		{job("amt-only", "amt", on),
+			[]string{"task 0 (powerAction on): providerOptions of Machine default/amt: preferredOrder [intelAMT] names no provider Anvil has", "Intel AMT is not built yet"}, false},
 		{job("virtual-media", "other", model.BMCAction{VirtualMediaAction: &model.VirtualMediaAction{MediaURL: "http://x/a.iso", Kind: "CD"}}),
-			[]string{"task 0 (virtualMediaAction CD), provider ipmitool:", "virtual media: not supported"}, true},
+			[]string{"task 0 (virtualMediaAction CD), provider ipmitool: virtual media: not supported by this provider (Redfish has it"}, true},
 	}
 	for _, tc := range cases {
 		w.put(t, tc.job)
@@ -526,6 +526,12 @@ func crossNamespace(j *model.Job) *model.Job {
 // and operation op, from the default registry.
 func metric(t *testing.T, name, op string) float64 {
 	t.Helper()
+	return providerMetric(t, name, model.ProviderIPMI, op)
+}
+
+// providerMetric is metric for any provider.
+func providerMetric(t *testing.T, name, provider, op string) float64 {
+	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -539,7 +545,7 @@ func metric(t *testing.T, name, op string) float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["provider"] == model.ProviderIPMI && labels["op"] == op {
+			if labels["provider"] == provider && labels["op"] == op {
 				return m.GetCounter().GetValue()
 			}
 		}

@@ -9,8 +9,8 @@ import (
 )
 
 // Per-provider metrics of every call to a BMC, labelled by provider
-// (ipmitool, …) and operation (open, power_state, set_power,
-// set_boot_device, close).
+// (ipmitool, redfish) and operation (open, power_state, set_power,
+// set_boot_device, insert_media, eject_media, close).
 var (
 	bmcCalls = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_bmc_calls_total",
@@ -38,6 +38,8 @@ const (
 	opSetPower      = "set_power"
 	opSetBootDevice = "set_boot_device"
 	opClose         = "close"
+	opInsertMedia   = "insert_media"
+	opEjectMedia    = "eject_media"
 )
 
 // observe runs one call to a BMC and records it.
@@ -75,6 +77,20 @@ func (m measured) Close(ctx context.Context) error {
 	return observe(m.provider, opClose, func() error { return m.s.Close(ctx) })
 }
 
+// measuredMedia is measured for a session with virtual media.
+type measuredMedia struct {
+	measured
+	m MediaSession
+}
+
+func (m measuredMedia) InsertMedia(ctx context.Context, kind, url string) error {
+	return observe(m.provider, opInsertMedia, func() error { return m.m.InsertMedia(ctx, kind, url) })
+}
+
+func (m measuredMedia) EjectMedia(ctx context.Context, kind string) error {
+	return observe(m.provider, opEjectMedia, func() error { return m.m.EjectMedia(ctx, kind) })
+}
+
 // openMeasured opens a session through p, observed.
 func openMeasured(ctx context.Context, p Provider, c Conn) (Session, error) {
 	var s Session
@@ -86,5 +102,9 @@ func openMeasured(ctx context.Context, p Provider, c Conn) (Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return measured{provider: p.Name(), s: s}, nil
+	ms := measured{provider: p.Name(), s: s}
+	if m, ok := s.(MediaSession); ok {
+		return measuredMedia{measured: ms, m: m}, nil
+	}
+	return ms, nil
 }

@@ -366,6 +366,23 @@ func describeMachine(w io.Writer, x *model.Machine, now time.Time) {
 	if o := c.ProviderOptions; o != nil && len(o.PreferredOrder) > 0 {
 		fmt.Fprintf(w, "Providers:   %s\n", strings.Join(o.PreferredOrder, ", "))
 	}
+	if o := c.ProviderOptions; o != nil && o.Redfish != nil {
+		// What the Machine says; the Redfish provider's defaults (port
+		// 443, the only system) are in docs/bmc.md.
+		var parts []string
+		if r := o.Redfish; r.Port != 0 {
+			parts = append(parts, fmt.Sprintf("port %d", r.Port))
+		}
+		if r := o.Redfish; r.SystemName != "" {
+			parts = append(parts, fmt.Sprintf("system %q", r.SystemName))
+		}
+		if o.Redfish.UseBasicAuth {
+			parts = append(parts, "basic auth")
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "Redfish:     %s\n", strings.Join(parts, ", "))
+		}
+	}
 	if len(x.Status.Conditions) > 0 {
 		fmt.Fprintln(w, "Conditions:")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -102,8 +102,8 @@ type SecretReference struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// ProviderOptions are Rufio's per-provider options. Anvil drives IPMI
-// today; the others are accepted so Rufio manifests apply, and refused
+// ProviderOptions are Rufio's per-provider options. Anvil drives IPMI and
+// Redfish; the others are accepted so Rufio manifests apply, and refused
 // when a task would need them (see internal/bmc).
 type ProviderOptions struct {
 	// PreferredOrder lists provider names to try, in order.
@@ -123,7 +123,9 @@ type IPMIOptions struct {
 	CipherSuite string `json:"cipherSuite,omitempty"`
 }
 
-// RedfishOptions tunes the Redfish provider (not built yet).
+// RedfishOptions tunes the Redfish provider: its HTTPS port (default 443),
+// basic auth instead of a session, and which system of a service with
+// several (by Id or Name).
 type RedfishOptions struct {
 	Port         int    `json:"port,omitempty"`
 	UseBasicAuth bool   `json:"useBasicAuth,omitempty"`
@@ -189,7 +191,8 @@ type OneTimeBootDeviceAction struct {
 	Persistent bool `json:"persistent,omitempty"`
 }
 
-// VirtualMediaAction inserts (mediaURL set) or ejects media (not built yet).
+// VirtualMediaAction inserts (mediaURL set) or ejects media; Redfish does
+// it, IPMI cannot.
 type VirtualMediaAction struct {
 	MediaURL string `json:"mediaURL,omitempty"`
 	Kind     string `json:"kind"`
@@ -319,6 +322,9 @@ func validateConnection(c Connection, p string, add addFunc) {
 			if o.IPMITOOL.Port < 0 || o.IPMITOOL.Port > 65535 {
 				add(p+".providerOptions.ipmitool.port", "%d is not a port", o.IPMITOOL.Port)
 			}
+		}
+		if o.Redfish != nil && (o.Redfish.Port < 0 || o.Redfish.Port > 65535) {
+			add(p+".providerOptions.redfish.port", "%d is not a port", o.Redfish.Port)
 		}
 	}
 }

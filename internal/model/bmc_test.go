@@ -80,6 +80,8 @@ func TestBMCErrors(t *testing.T) {
 			[]string{"spec.connection.authSecretRef.name: missing name"}},
 		{"bad cipher suite", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      ipmitool: {cipherSuite: \"1\"}\n",
 			[]string{"f.yaml:9:", "cipherSuite", "suites 3 and 17"}},
+		{"bad redfish port", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      redfish: {port: 70000}\n",
+			[]string{"providerOptions.redfish.port", "70000 is not a port"}},
 		{"bad power action", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: sideways\n",
 			[]string{"f.yaml:7:", "spec.tasks[0].powerAction", `"sideways" is not a power action`}},
 		{"two actions in one task", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: \"on\"\n    oneTimeBootDeviceAction: {device: [pxe]}\n",
@@ -112,5 +114,35 @@ func TestBMCErrors(t *testing.T) {
 				t.Errorf("error %q repeats the secret's value", err)
 			}
 		})
+	}
+}
+
+// TestBMCExamples: the manifests docs/bmc.md runs parse without a
+// warning, the Redfish Machine's options included.
+func TestBMCExamples(t *testing.T) {
+	files, err := filepath.Glob("../../examples/bmc/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("examples/bmc: %v %v", files, err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := ParseManifests(f, data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(res.Warnings) != 0 {
+			t.Errorf("%s: warnings %v", f, res.Warnings)
+		}
+		for _, d := range res.Docs {
+			if m, ok := d.Object.(*Machine); ok && m.Name == "bmc-node08" {
+				o := m.Spec.Connection.ProviderOptions
+				if o == nil || o.Redfish == nil || o.Redfish.Port != 443 || o.Redfish.SystemName != "1" || o.PreferredOrder[0] != ProviderRedfish {
+					t.Errorf("%s: redfish options %+v", f, o)
+				}
+			}
+		}
 	}
 }

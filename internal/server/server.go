@@ -185,6 +185,10 @@ type Config struct {
 	// DisableBMC switches the BMC job executor off: Jobs are stored but
 	// nothing runs them.
 	DisableBMC bool
+	// BMCCAFile is a PEM file of the CAs that sign BMCs' HTTPS
+	// certificates (Redfish). If empty, the system's CAs; a Machine with
+	// insecureTLS verifies nothing.
+	BMCCAFile string
 	// InsecureNoAuth switches authentication off: every management call
 	// is an anonymous admin and agent calls are not checked. Run says so
 	// loudly in the log.
@@ -454,6 +458,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	redfish := bmc.Redfish{}
+	if cfg.BMCCAFile != "" {
+		if redfish.RootCAs, err = bmc.LoadCAFile(cfg.BMCCAFile); err != nil {
+			return err
+		}
+	}
 	boot, err := newBootServices(cfg, trusted, st, recorder, sec.agentKey, log)
 	if err != nil {
 		return err
@@ -488,7 +498,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The BMC job executor: runs Rufio-shaped Jobs against machines' BMCs.
 	// It stops with the engine, before the store closes.
 	if !cfg.DisableBMC {
-		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: recorder})
+		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: recorder,
+			Providers: []bmc.Provider{bmc.IPMI{}, redfish}})
 		bmcCtx, stopBMC := context.WithCancel(context.Background())
 		bmcDone := make(chan struct{})
 		go func() {
