@@ -11,8 +11,9 @@
 // message a provider's error might echo.
 //
 // It reads and writes Machines, Jobs, Tasks and Secrets through
-// store.Store only; it must not import the API, the CLI or the workflow
-// engine.
+// store.Store only, and tells machines' records (machinelog) how their
+// Jobs went; it must not import the API, the CLI or the workflow engine
+// (which creates the netboot Jobs of workflows as plain Job objects).
 package bmc
 
 import (

@@ -499,7 +499,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The BMC job executor: runs Rufio-shaped Jobs against machines' BMCs.
 	// It stops with the engine, before the store closes.
 	if !cfg.DisableBMC {
-		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log,
+		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: recorder,
 			Providers: []bmc.Provider{bmc.IPMI{}, redfish, amt}})
 		bmcCtx, stopBMC := context.WithCancel(context.Background())
 		bmcDone := make(chan struct{})
