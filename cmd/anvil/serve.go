@@ -132,7 +132,7 @@ instead of --bind and the ports.`,
 	f.BoolVar(&cfg.DisableMetadata, "no-metadata", false, "do not open the metadata service's own listener (the routes stay on the HTTP port)")
 	// BMCs (docs/bmc.md).
 	f.StringVar(&cfg.SealKeyFile, "seal-key-file", "", "key that encrypts applied v1 Secrets (BMC credentials) in the store, made when missing (default DATA_DIR/secrets/seal.key); keep it apart from the store's backups")
-	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish) certificates (default the system's; a Machine with insecureTLS checks none)")
+	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish, Intel AMT over TLS) certificates (default the system's; a Machine with insecureTLS checks none)")
 	f.BoolVar(&cfg.DisableBMC, "no-bmc", false, "do not run BMC Jobs (bmc.tinkerbell.org Job objects are stored, not executed)")
 	// HTTP: proxies, ingress, the boot path's limits (docs/ingress.md).
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of proxies whose X-Forwarded-For is believed on every listener (metadata, boot scripts, per-client limits), e.g. 10.0.0.0/24,192.0.2.9 (default none: the TCP peer is the caller)")

@@ -1,6 +1,6 @@
 // Package bmc owns out-of-band control of machines through their baseboard
 // management controllers: the providers that speak a BMC's protocol (IPMI
-// 2.0 over LAN, Redfish over HTTPS), and the executor that runs Rufio-shaped Jobs
+// 2.0 over LAN, Redfish over HTTPS, Intel AMT's WS-Management), and the executor that runs Rufio-shaped Jobs
 // (bmc.tinkerbell.org/v1alpha1) task by task, writing Task objects, Job
 // conditions and the Machine's power state as Rufio does.
 //
@@ -41,6 +41,9 @@ type Conn struct {
 	// request instead of opening a session
 	// (providerOptions.redfish.useBasicAuth).
 	BasicAuth bool
+	// Scheme is Intel AMT's "http" or "https"
+	// (providerOptions.intelAMT.hostScheme).
+	Scheme string
 }
 
 // Session is one open session with a BMC. Its methods are called from one

@@ -42,7 +42,7 @@ type Config struct {
 	// Required.
 	Unseal func(*model.Secret) (map[string][]byte, error)
 	// Providers are the protocols the executor speaks, in the order it
-	// prefers them. If empty, uses IPMI{} and Redfish{}.
+	// prefers them. If empty, uses IPMI{}, Redfish{} and IntelAMT{}.
 	Providers []Provider
 	// TaskTimeout bounds one task. If 0, uses DefaultTaskTimeout.
 	TaskTimeout time.Duration
@@ -80,7 +80,7 @@ type Executor struct {
 // New returns an Executor for cfg.
 func New(cfg Config) *Executor {
 	if len(cfg.Providers) == 0 {
-		cfg.Providers = []Provider{IPMI{}, Redfish{}}
+		cfg.Providers = []Provider{IPMI{}, Redfish{}, IntelAMT{}}
 	}
 	if cfg.TaskTimeout <= 0 {
 		cfg.TaskTimeout = DefaultTaskTimeout
@@ -379,8 +379,12 @@ func (r *jobRun) resolve(ctx context.Context) (Conn, error) {
 			return Conn{}, fmt.Errorf("provider %s: %s has no %s (it needs the keys username and password)", p.Name(), what, k)
 		}
 	}
-	if p.Name() == model.ProviderRedfish {
+	switch p.Name() {
+	case model.ProviderRedfish:
 		redfishConn(&conn, c.ProviderOptions)
+		return conn, nil
+	case model.ProviderIntelAMT:
+		amtConn(&conn, c.ProviderOptions)
 		return conn, nil
 	}
 	if o := c.ProviderOptions; o != nil && o.IPMITOOL != nil {
@@ -402,12 +406,7 @@ func (e *Executor) choose(o *model.ProviderOptions) (Provider, error) {
 		return e.cfg.Providers[0], nil
 	}
 	for _, name := range o.PreferredOrder {
-		switch name {
-		case "ipmi":
-			name = model.ProviderIPMI
-		case "gofish": // bmclib's name for its Redfish provider
-			name = model.ProviderRedfish
-		}
+		name, _ = model.CanonicalProvider(name)
 		for _, p := range e.cfg.Providers {
 			if p.Name() == name {
 				return p, nil
@@ -418,7 +417,7 @@ func (e *Executor) choose(o *model.ProviderOptions) (Provider, error) {
 	for _, p := range e.cfg.Providers {
 		have = append(have, p.Name())
 	}
-	return nil, fmt.Errorf("preferredOrder %v names no provider Anvil has (it has %v; Intel AMT is not built yet)",
+	return nil, fmt.Errorf("preferredOrder %v names no provider Anvil has (it has %v)",
 		o.PreferredOrder, have)
 }
 

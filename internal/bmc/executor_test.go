@@ -346,7 +346,7 @@ func TestJobBadInput(t *testing.T) {
 		{job("no-secret", "nosecret", on),
 			[]string{"task 0 (powerAction on): provider ipmitool:", "Secret default/missing", "does not exist"}, false},
 		{job("amt-only", "amt", on),
-			[]string{"task 0 (powerAction on): providerOptions of Machine default/amt: preferredOrder [intelAMT] names no provider Anvil has", "Intel AMT is not built yet"}, false},
+			[]string{"task 0 (powerAction on): providerOptions of Machine default/amt: preferredOrder [intelAMT] names no provider Anvil has (it has [ipmitool])"}, false},
 		{job("virtual-media", "other", model.BMCAction{VirtualMediaAction: &model.VirtualMediaAction{MediaURL: "http://x/a.iso", Kind: "CD"}}),
 			[]string{"task 0 (virtualMediaAction CD), provider ipmitool: virtual media: not supported by this provider (Redfish has it"}, true},
 	}

@@ -186,7 +186,7 @@ type Config struct {
 	// nothing runs them.
 	DisableBMC bool
 	// BMCCAFile is a PEM file of the CAs that sign BMCs' HTTPS
-	// certificates (Redfish). If empty, the system's CAs; a Machine with
+	// certificates (Redfish, Intel AMT over TLS). If empty, the system's CAs; a Machine with
 	// insecureTLS verifies nothing.
 	BMCCAFile string
 	// InsecureNoAuth switches authentication off: every management call
@@ -458,11 +458,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	redfish := bmc.Redfish{}
+	redfish, amt := bmc.Redfish{}, bmc.IntelAMT{}
 	if cfg.BMCCAFile != "" {
 		if redfish.RootCAs, err = bmc.LoadCAFile(cfg.BMCCAFile); err != nil {
 			return err
 		}
+		amt.RootCAs = redfish.RootCAs
 	}
 	boot, err := newBootServices(cfg, trusted, st, recorder, sec.agentKey, log)
 	if err != nil {
@@ -499,7 +500,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// It stops with the engine, before the store closes.
 	if !cfg.DisableBMC {
 		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: recorder,
-			Providers: []bmc.Provider{bmc.IPMI{}, redfish}})
+			Providers: []bmc.Provider{bmc.IPMI{}, redfish, amt}})
 		bmcCtx, stopBMC := context.WithCancel(context.Background())
 		bmcDone := make(chan struct{})
 		go func() {
