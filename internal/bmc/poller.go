@@ -230,7 +230,8 @@ func (p *Poller) changed(o model.Object) bool {
 	return false
 }
 
-// Sweep polls every Machine that is due now, Concurrency at a time, and
+// Sweep polls every Machine that is due now (or within a second, or a
+// twentieth of the interval when that is shorter), Concurrency at a time, and
 // returns when they are done, with the time the next one is due (zero
 // when there are no Machines). A Machine new to the poller, or whose spec
 // changed, is due at once.
@@ -240,6 +241,10 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	now := p.cfg.Now()
+	// Machines due within the slack are polled now too: with the jitter
+	// spreading N Machines over the interval, waking for each one alone
+	// would list the store N times a round.
+	horizon := now.Add(min(time.Second, p.cfg.Interval/20))
 	var due []*model.Machine
 	p.mu.Lock()
 	seen := make(map[string]bool, len(objs))
@@ -252,7 +257,7 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 			s = &pollState{gen: m.Generation, secret: secretKey(m)}
 			p.sched[key] = s
 		}
-		if !s.next.After(now) {
+		if !s.next.After(horizon) {
 			due = append(due, m)
 		}
 	}
