@@ -94,6 +94,9 @@ type pollState struct {
 	failures int       // consecutive failed polls
 	gen      int64     // the Machine's generation it was scheduled for
 	secret   string    // "namespace/name" of its authSecretRef
+	// again: its Secret changed while it was being polled, with the old
+	// one perhaps: poll it again at once, whatever this poll found.
+	again bool
 }
 
 // pollResult is what one poll came to.
@@ -148,8 +151,8 @@ func (e *Executor) Poller(cfg PollConfig) *Poller {
 // Run polls until ctx ends: a sweep of the Machines that are due, then a
 // wait until the next is due or a Machine appears or changes (its spec:
 // it is polled at once, its failures forgotten), or a Secret changes (the
-// Machines using it that failed are polled at once: a fixed password
-// need not wait out the back-off).
+// Machines using it are polled at once: a fixed password need not wait
+// out the back-off, a wrong one shows at once).
 func (p *Poller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -182,11 +185,18 @@ func (p *Poller) Run(ctx context.Context) error {
 }
 
 // watch wakes Run for the changes of kind that call for a poll before
-// its time. A watch that ends (fell behind, store restarted) is begun
-// again; what it missed is found by the next sweep's list.
+// its time. It watches from the store's present version: the objects that
+// exist already are the sweeps' business (seen as Added, every Secret
+// would have its Machines polled twice at start). A watch that ends (fell
+// behind, store restarted) is begun again; the Machines it missed are
+// found by the next sweep's list.
 func (p *Poller) watch(ctx context.Context, kind string) {
 	for ctx.Err() == nil {
-		ch, err := p.e.cfg.Store.Watch(ctx, kind, store.WatchOptions{})
+		_, rv, err := p.e.cfg.Store.List(ctx, kind, store.ListOptions{})
+		var ch <-chan store.Event
+		if err == nil {
+			ch, err = p.e.cfg.Store.Watch(ctx, kind, store.WatchOptions{ResourceVersion: rv})
+		}
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -194,17 +204,25 @@ func (p *Poller) watch(ctx context.Context, kind string) {
 			}
 			continue
 		}
+		// What changed between Run's last list and this watch's is
+		// found by one more sweep.
+		p.wakeUp()
 		for ev := range ch {
 			if ev.Type != store.Added && ev.Type != store.Modified {
 				continue
 			}
 			if p.changed(ev.Object) {
-				select {
-				case p.wake <- struct{}{}:
-				default:
-				}
+				p.wakeUp()
 			}
 		}
+	}
+}
+
+// wakeUp makes Run sweep now.
+func (p *Poller) wakeUp() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -221,8 +239,8 @@ func (p *Poller) changed(o model.Object) bool {
 	case *model.Secret:
 		hit := false
 		for _, s := range p.sched {
-			if s.secret == o.Key() && s.failures > 0 {
-				s.next, hit = time.Time{}, true
+			if s.secret == o.Key() {
+				s.next, s.again, hit = time.Time{}, true, true
 			}
 		}
 		return hit
@@ -258,6 +276,7 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 			p.sched[key] = s
 		}
 		if !s.next.After(horizon) {
+			s.again = false
 			due = append(due, m)
 		}
 	}
@@ -330,6 +349,9 @@ func (p *Poller) reschedule(key string, r pollResult) {
 		s.next = now.Add(p.jitter(p.backoff(s.failures)))
 	case pollBusy:
 		s.next = now.Add(p.cfg.BusyRetry)
+	}
+	if s.again {
+		s.next, s.again = time.Time{}, false
 	}
 }
 
