@@ -51,7 +51,9 @@ FUZZ_TARGETS := \
 	./internal/doctest:FuzzParse \
 	./internal/tmplbudget:FuzzExecute \
 	./internal/secrets:FuzzOpen \
-	./test/redfishsim:FuzzParseReply
+	./test/redfishsim:FuzzParseReply \
+	./internal/bmc/wsman:FuzzParseResponse \
+	./internal/bmc/wsman:FuzzParseChallenges
 
 .PHONY: all build test unit fuzz lint labcheck demo bench generate deps tools kernel clean ipxe-refresh
 

@@ -132,7 +132,7 @@ instead of --bind and the ports.`,
 	f.BoolVar(&cfg.DisableMetadata, "no-metadata", false, "do not open the metadata service's own listener (the routes stay on the HTTP port)")
 	// BMCs (docs/bmc.md).
 	f.StringVar(&cfg.SealKeyFile, "seal-key-file", "", "key that encrypts applied v1 Secrets (BMC credentials) in the store, made when missing (default DATA_DIR/secrets/seal.key); keep it apart from the store's backups")
-	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish) certificates (default the system's; a Machine with insecureTLS checks none)")
+	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish, Intel AMT over TLS) certificates (default the system's; a Machine with insecureTLS checks none)")
 	f.BoolVar(&cfg.DisableBMC, "no-bmc", false, "do not run BMC Jobs (bmc.tinkerbell.org Job objects are stored, not executed) nor poll power states")
 	f.DurationVar(&cfg.BMCPollInterval, "bmc-poll-interval", server.DefaultBMCPollInterval, "how often every Machine's power state is read from its BMC, each within ±10%; a BMC that fails is backed off (0: never)")
 	f.IntVar(&cfg.BMCPollConcurrency, "bmc-poll-concurrency", server.DefaultBMCPollConcurrency, "BMC sessions the power-state poller holds at once (each BMC still gets one at a time)")

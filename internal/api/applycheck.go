@@ -153,23 +153,90 @@ func registryOf(src oci.Source) string {
 }
 
 // bootModesNeedingBMC are Workflow boot modes in which the machine is
-// booted through its BMC (virtual media, custom BMC operations), not by
-// its own network boot. "iso" is v1alpha1's older spelling of isoboot.
+// booted through its BMC other than by a network boot: from virtual media
+// (isoboot; "iso" is v1alpha1's older spelling) or by custom BMC
+// operations.
 var bootModesNeedingBMC = []string{"isoboot", "iso", "customboot"}
 
-// bmcWarnings names each Workflow in docs whose boot options need a BMC
-// (a boot mode above, or an isoURL) while its Hardware has no spec.bmcRef.
-func (s *Services) bmcWarnings(ctx context.Context, docs []model.Document) []string {
+// isISOBoot reports whether a Workflow's boot mode boots virtual media.
+func isISOBoot(b *model.BootOptions) bool {
+	return b != nil && (b.BootMode == "isoboot" || b.BootMode == "iso")
+}
+
+// workflowHardware returns the Hardware of each Workflow in docs that has
+// boot options, from docs or else the store (nil when neither has it:
+// CheckReferences refused it; or when it cannot be read: nothing to say).
+func (s *Services) workflowHardware(ctx context.Context, docs []model.Document) map[*model.Workflow]*model.Hardware {
 	inFile := map[string]*model.Hardware{}
 	for i := range docs {
 		if h, ok := docs[i].Object.(*model.Hardware); ok {
 			inFile[h.Key()] = h
 		}
 	}
-	var warns []string
+	out := map[*model.Workflow]*model.Hardware{}
 	for i := range docs {
 		w, ok := docs[i].Object.(*model.Workflow)
 		if !ok || w.Spec.BootOptions == nil || w.Spec.HardwareRef == "" {
+			continue
+		}
+		h := inFile[w.Namespace+"/"+w.Spec.HardwareRef]
+		if h == nil {
+			obj, err := s.cfg.Store.Get(ctx, model.KindHardware, w.Namespace, w.Spec.HardwareRef)
+			if err != nil {
+				continue
+			}
+			h = obj.(*model.Hardware)
+		}
+		out[w] = h
+	}
+	return out
+}
+
+func hasBMC(h *model.Hardware) bool { return h.Spec.BMCRef != nil && h.Spec.BMCRef.Name != "" }
+
+// checkISOBoot refuses a Workflow booting from virtual media (isoboot)
+// that cannot: its Hardware has no BMC, or the server does not boot
+// isoboot workflows (Config.ISOBoot). Accepted, such a workflow would wait
+// for a boot that never comes.
+func (s *Services) checkISOBoot(ctx context.Context, docs []model.Document) error {
+	hws := s.workflowHardware(ctx, docs)
+	var errs model.ErrorList
+	for i := range docs {
+		d := &docs[i]
+		w, ok := d.Object.(*model.Workflow)
+		if !ok || !isISOBoot(w.Spec.BootOptions) {
+			continue
+		}
+		var missing []string
+		if h := hws[w]; h != nil && !hasBMC(h) {
+			missing = append(missing, fmt.Sprintf("hardware %q has no spec.bmcRef", h.Name))
+		}
+		if !s.cfg.ISOBoot {
+			missing = append(missing, "Anvil does not insert a workflow's isoURL as virtual media yet (a Job's virtualMediaAction through Redfish does)")
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		errs = append(errs, &model.FieldError{Source: d.Source, Line: d.FieldLine("spec.bootOptions.bootMode"), Doc: d.Describe(),
+			Path: "spec.bootOptions.bootMode",
+			Msg: fmt.Sprintf("%q boots the machine from virtual media through its BMC, and %s; use bootMode netboot (the BMC powers the machine on to a one-time PXE boot)",
+				w.Spec.BootOptions.BootMode, strings.Join(missing, ", and "))})
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
+}
+
+// bmcWarnings names each Workflow in docs whose boot options need a BMC
+// (customboot, or an isoURL; isoboot is refused by checkISOBoot) while its
+// Hardware has no spec.bmcRef.
+func (s *Services) bmcWarnings(ctx context.Context, docs []model.Document) []string {
+	var warns []string
+	hws := s.workflowHardware(ctx, docs)
+	for i := range docs {
+		w, ok := docs[i].Object.(*model.Workflow)
+		if !ok || hws[w] == nil || isISOBoot(w.Spec.BootOptions) {
 			continue
 		}
 		b := w.Spec.BootOptions
@@ -182,15 +249,7 @@ func (s *Services) bmcWarnings(ctx context.Context, docs []model.Document) []str
 		default:
 			continue
 		}
-		h := inFile[w.Namespace+"/"+w.Spec.HardwareRef]
-		if h == nil {
-			obj, err := s.cfg.Store.Get(ctx, model.KindHardware, w.Namespace, w.Spec.HardwareRef)
-			if err != nil {
-				continue // missing: CheckReferences refused it; unreadable: nothing to say
-			}
-			h = obj.(*model.Hardware)
-		}
-		if h.Spec.BMCRef == nil || h.Spec.BMCRef.Name == "" {
+		if h := hws[w]; !hasBMC(h) {
 			warns = append(warns, fmt.Sprintf("workflow %q: %s needs a BMC to boot the machine, and hardware %q has no spec.bmcRef: the workflow waits until the machine is booted another way",
 				w.Name, why, h.Name))
 		}

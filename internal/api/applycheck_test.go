@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/oci"
 )
 
@@ -76,34 +77,80 @@ func TestApplyImageRules(t *testing.T) {
 	}
 }
 
-// TestApplyBMCWarning: a Workflow booting by ISO warns when its Hardware
-// (in the file or already stored) has no bmcRef, not when it has one.
+// bootHardware and bootWorkflow are manifests for the boot mode checks.
+func bootHardware(name, mac, extra string) string {
+	return "apiVersion: tinkerbell.org/v1alpha1\nkind: Hardware\nmetadata: {name: " + name + "}\nspec:\n" + extra +
+		"  interfaces:\n  - dhcp: {mac: \"" + mac + "\"}\n---\n"
+}
+
+func bootWorkflow(name, hw, mode string) string {
+	return "apiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\nmetadata: {name: " + name + "}\nspec:\n  templateRef: t\n  hardwareRef: " + hw +
+		"\n  bootOptions: {bootMode: " + mode + "}\n---\n"
+}
+
+const bmcRefLine = "  bmcRef: {apiGroup: bmc.tinkerbell.org, kind: Machine, name: m}\n"
+
+// TestApplyBMCWarning: a Workflow booting by custom BMC operations warns
+// when its Hardware (in the file or already stored) has no bmcRef; netboot
+// without one does not (somebody powers the machine on, as before).
 func TestApplyBMCWarning(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	hw := func(name, mac, extra string) string {
-		return "apiVersion: tinkerbell.org/v1alpha1\nkind: Hardware\nmetadata: {name: " + name + "}\nspec:\n" + extra +
-			"  interfaces:\n  - dhcp: {mac: \"" + mac + "\"}\n---\n"
-	}
-	wf := func(name, hw, mode string) string {
-		return "apiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\nmetadata: {name: " + name + "}\nspec:\n  templateRef: t\n  hardwareRef: " + hw +
-			"\n  bootOptions: {bootMode: " + mode + "}\n---\n"
-	}
 	tpl := templateWith("t", "{name: a, image: quay.io/tinkerbell/actions/cexec:v1.0.0, timeout: 60}") + "---\n"
-	if _, err := apply(e, tpl+hw("stored", "02:00:00:00:02:01", ""), false); err != nil {
+	if _, err := apply(e, tpl+bootHardware("stored", "02:00:00:00:02:01", ""), false); err != nil {
 		t.Fatal(err)
 	}
-	r, err := apply(e, hw("with-bmc", "02:00:00:00:02:02", "  bmcRef: {apiGroup: bmc.tinkerbell.org, kind: Machine, name: m}\n")+
-		hw("no-bmc", "02:00:00:00:02:03", "")+
-		wf("w1", "with-bmc", "isoboot")+wf("w2", "no-bmc", "customboot")+wf("w3", "stored", "iso")+wf("w4", "no-bmc", "netboot"), false)
+	r, err := apply(e, bootHardware("with-bmc", "02:00:00:00:02:02", bmcRefLine)+
+		bootHardware("no-bmc", "02:00:00:00:02:03", "")+
+		bootWorkflow("w1", "with-bmc", "customboot")+bootWorkflow("w2", "no-bmc", "customboot")+bootWorkflow("w3", "stored", "customboot")+
+		bootWorkflow("w4", "no-bmc", "netboot")+bootWorkflow("w5", "with-bmc", "netboot"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
 		`workflow "w2": spec.bootOptions.bootMode "customboot" needs a BMC to boot the machine, and hardware "no-bmc" has no spec.bmcRef: the workflow waits until the machine is booted another way`,
-		`workflow "w3": spec.bootOptions.bootMode "iso" needs a BMC to boot the machine, and hardware "stored" has no spec.bmcRef: the workflow waits until the machine is booted another way`,
+		`workflow "w3": spec.bootOptions.bootMode "customboot" needs a BMC to boot the machine, and hardware "stored" has no spec.bmcRef: the workflow waits until the machine is booted another way`,
 	}
 	if !reflect.DeepEqual(r.GetWarnings(), want) {
 		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(r.GetWarnings(), "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestApplyISOBootRefused: isoboot (and v1alpha1's "iso") is refused at
+// apply, naming what is missing: the Hardware's bmcRef, the server's
+// isoboot (api.Config.ISOBoot), or both; with both it is accepted.
+func TestApplyISOBootRefused(t *testing.T) {
+	tpl := templateWith("t", "{name: a, image: quay.io/tinkerbell/actions/cexec:v1.0.0, timeout: 60}") + "---\n"
+	noMedia := `"isoboot" boots the machine from virtual media through its BMC, and Anvil does not insert a workflow's isoURL as virtual media yet (a Job's virtualMediaAction through Redfish does); use bootMode netboot`
+	for _, tc := range []struct {
+		name     string
+		isoBoot  bool
+		hw, mode string
+		want     string // "" accepted
+	}{
+		{name: "bmc, no isoboot", hw: bmcRefLine, mode: "isoboot", want: `spec.bootOptions.bootMode: ` + noMedia},
+		{name: "no bmc, no isoboot", mode: "iso",
+			want: `spec.bootOptions.bootMode: "iso" boots the machine from virtual media through its BMC, and hardware "h" has no spec.bmcRef, and Anvil does not insert a workflow's isoURL as virtual media yet`},
+		{name: "no bmc, isoboot", isoBoot: true, mode: "isoboot",
+			want: `spec.bootOptions.bootMode: "isoboot" boots the machine from virtual media through its BMC, and hardware "h" has no spec.bmcRef; use bootMode netboot`},
+		{name: "both", isoBoot: true, hw: bmcRefLine, mode: "isoboot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{configure: func(c *api.Config) { c.ISOBoot = tc.isoBoot }})
+			_, err := apply(e, tpl+bootHardware("h", "02:00:00:00:02:09", tc.hw)+bootWorkflow("w", "h", tc.mode), false)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			wantCode(t, "apply", err, connect.CodeInvalidArgument)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Workflow default/w") {
+				t.Fatalf("error = %v\nwant it to contain %s", err, tc.want)
+			}
+			if _, gerr := e.st.Get(context.Background(), model.KindWorkflow, "default", "w"); gerr == nil {
+				t.Error("the refused workflow was stored")
+			}
+		})
 	}
 }
 

@@ -139,11 +139,15 @@ func (j jobService) ProvisionDevice(ctx context.Context, req *connect.Request[v1
 	}
 	created := obj.(*model.Workflow)
 	hw, warnings := s.enableNetboot(ctx, hw, created)
+	msg := fmt.Sprintf("job %s created: template %s on hardware %s, which network boots into it next (allowPXE set)",
+		jobID(created), created.Spec.TemplateRef, hw.Key())
+	if r := hw.Spec.BMCRef; r != nil && r.Name != "" {
+		msg += fmt.Sprintf("; its BMC (machine/%s) powers it on to that network boot", r.Name)
+	}
 	return connect.NewResponse(&v1.ProvisionDeviceResponse{
-		JobId:  jobID(created),
-		Status: v1.JobState_JOB_STATE_ACCEPTED,
-		Message: fmt.Sprintf("job %s created: template %s on hardware %s, which network boots into it next (allowPXE set)",
-			jobID(created), created.Spec.TemplateRef, hw.Key()),
+		JobId:    jobID(created),
+		Status:   v1.JobState_JOB_STATE_ACCEPTED,
+		Message:  msg,
 		Device:   hw.Key(),
 		Warnings: warnings,
 	}), nil
@@ -521,6 +525,9 @@ func jobMessage(wf *model.Workflow) string {
 	}
 	if c := workflow.FindCondition(st, workflow.ConditionWaiting); c != nil && c.Status == "True" {
 		return c.Message
+	}
+	if workflow.NetbootJobPending(st) {
+		return "waiting for the BMC: " + workflow.FindCondition(st, workflow.ConditionNetbootJobSetupComplete).Message
 	}
 	cs := st.CurrentState
 	switch {

@@ -81,6 +81,9 @@ func (m manifestService) Apply(ctx context.Context, req *connect.Request[v1.Appl
 	if refErr != nil {
 		return nil, s.toConnect(refErr)
 	}
+	if err := s.checkISOBoot(ctx, res.Docs); err != nil {
+		return nil, s.toConnect(err)
+	}
 	warnings := append(res.Warnings, s.applyWarnings(ctx, res.Docs)...)
 	if req.Msg.GetStrict() && len(warnings) > 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: refused (strict): %d warning(s), nothing applied:\n%s",

@@ -1,6 +1,6 @@
 // Package bmc owns out-of-band control of machines through their baseboard
 // management controllers: the providers that speak a BMC's protocol (IPMI
-// 2.0 over LAN, Redfish over HTTPS), and the executor that runs Rufio-shaped Jobs
+// 2.0 over LAN, Redfish over HTTPS, Intel AMT's WS-Management), and the executor that runs Rufio-shaped Jobs
 // (bmc.tinkerbell.org/v1alpha1) task by task, writing Task objects, Job
 // conditions and the Machine's power state as Rufio does, and the Poller
 // that keeps every Machine's power state current between Jobs.
@@ -12,8 +12,9 @@
 // message a provider's error might echo.
 //
 // It reads and writes Machines, Jobs, Tasks and Secrets through
-// store.Store only; it must not import the API, the CLI or the workflow
-// engine.
+// store.Store only, and tells machines' records (machinelog) how their
+// Jobs went; it must not import the API, the CLI or the workflow engine
+// (which creates the netboot Jobs of workflows as plain Job objects).
 package bmc
 
 import (
@@ -41,6 +42,9 @@ type Conn struct {
 	// request instead of opening a session
 	// (providerOptions.redfish.useBasicAuth).
 	BasicAuth bool
+	// Scheme is Intel AMT's "http" or "https"
+	// (providerOptions.intelAMT.hostScheme).
+	Scheme string
 }
 
 // Session is one open session with a BMC. Its methods are called from one

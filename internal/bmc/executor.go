@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -41,7 +42,7 @@ type Config struct {
 	// Required.
 	Unseal func(*model.Secret) (map[string][]byte, error)
 	// Providers are the protocols the executor speaks, in the order it
-	// prefers them. If empty, uses IPMI{} and Redfish{}.
+	// prefers them. If empty, uses IPMI{}, Redfish{} and IntelAMT{}.
 	Providers []Provider
 	// TaskTimeout bounds one task. If 0, uses DefaultTaskTimeout.
 	TaskTimeout time.Duration
@@ -56,6 +57,10 @@ type Config struct {
 	// Logger receives one line per Job started and finished. If nil,
 	// uses slog.Default().
 	Logger *slog.Logger
+	// Events receives a Job's start, each task's end and the Job's end,
+	// for the record of every machine whose Hardware names the Job's
+	// Machine in spec.bmcRef (`anvil logs hardware/X`). If nil, none.
+	Events machinelog.Sink
 }
 
 // Executor runs Jobs: each unfinished Job in the store, once, its tasks in
@@ -75,7 +80,7 @@ type Executor struct {
 // New returns an Executor for cfg.
 func New(cfg Config) *Executor {
 	if len(cfg.Providers) == 0 {
-		cfg.Providers = []Provider{IPMI{}, Redfish{}}
+		cfg.Providers = []Provider{IPMI{}, Redfish{}, IntelAMT{}}
 	}
 	if cfg.TaskTimeout <= 0 {
 		cfg.TaskTimeout = DefaultTaskTimeout
@@ -209,6 +214,7 @@ type jobRun struct {
 	provider Provider
 	password string // scrubbed from every message
 	session  Session
+	macs     []net.HardwareAddr // the machines whose records get the Job's progress
 }
 
 // runJob runs the Job's tasks and writes its outcome.
@@ -231,10 +237,16 @@ func (e *Executor) runJob(ctx context.Context, ns, name string) {
 		return
 	}
 	e.log.Info("bmc job started", "job", ns+"/"+name, "machine", job.Spec.MachineRef.Name, "tasks", len(job.Spec.Tasks))
-	r := &jobRun{e: e, job: job}
+	r := &jobRun{e: e, job: job, macs: e.machines(ctx, job)}
+	r.record(outcomeStarted, fmt.Sprintf("job %s started: %d task(s) on machine/%s", name, len(job.Spec.Tasks), job.Spec.MachineRef.Name))
 	msg, ok := r.run(ctx)
 	if r.password != "" {
 		msg = strings.ReplaceAll(msg, r.password, "[redacted]")
+	}
+	if ok {
+		r.record(outcomeCompleted, fmt.Sprintf("job %s completed: %s", name, msg))
+	} else {
+		r.record(outcomeFailed, fmt.Sprintf("job %s failed: %s", name, msg))
 	}
 	// The outcome is written even when ctx ended (a shutdown): a Job left
 	// Running would be reported as interrupted at the next start anyway,
@@ -377,8 +389,12 @@ func (e *Executor) connect(m *model.Machine, get func(kind, ns, name string) (mo
 			return p, Conn{Password: conn.Password}, fmt.Errorf("provider %s: %s has no %s (it needs the keys username and password)", p.Name(), what, k)
 		}
 	}
-	if p.Name() == model.ProviderRedfish {
+	switch p.Name() {
+	case model.ProviderRedfish:
 		redfishConn(&conn, c.ProviderOptions)
+		return p, conn, nil
+	case model.ProviderIntelAMT:
+		amtConn(&conn, c.ProviderOptions)
 		return p, conn, nil
 	}
 	if o := c.ProviderOptions; o != nil && o.IPMITOOL != nil {
@@ -400,12 +416,7 @@ func (e *Executor) choose(o *model.ProviderOptions) (Provider, error) {
 		return e.cfg.Providers[0], nil
 	}
 	for _, name := range o.PreferredOrder {
-		switch name {
-		case "ipmi":
-			name = model.ProviderIPMI
-		case "gofish": // bmclib's name for its Redfish provider
-			name = model.ProviderRedfish
-		}
+		name, _ = model.CanonicalProvider(name)
 		for _, p := range e.cfg.Providers {
 			if p.Name() == name {
 				return p, nil
@@ -416,7 +427,7 @@ func (e *Executor) choose(o *model.ProviderOptions) (Provider, error) {
 	for _, p := range e.cfg.Providers {
 		have = append(have, p.Name())
 	}
-	return nil, fmt.Errorf("preferredOrder %v names no provider Anvil has (it has %v; Intel AMT is not built yet)",
+	return nil, fmt.Errorf("preferredOrder %v names no provider Anvil has (it has %v)",
 		o.PreferredOrder, have)
 }
 
@@ -441,13 +452,16 @@ func (r *jobRun) runTask(ctx context.Context, i int, a model.BMCAction, conn Con
 		err = fmt.Errorf("%w (the task's limit is %s)", err, e.cfg.TaskTimeout)
 	}
 	now := e.cfg.Now().UTC()
+	took := now.Sub(start).Round(time.Millisecond)
 	if err != nil {
 		msg := r.scrub(err.Error())
 		task.Status.Conditions = model.SetCondition(nil, model.ConditionFailed, model.ConditionTrue, msg)
 		err = errors.New(msg)
+		r.record(outcomeFailed, fmt.Sprintf("job %s task %d (%s) failed after %s: %s", r.job.Name, i, a.Describe(), took, msg))
 	} else {
 		task.Status.Conditions = model.SetCondition(nil, model.ConditionCompleted, model.ConditionTrue, "")
 		task.Status.CompletionTime = &now
+		r.record(outcomeCompleted, fmt.Sprintf("job %s task %d (%s) completed in %s", r.job.Name, i, a.Describe(), took))
 	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer wcancel()

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/bmc/bmctest"
+	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store"
@@ -28,6 +31,30 @@ import (
 type world struct {
 	st     *bolt.Store
 	sealer *secrets.Sealer
+	events *eventLog
+}
+
+// eventLog keeps the machine record events the executor emits.
+type eventLog struct {
+	mu     sync.Mutex
+	events []machinelog.Event
+}
+
+func (l *eventLog) Record(e machinelog.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+// lines returns "MAC [outcome] message" for each event so far.
+func (l *eventLog) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, e := range l.events {
+		out = append(out, fmt.Sprintf("%s %s [%s] %s", e.MAC, e.Service, e.Outcome, e.Message))
+	}
+	return out
 }
 
 func newWorld(t *testing.T, providers ...bmc.Provider) *world {
@@ -49,8 +76,9 @@ func newWorldWith(t *testing.T, refGrace time.Duration, providers ...bmc.Provide
 	if err != nil {
 		t.Fatal(err)
 	}
+	events := &eventLog{}
 	ex := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Providers: providers, Logger: logger,
-		TaskTimeout: 10 * time.Second, PollInterval: 20 * time.Millisecond, RefGrace: refGrace})
+		TaskTimeout: 10 * time.Second, PollInterval: 20 * time.Millisecond, RefGrace: refGrace, Events: events})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ex.Run(ctx) }()
@@ -61,7 +89,7 @@ func newWorldWith(t *testing.T, refGrace time.Duration, providers ...bmc.Provide
 		}
 		st.Close()
 	})
-	return &world{st: st, sealer: sealer}
+	return &world{st: st, sealer: sealer, events: events}
 }
 
 func (w *world) put(t *testing.T, objs ...model.Object) {
@@ -190,6 +218,58 @@ func TestJobAgainstSimulator(t *testing.T) {
 	}
 }
 
+// TestJobEventsInMachineRecord: a Job's start, each task's end and the
+// Job's end go to the record of the machine whose Hardware names the Job's
+// Machine (by its first MAC), a failure with its message and without the
+// password; a Machine no Hardware names leaves no record.
+func TestJobEventsInMachineRecord(t *testing.T) {
+	sim := bmctest.StartSim(t, simUser, simPassword)
+	w := newWorld(t)
+	hw := &model.Hardware{ObjectMeta: model.ObjectMeta{Namespace: "default", Name: "node07"},
+		Spec: model.HardwareSpec{BMCRef: &model.LocalObjectReference{Kind: "Machine", Name: "m1"},
+			Interfaces: []model.Interface{{DHCP: &model.DHCP{MAC: "3c:ec:ef:00:00:07"}}, {DHCP: &model.DHCP{MAC: "3c:ec:ef:00:00:08"}}}}}
+	other := &model.Hardware{ObjectMeta: model.ObjectMeta{Namespace: "default", Name: "node08"},
+		Spec: model.HardwareSpec{Interfaces: []model.Interface{{DHCP: &model.DHCP{MAC: "3c:ec:ef:00:00:09"}}}}}
+	w.put(t, hw, other, secret("bm-auth", map[string]string{"username": simUser, "password": simPassword}),
+		machine("m1", "bm-auth", sim.Port, nil), machine("m2", "bm-auth", sim.Port, nil),
+		job("netboot", "m1", power(model.PowerActionOff), bootdev(model.BootDevicePXE, false), power(model.PowerActionOn)))
+	w.wait(t, "netboot")
+	re := regexp.MustCompile(`in \d+ms`)
+	var got []string
+	for _, l := range w.events.lines() {
+		got = append(got, re.ReplaceAllString(l, "in Nms"))
+	}
+	want := []string{
+		"3c:ec:ef:00:00:07 bmc [started] job netboot started: 3 task(s) on machine/m1",
+		"3c:ec:ef:00:00:07 bmc [completed] job netboot task 0 (powerAction off) completed in Nms",
+		"3c:ec:ef:00:00:07 bmc [completed] job netboot task 1 (oneTimeBootDeviceAction pxe) completed in Nms",
+		"3c:ec:ef:00:00:07 bmc [completed] job netboot task 2 (powerAction on) completed in Nms",
+		"3c:ec:ef:00:00:07 bmc [completed] job netboot completed: 3 tasks completed",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	sim.FailControl(t, true)
+	w.put(t, job("off", "m1", power(model.PowerActionOff)), job("unnamed", "m2", power(model.PowerActionStatus)))
+	w.wait(t, "off")
+	w.wait(t, "unnamed")
+	lines := w.events.lines()[len(want):]
+	if len(lines) != 3 {
+		t.Fatalf("events after the failing job: %q; want start, task failed, job failed (and none for m2)", lines)
+	}
+	if !strings.HasPrefix(lines[1], "3c:ec:ef:00:00:07 bmc [failed] job off task 0 (powerAction off) failed after ") ||
+		!strings.Contains(lines[1], "Unspecified error") ||
+		!strings.HasPrefix(lines[2], "3c:ec:ef:00:00:07 bmc [failed] job off failed: task 0 (powerAction off), provider ipmitool: chassis control off:") {
+		t.Errorf("failure events:\n%s", strings.Join(lines, "\n"))
+	}
+	for _, l := range w.events.lines() {
+		if strings.Contains(l, simPassword) {
+			t.Errorf("an event carries the password: %s", l)
+		}
+	}
+}
+
 // TestJobBeforeItsMachine: `anvil apply -f dir/` applies job.yaml before
 // machine.yaml and secret.yaml; the Job waits for them (as Rufio requeues)
 // and completes once they are applied.
@@ -266,7 +346,7 @@ func TestJobBadInput(t *testing.T) {
 		{job("no-secret", "nosecret", on),
 			[]string{"task 0 (powerAction on): provider ipmitool:", "Secret default/missing", "does not exist"}, false},
 		{job("amt-only", "amt", on),
-			[]string{"task 0 (powerAction on): providerOptions of Machine default/amt: preferredOrder [intelAMT] names no provider Anvil has", "Intel AMT is not built yet"}, false},
+			[]string{"task 0 (powerAction on): providerOptions of Machine default/amt: preferredOrder [intelAMT] names no provider Anvil has (it has [ipmitool])"}, false},
 		{job("virtual-media", "other", model.BMCAction{VirtualMediaAction: &model.VirtualMediaAction{MediaURL: "http://x/a.iso", Kind: "CD"}}),
 			[]string{"task 0 (virtualMediaAction CD), provider ipmitool: virtual media: not supported by this provider (Redfish has it"}, true},
 	}

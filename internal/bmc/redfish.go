@@ -174,23 +174,7 @@ func explainRedfish(what string, err error) error {
 		}
 		return fmt.Errorf("%s: the BMC answered HTTP %d: %s", what, re.HTTPReturnedStatusCode, msg)
 	}
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	var timeout interface{ Timeout() bool }
-	switch {
-	case errors.As(err, &unknownCA):
-		return fmt.Errorf("%s: %w (the BMC's certificate is not signed by a CA Anvil trusts: give the CA with anvil serve --bmc-ca-file, or set the Machine's insecureTLS)", what, err)
-	case errors.As(err, &hostname), errors.As(err, &invalid):
-		return fmt.Errorf("%s: %w (the BMC's certificate does not fit: fix it, or set the Machine's insecureTLS)", what, err)
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
-		return fmt.Errorf("%s: %w (the BMC did not answer in time)", what, err)
-	case strings.Contains(err.Error(), "connection refused"):
-		return fmt.Errorf("%s: %w (nothing listens there: check the Machine's host and port, providerOptions.redfish.port)", what, err)
-	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
-		return fmt.Errorf("%s: %w (Anvil speaks Redfish over HTTPS only)", what, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
+	return explainTransport(what, err, "providerOptions.redfish.port", "Anvil speaks Redfish over HTTPS only")
 }
 
 // redfishSession is one authenticated client and the chosen system.

@@ -81,11 +81,13 @@ const (
 // quietOutcomes are the outcomes of things going as they should; a line of
 // any other outcome is prefixed with it ("[unknown-mac] DISCOVER from …").
 var quietOutcomes = map[string]bool{
-	"":         true,
-	"served":   true, // tftp, http
-	"received": true, // syslog
-	"offered":  true, // dhcp
-	"acked":    true, // dhcp
+	"":          true,
+	"served":    true, // tftp, http
+	"received":  true, // syslog
+	"offered":   true, // dhcp
+	"acked":     true, // dhcp
+	"started":   true, // bmc: a Job started
+	"completed": true, // bmc: a task or Job completed
 }
 
 // notBootAttempts are DHCP outcomes that every DHCP client on the segment
@@ -106,7 +108,7 @@ func notOwnAddress(e machinelog.Event) bool {
 
 // services are the known Event.Service values, for metric labels.
 var services = []string{machinelog.ServiceDHCP, machinelog.ServiceTFTP, machinelog.ServiceHTTP, machinelog.ServiceSyslog,
-	machinelog.ServiceMetadata}
+	machinelog.ServiceMetadata, machinelog.ServiceBMC}
 
 var (
 	eventsTotal = promauto.NewCounterVec(prometheus.CounterOpts{

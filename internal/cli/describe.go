@@ -383,6 +383,18 @@ func describeMachine(w io.Writer, x *model.Machine, now time.Time) {
 			fmt.Fprintf(w, "Redfish:     %s\n", strings.Join(parts, ", "))
 		}
 	}
+	if o := c.ProviderOptions; o != nil && o.IntelAMT != nil && (o.IntelAMT.Port != 0 || o.IntelAMT.HostScheme != "") {
+		// What the Machine says; the defaults (http, 16992) are in
+		// docs/bmc.md.
+		var parts []string
+		if a := o.IntelAMT; a.Port != 0 {
+			parts = append(parts, fmt.Sprintf("port %d", a.Port))
+		}
+		if a := o.IntelAMT; a.HostScheme != "" {
+			parts = append(parts, a.HostScheme)
+		}
+		fmt.Fprintf(w, "Intel AMT:   %s\n", strings.Join(parts, ", "))
+	}
 	if len(x.Status.Conditions) > 0 {
 		fmt.Fprintln(w, "Conditions:")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

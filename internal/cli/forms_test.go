@@ -195,7 +195,7 @@ spec:
   templateRef: fw` + suffix + `
   hardwareRef: m1` + suffix + `
   hardwareMap: {device_1: "02:00:00:00:01:0` + suffix + `"}
-  bootOptions: {bootMode: isoboot, isoURL: "http://10.0.0.2/hook.iso"}
+  bootOptions: {bootMode: customboot}
 `
 	}
 	wantWarnings := func(suffix string) []string {
@@ -203,7 +203,7 @@ spec:
 			`fw.yaml:22: document 2 (Hardware default/m1` + suffix + `): spec.auto: a Tinkerbell field Anvil ignores`,
 			`warning: template "fw` + suffix + `" action "absent": image "quay.io/tinkerbell/actions/absent:v1" is not native and could not be resolved via mirror http://` + reg.Host + `: the registry has no such image: `,
 			`warning: template "fw` + suffix + `" action "down": image "down.lab/tools/fw:1" is not native and could not be resolved via mirror http://` + down.Host + `: cannot reach the registry: `,
-			`warning: workflow "w` + suffix + `": spec.bootOptions.bootMode "isoboot" needs a BMC to boot the machine, and hardware "m1` + suffix + `" has no spec.bmcRef`,
+			`warning: workflow "w` + suffix + `": spec.bootOptions.bootMode "customboot" needs a BMC to boot the machine, and hardware "m1` + suffix + `" has no spec.bmcRef`,
 		}
 	}
 	warningLines := func(stderr string) []string {

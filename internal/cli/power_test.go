@@ -11,6 +11,68 @@ import (
 	"github.com/anvilproj/anvil/internal/testtool"
 )
 
+// bmcExample writes examples/bmc/bmc.yaml with sim's address and
+// password, and returns its path.
+func bmcExample(t *testing.T, sim *bmctest.Sim, password string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(examples, "bmc", "bmc.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.NewReplacer("host: 10.0.0.57", "host: 127.0.0.1", "port: 623", "port: "+strconv.Itoa(sim.Port),
+		"password: change-me", "password: "+password).Replace(string(raw))
+	file := filepath.Join(t.TempDir(), "bmc.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestReprovisionThroughBMC: `anvil reprovision` of a Hardware with a
+// bmcRef says the BMC powers the machine, and it does: the netboot Job
+// powers the simulator's stand-in machine on after a one-time PXE boot,
+// and the machine's record shows the Job.
+func TestReprovisionThroughBMC(t *testing.T) {
+	const password = "cli-test-bmc-pw"
+	sim := bmctest.StartSim(t, "admin", password)
+	srv := startServer(t)
+	tpl := writeFile(t, "template.yaml", `apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata: {name: install}
+spec:
+  data: |
+    version: "0.1"
+    name: install
+    global_timeout: 600
+    tasks:
+    - name: os
+      worker: "{{.device_1}}"
+      actions:
+      - {name: reboot, image: reboot, timeout: 30}
+`)
+	mustRun(t, srv, "apply", "-f", bmcExample(t, sim, password), "-f", tpl)
+	out := mustRun(t, srv, "reprovision", "node07", "--template", "install", "--name", "node07-again")
+	job := "tink-controller-node07-one-time-netboot"
+	want := "machine/bmc-node07: the BMC powers it off, sets a one-time PXE boot and powers it on before the workflow starts (job/" + job + ")\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("reprovision output lacks %q:\n%s", want, out)
+	}
+	testtool.WaitFor(t, "job/"+job+" to complete", func() bool {
+		out, _, err := run(t, srv, "get", "jobs", job)
+		return err == nil && strings.Contains(out, "Completed")
+	})
+	if sim.MachinePID() == 0 || sim.Boot() != "pxe" {
+		t.Errorf("after the netboot job: stand-in pid %d, boot %q; want running, pxe", sim.MachinePID(), sim.Boot())
+	}
+	record := mustRun(t, srv, "logs", "hardware/node07")
+	for _, want := range []string{"bmc     job " + job + " started: 3 task(s) on machine/bmc-node07",
+		"task 1 (oneTimeBootDeviceAction pxe (efiBoot)) completed", "bmc     job " + job + " completed: 3 tasks completed"} {
+		if !strings.Contains(record, want) {
+			t.Errorf("logs hardware/node07 lacks %q:\n%s", want, record)
+		}
+	}
+}
+
 // TestPowerCommands drives a real BMC (OpenIPMI's ipmi_sim) through the
 // CLI and a real server: the example's Secret, Machine and Hardware apply,
 // `power` and `bootdev` run Jobs that power the simulator's stand-in
@@ -22,17 +84,7 @@ func TestPowerCommands(t *testing.T) {
 	sim := bmctest.StartSim(t, "admin", password)
 	srv := startServer(t)
 
-	raw, err := os.ReadFile(filepath.Join(examples, "bmc", "bmc.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := strings.NewReplacer("host: 10.0.0.57", "host: 127.0.0.1", "port: 623", "port: "+strconv.Itoa(sim.Port),
-		"password: change-me", "password: "+password).Replace(string(raw))
-	file := filepath.Join(t.TempDir(), "bmc.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out := mustRun(t, srv, "apply", "-f", file)
+	out := mustRun(t, srv, "apply", "-f", bmcExample(t, sim, password))
 	for _, want := range []string{"secret/bmc-node07 created", "machine/bmc-node07 created", "hardware/node07 created"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("apply output %q lacks %q", out, want)
@@ -89,7 +141,7 @@ func TestPowerCommands(t *testing.T) {
 
 	// A Machine that does not exist: said at once, no Job is created
 	// (the executor would wait bmc.DefaultRefGrace for it to be applied).
-	_, _, err = run(t, srv, "power", "on", "machine/ghost")
+	_, _, err := run(t, srv, "power", "on", "machine/ghost")
 	if err == nil || err.Error() != "machine/ghost: Machine default/ghost: not found" {
 		t.Errorf("power on machine/ghost: %v", err)
 	}

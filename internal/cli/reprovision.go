@@ -8,6 +8,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/workflow"
 )
 
 func newReprovisionCmd() *cobra.Command {
@@ -47,6 +48,10 @@ or the Template does not exist.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "workflow/%s created (template %s, hardware %s)\n", wf.GetName(), template, args[0])
 			fmt.Fprintf(out, "hardware/%s: %s; its next network boot runs the workflow\n", args[0], netbootSummary(r.GetHardware()))
+			if bmc := bmcRefName(r.GetHardware()); bmc != "" {
+				fmt.Fprintf(out, "machine/%s: the BMC powers it off, sets a one-time PXE boot and powers it on before the workflow starts (job/%s)\n",
+					bmc, workflow.NetbootJobName(args[0]))
+			}
 			for _, w := range r.GetWarnings() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 			}
@@ -62,6 +67,11 @@ or the Template does not exist.`,
 	cmd.Flags().StringVarP(&template, "template", "t", "", "the Template the new workflow runs (required)")
 	cmd.Flags().StringVar(&name, "name", "", "name of the new Workflow (default HARDWARE-YYYYMMDD-HHMMSS, UTC)")
 	return cmd
+}
+
+// bmcRefName is the Machine a Hardware's spec.bmcRef names, or "".
+func bmcRefName(m *v1.Hardware) string {
+	return m.GetSpec().GetFields()["bmcRef"].GetStructValue().GetFields()["name"].GetStringValue()
 }
 
 // netbootSummary says on how many of a Hardware's interfaces allowPXE is

@@ -24,6 +24,9 @@ const (
 	ServiceSyslog = "syslog"
 	// ServiceMetadata: the metadata service (internal/metadata).
 	ServiceMetadata = "metadata"
+	// ServiceBMC: the BMC job executor (internal/bmc), about the machine
+	// whose Hardware names the Job's Machine in spec.bmcRef.
+	ServiceBMC = "bmc"
 )
 
 // Event is one thing a service did for (or refused to) a machine.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -102,9 +103,9 @@ type SecretReference struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// ProviderOptions are Rufio's per-provider options. Anvil drives IPMI and
-// Redfish; the others are accepted so Rufio manifests apply, and refused
-// when a task would need them (see internal/bmc).
+// ProviderOptions are Rufio's per-provider options. Anvil drives IPMI,
+// Redfish and Intel AMT; rpc is accepted so Rufio manifests apply, and
+// refused when a task would need it (see internal/bmc).
 type ProviderOptions struct {
 	// PreferredOrder lists provider names to try, in order.
 	PreferredOrder []string         `json:"preferredOrder,omitempty"`
@@ -132,7 +133,9 @@ type RedfishOptions struct {
 	SystemName   string `json:"systemName,omitempty"`
 }
 
-// IntelAMTOptions tunes the Intel AMT provider (not built yet).
+// IntelAMTOptions tunes the Intel AMT provider: its port (default 16992
+// for http, 16993 for https) and hostScheme, http (Rufio's default) or
+// https.
 type IntelAMTOptions struct {
 	Port       int    `json:"port,omitempty"`
 	HostScheme string `json:"hostScheme,omitempty"`
@@ -307,9 +310,7 @@ func validateConnection(c Connection, p string, add addFunc) {
 	}
 	if o := c.ProviderOptions; o != nil {
 		for i, name := range o.PreferredOrder {
-			switch name {
-			case ProviderIPMI, ProviderRedfish, ProviderIntelAMT, ProviderRPC, "gofish", "ipmi":
-			default:
+			if _, ok := CanonicalProvider(name); !ok {
 				add(fmt.Sprintf("%s.providerOptions.preferredOrder[%d]", p, i), "unknown provider %q (want ipmitool, redfish, intelAMT or rpc)", name)
 			}
 		}
@@ -326,6 +327,16 @@ func validateConnection(c Connection, p string, add addFunc) {
 		if o.Redfish != nil && (o.Redfish.Port < 0 || o.Redfish.Port > 65535) {
 			add(p+".providerOptions.redfish.port", "%d is not a port", o.Redfish.Port)
 		}
+		if a := o.IntelAMT; a != nil {
+			if a.Port < 0 || a.Port > 65535 {
+				add(p+".providerOptions.intelAMT.port", "%d is not a port", a.Port)
+			}
+			switch strings.ToLower(a.HostScheme) {
+			case "", "http", "https":
+			default:
+				add(p+".providerOptions.intelAMT.hostScheme", "%q: want http or https", a.HostScheme)
+			}
+		}
 	}
 }
 
@@ -336,6 +347,23 @@ const (
 	ProviderIntelAMT = "intelAMT"
 	ProviderRPC      = "rpc"
 )
+
+// CanonicalProvider maps a preferredOrder name to Anvil's provider name.
+// Rufio's names are bmclib's and case-insensitive ("IntelAMT",
+// "gofish", "ipmitool"); Anvil's own ("redfish", "intelAMT") count too.
+func CanonicalProvider(name string) (string, bool) {
+	switch strings.ToLower(name) {
+	case "ipmitool", "ipmi":
+		return ProviderIPMI, true
+	case "redfish", "gofish":
+		return ProviderRedfish, true
+	case "intelamt":
+		return ProviderIntelAMT, true
+	case "rpc":
+		return ProviderRPC, true
+	}
+	return name, false
+}
 
 func validateJob(j *Job, add addFunc) {
 	if j.Spec.MachineRef.Name == "" {

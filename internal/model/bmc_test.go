@@ -82,6 +82,10 @@ func TestBMCErrors(t *testing.T) {
 			[]string{"f.yaml:9:", "cipherSuite", "suites 3 and 17"}},
 		{"bad redfish port", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      redfish: {port: 70000}\n",
 			[]string{"providerOptions.redfish.port", "70000 is not a port"}},
+		{"bad intelAMT scheme", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      intelAMT: {hostScheme: ftp, port: 16993}\n",
+			[]string{"providerOptions.intelAMT.hostScheme", `"ftp": want http or https`}},
+		{"unknown provider", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: h\n    authSecretRef: {name: s}\n    providerOptions:\n      preferredOrder: [IntelAMT, asrockrack]\n",
+			[]string{"preferredOrder[1]", `unknown provider "asrockrack"`}},
 		{"bad power action", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: sideways\n",
 			[]string{"f.yaml:7:", "spec.tasks[0].powerAction", `"sideways" is not a power action`}},
 		{"two actions in one task", "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  machineRef: {name: m}\n  tasks:\n  - powerAction: \"on\"\n    oneTimeBootDeviceAction: {device: [pxe]}\n",
@@ -117,8 +121,22 @@ func TestBMCErrors(t *testing.T) {
 	}
 }
 
+// TestCanonicalProvider: Rufio's (bmclib's) provider names in any case,
+// and Anvil's own.
+func TestCanonicalProvider(t *testing.T) {
+	for in, want := range map[string]string{"IntelAMT": ProviderIntelAMT, "intelamt": ProviderIntelAMT, "intelAMT": ProviderIntelAMT,
+		"gofish": ProviderRedfish, "Redfish": ProviderRedfish, "ipmitool": ProviderIPMI, "IPMI": ProviderIPMI, "rpc": ProviderRPC} {
+		if got, ok := CanonicalProvider(in); !ok || got != want {
+			t.Errorf("%s: %s %v; want %s", in, got, ok, want)
+		}
+	}
+	if _, ok := CanonicalProvider("dell"); ok {
+		t.Error("dell: accepted")
+	}
+}
+
 // TestBMCExamples: the manifests docs/bmc.md runs parse without a
-// warning, the Redfish Machine's options included.
+// warning, the Redfish and Intel AMT Machines' options included.
 func TestBMCExamples(t *testing.T) {
 	files, err := filepath.Glob("../../examples/bmc/*.yaml")
 	if err != nil || len(files) < 4 {
@@ -141,6 +159,12 @@ func TestBMCExamples(t *testing.T) {
 				o := m.Spec.Connection.ProviderOptions
 				if o == nil || o.Redfish == nil || o.Redfish.Port != 443 || o.Redfish.SystemName != "1" || o.PreferredOrder[0] != ProviderRedfish {
 					t.Errorf("%s: redfish options %+v", f, o)
+				}
+			}
+			if m, ok := d.Object.(*Machine); ok && m.Name == "bmc-node09" {
+				o := m.Spec.Connection.ProviderOptions
+				if name, _ := CanonicalProvider(o.PreferredOrder[0]); o.IntelAMT == nil || o.IntelAMT.Port != 16992 || o.IntelAMT.HostScheme != "http" || name != ProviderIntelAMT {
+					t.Errorf("%s: intelAMT options %+v", f, o)
 				}
 			}
 		}

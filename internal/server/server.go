@@ -186,7 +186,7 @@ type Config struct {
 	// nothing runs them.
 	DisableBMC bool
 	// BMCCAFile is a PEM file of the CAs that sign BMCs' HTTPS
-	// certificates (Redfish). If empty, the system's CAs; a Machine with
+	// certificates (Redfish, Intel AMT over TLS). If empty, the system's CAs; a Machine with
 	// insecureTLS verifies nothing.
 	BMCCAFile string
 	// BMCPollInterval (`anvil serve --bmc-poll-interval`, default
@@ -465,11 +465,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	redfish := bmc.Redfish{}
+	redfish, amt := bmc.Redfish{}, bmc.IntelAMT{}
 	if cfg.BMCCAFile != "" {
 		if redfish.RootCAs, err = bmc.LoadCAFile(cfg.BMCCAFile); err != nil {
 			return err
 		}
+		amt.RootCAs = redfish.RootCAs
 	}
 	boot, err := newBootServices(cfg, trusted, st, recorder, sec.agentKey, log)
 	if err != nil {
@@ -505,8 +506,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The BMC job executor: runs Rufio-shaped Jobs against machines' BMCs.
 	// It stops with the engine, before the store closes.
 	if !cfg.DisableBMC {
-		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log,
-			Providers: []bmc.Provider{bmc.IPMI{}, redfish}})
+		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: recorder,
+			Providers: []bmc.Provider{bmc.IPMI{}, redfish, amt}})
 		bmcCtx, stopBMC := context.WithCancel(context.Background())
 		bmcDone := make(chan struct{})
 		go func() {

@@ -12,7 +12,10 @@
 // store, no clock. engine.go is the Engine: a controller (Run) that renders
 // new workflows, keeps one active workflow per hardware, toggles netboot and
 // schedules deadline timers, and the agent API (GetAction, ReportActionStatus)
-// that the transport layer calls.
+// that the transport layer calls. netbootjob.go drives the BMC for netboot
+// workflows on Hardware with a bmcRef: it writes Tinkerbell's one-time
+// netboot Job (run by internal/bmc, which it does not import) and holds the
+// workflow until the Job ends.
 //
 // Workflows are identified by "namespace/name" (WorkflowID). Task and action
 // IDs are assigned at render time and stored in the status.

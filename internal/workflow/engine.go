@@ -188,6 +188,11 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.watchJobs(ctx)
+	}()
 	err := e.watch(ctx)
 	e.queue.shutdown()
 	wg.Wait()
@@ -411,6 +416,19 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 			AddHistory(st, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: st.State,
 				Message: "no longer waiting: this workflow is now active on its hardware"})
 			changed = true
+		}
+	}
+
+	// (e) bootMode netboot through the BMC, once this workflow is the
+	// active one on its hardware: another's machine is not powered off.
+	if !final && !disabled && waitingFor == "" && wantsBMCNetboot(wf) {
+		c, err := e.netbootJob(ctx, wf, now)
+		if err != nil {
+			return err
+		}
+		if c {
+			changed = true
+			final = model.IsFinal(st.State)
 		}
 	}
 
@@ -758,7 +776,7 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 		default:
 			continue
 		}
-		if model.BoolValue(w.Spec.Disabled, false) || FindCondition(&w.Status, ConditionWaiting) != nil {
+		if model.BoolValue(w.Spec.Disabled, false) || FindCondition(&w.Status, ConditionWaiting) != nil || NetbootJobPending(&w.Status) {
 			continue
 		}
 		cands = append(cands, w)

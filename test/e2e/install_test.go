@@ -121,6 +121,10 @@ type installSpec struct {
 	// keepNetboot leaves netboot on after the install (no
 	// toggleAllowNetboot): the next boot gets iPXE's local-disk script.
 	keepNetboot bool
+	// bmc, if set, is the Machine the Hardware's spec.bmcRef names.
+	bmc string
+	// noWorkflow leaves the Workflow out (reprovision creates it).
+	noWorkflow bool
 }
 
 // yaml is the Hardware, Template and Workflow of the install.
@@ -133,11 +137,15 @@ func (in installSpec) yaml() string {
 	if in.keepNetboot {
 		toggle = ""
 	}
-	return fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
+	bmcRef := ""
+	if in.bmc != "" {
+		bmcRef = "\n  bmcRef:\n    apiGroup: bmc.tinkerbell.org\n    kind: Machine\n    name: " + in.bmc
+	}
+	out := fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
 metadata:
   name: %[1]s
-spec:
+spec:%[10]s
   disks:
     - device: /dev/vda
   metadata:
@@ -210,7 +218,11 @@ spec:
   hardwareMap:
     device_1: %[2]s%[9]s
 `, in.name, in.mac, in.ip, in.server, in.imageURL, in.os.bootConfig,
-		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle)
+		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle, bmcRef)
+	if in.noWorkflow {
+		out, _, _ = strings.Cut(out, "---\napiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\n")
+	}
+	return out
 }
 
 // installRun is one install: the VM's result and when the workflow ended.
@@ -219,6 +231,17 @@ type installRun struct {
 	success time.Duration // from QEMU start to the workflow's SUCCESS as polled (0: not seen)
 	disk    string
 	os      osImage
+	// workflow is the install's workflow; "" is the machine's name with
+	// "-install".
+	workflow string
+}
+
+// workflowOf is the name of run's workflow on the machine name.
+func (run installRun) workflowOf(name string) string {
+	if run.workflow != "" {
+		return run.workflow
+	}
+	return name + "-install"
 }
 
 // runInstall boots a blank BIOS VM until its installed OS powers it off,
@@ -386,7 +409,7 @@ func assertInstalledOS(t *testing.T, a *anvil, run installRun, name, mac, ip str
 	if run.res.err != nil {
 		t.Errorf("VM did not power off cleanly: %v", run.res.err)
 	}
-	wf := getWorkflow(t, a, name+"-install")
+	wf := getWorkflow(t, a, run.workflowOf(name))
 	if wf.Status.State != "SUCCESS" {
 		t.Errorf("workflow state = %q; want SUCCESS", wf.Status.State)
 	}
@@ -417,7 +440,7 @@ func assertInstalledOS(t *testing.T, a *anvil, run installRun, name, mac, ip str
 	}
 
 	// The record: the agent's output reached the server.
-	logs := a.cli(t, "logs", "workflow/"+name+"-install")
+	logs := a.cli(t, "logs", "workflow/"+run.workflowOf(name))
 	if !strings.Contains(logs, "metadata") || !strings.Contains(logs, name) {
 		t.Errorf("workflow log lacks the cexec action's output (the metadata it fetched):\n%s", logs)
 	}

@@ -490,6 +490,10 @@ type vm struct {
 	// netdev, if set, is QEMU's -netdev for the NIC (id n0) instead of
 	// the tap (e.g. a datagram socket to a switch the test runs).
 	netdev string
+	// noBootOrder leaves out a SeaBIOS machine's -boot: whoever starts
+	// QEMU gives it (the BMC test's chassis control, from the one-time
+	// boot device it was told).
+	noBootOrder bool
 }
 
 // vmResult is how a VM run ended.
@@ -510,46 +514,7 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	defer func() { <-qemuSlots }()
 	dir := n.t.TempDir()
 	serial := filepath.Join(dir, "serial.log")
-	netdev := "tap,id=n0,ifname=" + m.tap + ",script=no,downscript=no"
-	if m.netdev != "" {
-		netdev = m.netdev
-	}
-	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none",
-		"-serial", "file:" + serial, "-monitor", "none", "-netdev", netdev}
-	switch {
-	case m.disk == "":
-		args = append(args, "-no-reboot")
-	case m.uefi:
-		// OVMF boots in fw_cfg's bootorder: the NIC (bootindex=1), then
-		// this disk.
-		args = append(args, "-drive", "file="+m.disk+",format=raw,if=none,id=disk0",
-			"-device", "virtio-blk-pci,drive=disk0,bootindex=2")
-	default:
-		args = append(args, "-drive", "file="+m.disk+",format=raw,if=virtio")
-	}
-	if m.uefi {
-		vars := filepath.Join(dir, "OVMF_VARS.fd")
-		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS.fd")
-		if err != nil {
-			n.t.Fatalf("OVMF (apt-get install ovmf): %v", err)
-		}
-		if err := os.WriteFile(vars, b, 0o644); err != nil {
-			n.t.Fatal(err)
-		}
-		args = append(args, "-machine", "q35,graphics=off",
-			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE.fd",
-			"-drive", "if=pflash,format=raw,unit=1,file="+vars,
-			// romfile= disables iPXE's option ROM: OVMF's own PXE client runs.
-			"-device", "virtio-net-pci,netdev=n0,mac="+m.mac+",romfile=,bootindex=1")
-	} else {
-		boot := "n"
-		if m.disk != "" {
-			boot = "order=nc"
-		}
-		args = append(args, "-machine", "pc,graphics=off", "-boot", boot,
-			"-device", "virtio-net-pci,netdev=n0,mac="+m.mac)
-	}
-	args = append(args, m.qemuArgs...)
+	args := n.qemuArgs(m, dir, "file:"+serial)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	stopped := false
@@ -582,6 +547,57 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 	}
 	n.t.Logf("VM %s (%s, uefi=%v) ran %.1fs", m.name, m.mac, m.uefi, time.Since(start).Seconds())
 	return res
+}
+
+// qemuArgs are QEMU's arguments for m (without the program's name), its
+// serial console going to the chardev serial, its firmware's variables
+// (UEFI) in dir.
+func (n *netns) qemuArgs(m vm, dir, serial string) []string {
+	n.t.Helper()
+	netdev := "tap,id=n0,ifname=" + m.tap + ",script=no,downscript=no"
+	if m.netdev != "" {
+		netdev = m.netdev
+	}
+	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none",
+		"-serial", serial, "-monitor", "none", "-netdev", netdev}
+	switch {
+	case m.disk == "":
+		args = append(args, "-no-reboot")
+	case m.uefi:
+		// OVMF boots in fw_cfg's bootorder: the NIC (bootindex=1), then
+		// this disk.
+		args = append(args, "-drive", "file="+m.disk+",format=raw,if=none,id=disk0",
+			"-device", "virtio-blk-pci,drive=disk0,bootindex=2")
+	default:
+		args = append(args, "-drive", "file="+m.disk+",format=raw,if=virtio")
+	}
+	if m.uefi {
+		vars := filepath.Join(dir, "OVMF_VARS.fd")
+		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS.fd")
+		if err != nil {
+			n.t.Fatalf("OVMF (apt-get install ovmf): %v", err)
+		}
+		if err := os.WriteFile(vars, b, 0o644); err != nil {
+			n.t.Fatal(err)
+		}
+		args = append(args, "-machine", "q35,graphics=off",
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE.fd",
+			"-drive", "if=pflash,format=raw,unit=1,file="+vars,
+			// romfile= disables iPXE's option ROM: OVMF's own PXE client runs.
+			"-device", "virtio-net-pci,netdev=n0,mac="+m.mac+",romfile=,bootindex=1")
+	} else {
+		boot := "n"
+		if m.disk != "" {
+			boot = "order=nc"
+		}
+		args = append(args, "-machine", "pc,graphics=off")
+		if !m.noBootOrder {
+			args = append(args, "-boot", boot)
+		}
+		args = append(args, "-device", "virtio-net-pci,netdev=n0,mac="+m.mac)
+	}
+	args = append(args, m.qemuArgs...)
+	return args
 }
 
 // watchSerial polls the serial log for markers and records in seen when

@@ -75,6 +75,34 @@ esac
 exit 0
 `
 
+// LANConfig is ipmi_sim's LAN configuration (lan.conf, see ipmi_lan(5))
+// for a BMC listening on addr:port (UDP) with one administrator, whose
+// chassis control program is control: ipmi_sim runs it as "control 0x20
+// get|set PARM [VALUE]..." for the power state and the boot device (the
+// contract controlScript implements). ipmi_sim accepts Set System Boot
+// Options only with such a program: in its other mode, startcmd, it
+// answers boot parameter 5 with "invalid data field".
+func LANConfig(addr string, port int, control, user, password string) string {
+	return fmt.Sprintf(`name "anvil-test"
+set_working_mc 0x20
+startlan 1
+  addr %s %d
+  priv_limit admin
+  allowed_auths_callback none md2 md5 straight
+  allowed_auths_user none md2 md5 straight
+  allowed_auths_operator none md2 md5 straight
+  allowed_auths_admin none md2 md5 straight
+  guid a123456789abcdefa123456789abcdef
+endlan
+chassis_control "%s 0x20"
+user 2 true "%s" "%s" admin 10 none md2 md5 straight
+`, addr, port, control, user, password)
+}
+
+// EmuConfig is ipmi_sim's emulator commands (sim.emu): one BMC at 0x20
+// with chassis support.
+const EmuConfig = "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"
+
 // StartSim starts ipmi_sim with user and password (admin privilege) on a
 // free UDP port of 127.0.0.1, and stops it (and the stand-in machine) when
 // the test ends. Without ipmi_sim the test is skipped, or fails under
@@ -87,21 +115,8 @@ func StartSim(t testing.TB, user, password string) *Sim {
 	s := &Sim{Host: "127.0.0.1", Port: port, User: user, Password: password, Dir: dir}
 	control := filepath.Join(dir, "control.sh")
 	write(t, control, fmt.Sprintf(controlScript, dir), 0o755)
-	write(t, filepath.Join(dir, "lan.conf"), fmt.Sprintf(`name "anvil-test"
-set_working_mc 0x20
-startlan 1
-  addr 127.0.0.1 %d
-  priv_limit admin
-  allowed_auths_callback none md2 md5 straight
-  allowed_auths_user none md2 md5 straight
-  allowed_auths_operator none md2 md5 straight
-  allowed_auths_admin none md2 md5 straight
-  guid a123456789abcdefa123456789abcdef
-endlan
-chassis_control "%s 0x20"
-user 2 true "%s" "%s" admin 10 none md2 md5 straight
-`, port, control, user, password), 0o600)
-	write(t, filepath.Join(dir, "sim.emu"), "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n", 0o600)
+	write(t, filepath.Join(dir, "lan.conf"), LANConfig("127.0.0.1", port, control, user, password), 0o600)
+	write(t, filepath.Join(dir, "sim.emu"), EmuConfig, 0o600)
 	state := filepath.Join(dir, "state")
 	if err := os.Mkdir(state, 0o700); err != nil {
 		t.Fatal(err)
