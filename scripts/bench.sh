@@ -19,6 +19,7 @@
 #   BOOTENV_ARGS extra flags for bench/bootenv (e.g. "-runs 3 -compress lz4-9,zstd-19")
 #   APIAUTH_ARGS extra flags for bench/apiauth (e.g. "-rounds 5 -clients 16")
 #   OCIRUN_ARGS  extra flags for bench/ocirun (e.g. "-runs 20 -no-runc")
+#   BMCPOLL_ARGS extra flags for bench/bmcpoll (e.g. "-n 5000 -concurrency 64")
 #   INSTALL_RUNS how many end-to-end installs the install section times (default 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp tftp image2disk bootenv install apiauth ocirun)
+SECTIONS=(fleet dhcp tftp image2disk bootenv install apiauth ocirun bmcpoll)
 
 say() { echo "bench: $*" >&2; }
 
@@ -123,6 +124,23 @@ section_ocirun() {
     2> >(tee "$BENCH_OUT/ocirun.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/ocirun.txt"
   grep '^{' "$BENCH_OUT/ocirun.txt" >"$BENCH_OUT/ocirun.json" || true
+  return $rc
+}
+
+# bmcpoll: the BMC power-state poller of anvil serve against 1,000 IPMI
+# BMCs in the bench's process (go-ipmi's BMC server, one loopback address
+# each) (bench/bmcpoll): the first full sweep's time with bounded
+# concurrency while Jobs run, a steady round that follows power changes
+# made behind Anvil's back, the server's CPU and memory, and that no BMC
+# ever had two sessions at once. No root.
+section_bmcpoll() {
+  go build -o "$BENCH_OUT/bmcpollbench" ./bench/bmcpoll || return 1
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/bmcpollbench" -anvil "$ANVIL" -json ${BMCPOLL_ARGS:-} >"$BENCH_OUT/bmcpoll.txt" \
+    2> >(tee "$BENCH_OUT/bmcpoll.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/bmcpoll.txt"
+  grep '^{' "$BENCH_OUT/bmcpoll.txt" >"$BENCH_OUT/bmcpoll.json" || true
   return $rc
 }
 

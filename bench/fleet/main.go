@@ -18,27 +18,17 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -46,9 +36,9 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/bench/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/model"
-	anvilserver "github.com/anvilproj/anvil/internal/server"
 )
 
 const (
@@ -198,30 +188,30 @@ func (r *result) print(w io.Writer) {
 // The run
 
 func run(o options) (*result, error) {
-	raiseNoFile()
-	res := &result{Machines: o.n, Conns: o.conns, ActionTimeS: o.actionTime.Seconds(), CPUs: cpus(),
+	benchproc.RaiseNoFile()
+	res := &result{Machines: o.n, Conns: o.conns, ActionTimeS: o.actionTime.Seconds(), CPUs: benchproc.CPUs(),
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"),
 		Peer: "none: Tinkerbell's server cannot be built here (its modules are refused by the module proxy)"}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 
-	srv, err := startServer(ctx, o)
+	srv, err := benchproc.Start(ctx, benchproc.Options{Binary: o.anvil, LogLevel: o.logLevel, CPUProfile: o.cpuProfile, Progress: progress})
 	if err != nil {
 		return nil, err
 	}
-	defer srv.cleanup(o.keep)
-	defer srv.kill() // no-op once stopped cleanly
+	defer srv.Cleanup(o.keep)
+	defer srv.Kill() // no-op once stopped cleanly
 
-	sampler := newRSSSampler(srv.pid)
-	defer sampler.stop()
+	sampler := benchproc.NewRSSSampler(srv.PID)
+	defer sampler.Stop()
 
-	admin := newH2CClient()
-	base := "http://" + srv.grpcAddr
+	admin := benchproc.NewH2CClient()
+	base := "http://" + srv.GRPCAddr
 	manifests := anvilv1connect.NewManifestServiceClient(admin, base, connect.WithGRPC())
 	workflows := anvilv1connect.NewWorkflowServiceClient(admin, base, connect.WithGRPC())
 
 	// Setup: template, then Hardware + Workflows in chunks.
-	cpu0 := srv.cpu()
+	cpu0 := srv.CPU()
 	t0 := time.Now()
 	if _, err := manifests.Apply(ctx, connect.NewRequest(&v1.ApplyRequest{Source: "fleet-template.yaml", Content: templateYAML})); err != nil {
 		return nil, fmt.Errorf("apply template: %w", err)
@@ -272,7 +262,7 @@ func run(o options) (*result, error) {
 	// Run: N agents at once.
 	clients := make([]anvilv1connect.AgentServiceClient, o.conns)
 	for i := range clients {
-		clients[i] = anvilv1connect.NewAgentServiceClient(newH2CClient(), base, connect.WithGRPC())
+		clients[i] = anvilv1connect.NewAgentServiceClient(benchproc.NewH2CClient(), base, connect.WithGRPC())
 	}
 	outs := make([]agentOut, o.n)
 	var wg sync.WaitGroup
@@ -310,8 +300,8 @@ func run(o options) (*result, error) {
 			finished.Add(1)
 		}()
 	}
-	cpu1 := srv.cpu()
-	lg1 := selfCPU()
+	cpu1 := srv.CPU()
+	lg1 := benchproc.SelfCPU()
 	runStart := time.Now()
 	close(start)
 	allDone := make(chan struct{})
@@ -324,7 +314,7 @@ waitLoop:
 			break waitLoop
 		case <-tick.C:
 			progress("%5.1fs: %d/%d agents done, ~%d actions, server RSS %.0f MiB",
-				time.Since(runStart).Seconds(), finished.Load(), o.n, actionsDone.Load(), mib(sampler.last()))
+				time.Since(runStart).Seconds(), finished.Load(), o.n, actionsDone.Load(), benchproc.MiB(sampler.Last()))
 		case <-ctx.Done():
 			stopRun()
 			<-allDone
@@ -339,9 +329,9 @@ waitLoop:
 		}
 	}
 	res.RunS = last.Sub(runStart).Seconds()
-	cpu2 := srv.cpu()
-	lg2 := selfCPU()
-	res.PeakRSSRunMiB = mib(vmHWM(srv.pid))
+	cpu2 := srv.CPU()
+	lg2 := benchproc.SelfCPU()
+	res.PeakRSSRunMiB = benchproc.MiB(benchproc.VmHWM(srv.PID))
 
 	// Agent outcomes and latencies.
 	var gets, reps []time.Duration
@@ -381,10 +371,10 @@ waitLoop:
 	}
 	res.Verified = verr == nil
 
-	res.PeakRSSMiB = mib(vmHWM(srv.pid))
-	res.MaxSampledMiB = mib(sampler.stop())
-	res.ServerCPUS = srv.cpu()
-	res.LoadgenCPUS = selfCPU()
+	res.PeakRSSMiB = benchproc.MiB(benchproc.VmHWM(srv.PID))
+	res.MaxSampledMiB = benchproc.MiB(sampler.Stop())
+	res.ServerCPUS = srv.CPU()
+	res.LoadgenCPUS = benchproc.SelfCPU()
 	res.RSSTargetMet = res.PeakRSSMiB*(1<<20) < targetRSS
 	if o.n >= targetN {
 		met := res.RunS < targetRunTime.Seconds()
@@ -392,7 +382,7 @@ waitLoop:
 	}
 
 	// Stop the server: SIGTERM, and it must exit 0.
-	serr := srv.stop(30 * time.Second)
+	serr := srv.Stop(30 * time.Second)
 	if serr != nil {
 		res.ServerExit = serr.Error()
 	} else {
@@ -600,300 +590,6 @@ spec:
 	if netboot {
 		b.WriteString("  bootOptions:\n    toggleAllowNetboot: true\n    bootMode: netboot\n")
 	}
-}
-
-// ---------------------------------------------------------------------------
-// The server child process
-
-type server struct {
-	cmd      *exec.Cmd
-	pid      int
-	dir      string
-	logPath  string
-	httpAddr string
-	grpcAddr string
-	exited   chan struct{}
-	waitErr  error
-	stopped  bool
-}
-
-func startServer(ctx context.Context, o options) (*server, error) {
-	bin, err := exec.LookPath(o.anvil)
-	if err != nil {
-		if _, serr := os.Stat(o.anvil); serr != nil {
-			return nil, fmt.Errorf("anvil binary %q: %w (run `make build` first)", o.anvil, err)
-		}
-		bin = o.anvil
-	}
-	dir, err := os.MkdirTemp("", "anvil-fleet-")
-	if err != nil {
-		return nil, err
-	}
-	// The server's ports are bound here and passed to it (socket
-	// activation), so nothing can take them between their choice and its
-	// start.
-	lns, err := listenLoopback(2)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		for _, ln := range lns {
-			ln.Close() // the child has its own copies
-		}
-	}()
-	s := &server{dir: dir, logPath: filepath.Join(dir, "server.log"), exited: make(chan struct{}),
-		httpAddr: lns[0].Addr().String(), grpcAddr: lns[1].Addr().String()}
-	logf, err := os.Create(s.logPath)
-	if err != nil {
-		return nil, err
-	}
-	s.cmd = exec.Command(bin, "serve", "--insecure-no-auth", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
-		"--log-level", o.logLevel,
-		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata", // the control plane is under test
-		"--no-tls") // agents speak h2c to the gRPC port; and no fixed HTTPS port to collide on
-	if o.cpuProfile != "" {
-		abs, err := filepath.Abs(o.cpuProfile)
-		if err != nil {
-			return nil, err
-		}
-		s.cmd.Args = append(s.cmd.Args, "--cpu-profile", abs)
-	}
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := anvilserver.PassListeners(s.cmd, anvilserver.Listeners{HTTP: lns[0], GRPC: lns[1]}); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	err = s.cmd.Start()
-	for _, f := range s.cmd.ExtraFiles {
-		f.Close()
-	}
-	if err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	s.pid = s.cmd.Process.Pid
-	go func() { s.waitErr = s.cmd.Wait(); logf.Close(); close(s.exited) }()
-	progress("started %s serve (pid %d), data dir %s", bin, s.pid, dir)
-
-	deadline := time.Now().Add(30 * time.Second)
-	hc := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := hc.Get("http://" + s.httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("anvil serve exited (%v) before ready:\n%s", s.waitErr, s.logTail())
-		case <-ctx.Done():
-			s.kill()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			return nil, fmt.Errorf("anvil serve not ready after 30s:\n%s", s.logTail())
-		}
-	}
-}
-
-func (s *server) logTail() string {
-	b, _ := os.ReadFile(s.logPath)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-// stop sends SIGTERM and expects exit status 0 within timeout.
-func (s *server) stop(timeout time.Duration) error {
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("SIGTERM: %w", err)
-	}
-	select {
-	case <-s.exited:
-	case <-time.After(timeout):
-		s.kill()
-		return fmt.Errorf("anvil serve did not exit within %s of SIGTERM", timeout)
-	}
-	s.stopped = true
-	if s.waitErr != nil {
-		return fmt.Errorf("anvil serve exited after SIGTERM: %v\n%s", s.waitErr, s.logTail())
-	}
-	return nil
-}
-
-func (s *server) kill() {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-}
-
-func (s *server) cleanup(keep bool) {
-	if keep {
-		fmt.Fprintf(os.Stderr, "fleet: kept %s (server log: %s)\n", s.dir, s.logPath)
-		return
-	}
-	os.RemoveAll(s.dir)
-}
-
-// cpu is the server's CPU time so far (user + system), in seconds.
-func (s *server) cpu() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// After the command: state(0) ppid … utime is field 14 overall, i.e. index 11 here.
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / clockTicks
-}
-
-// clockTicks is USER_HZ, 100 on every Linux this runs on.
-const clockTicks = 100
-
-// listenLoopback opens n listeners on free 127.0.0.1 ports.
-func listenLoopback(n int) ([]net.Listener, error) {
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			for _, l := range lns {
-				l.Close()
-			}
-			return nil, err
-		}
-		lns = append(lns, ln)
-	}
-	return lns, nil
-}
-
-// ---------------------------------------------------------------------------
-// Memory and CPU measurement
-
-// procStatusKB reads a "Name:   123 kB" line of /proc/PID/status, in bytes.
-func procStatusKB(pid int, key string) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, key+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-func vmHWM(pid int) int64 { return procStatusKB(pid, "VmHWM") }
-
-type rssSampler struct {
-	pid     int
-	done    chan struct{}
-	stopped chan struct{}
-	maxRSS  atomic.Int64
-	lastRSS atomic.Int64
-	once    sync.Once
-}
-
-// newRSSSampler reads the server's VmRSS every 100 ms.
-func newRSSSampler(pid int) *rssSampler {
-	s := &rssSampler{pid: pid, done: make(chan struct{}), stopped: make(chan struct{})}
-	go func() {
-		defer close(s.stopped)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			if v := procStatusKB(pid, "VmRSS"); v > 0 {
-				s.lastRSS.Store(v)
-				if v > s.maxRSS.Load() {
-					s.maxRSS.Store(v)
-				}
-			}
-			select {
-			case <-s.done:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return s
-}
-
-func (s *rssSampler) last() int64 { return s.lastRSS.Load() }
-
-// stop ends sampling and returns the largest sample.
-func (s *rssSampler) stop() int64 {
-	s.once.Do(func() { close(s.done) })
-	<-s.stopped
-	return s.maxRSS.Load()
-}
-
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime) + tv(ru.Stime)
-}
-
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
-
-func cpus() int { return runtime.NumCPU() }
-
-// raiseNoFile lifts RLIMIT_NOFILE to its hard limit: every agent connection
-// and the server's are file descriptors.
-func raiseNoFile() {
-	var r syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
-		return
-	}
-	if r.Cur < r.Max {
-		r.Cur = r.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r)
-	}
-}
-
-// ---------------------------------------------------------------------------
-// Clients
-
-// newH2CClient returns a client that speaks HTTP/2 without TLS (h2c) on one
-// connection pool of its own, as gRPC clients do.
-func newH2CClient() *http.Client {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{
-		Protocols:       &p,
-		DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		TLSClientConfig: &tls.Config{},
-		HTTP2: &http.HTTP2Config{
-			// Stream windows large enough that a List of a chunk is not
-			// throttled; the agents' messages are tiny.
-			MaxReceiveBufferPerConnection: 4 << 20,
-			MaxReceiveBufferPerStream:     4 << 20,
-		},
-	}}
 }
 
 func progress(format string, args ...any) {

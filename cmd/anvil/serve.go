@@ -133,7 +133,9 @@ instead of --bind and the ports.`,
 	// BMCs (docs/bmc.md).
 	f.StringVar(&cfg.SealKeyFile, "seal-key-file", "", "key that encrypts applied v1 Secrets (BMC credentials) in the store, made when missing (default DATA_DIR/secrets/seal.key); keep it apart from the store's backups")
 	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish, Intel AMT over TLS) certificates (default the system's; a Machine with insecureTLS checks none)")
-	f.BoolVar(&cfg.DisableBMC, "no-bmc", false, "do not run BMC Jobs (bmc.tinkerbell.org Job objects are stored, not executed)")
+	f.BoolVar(&cfg.DisableBMC, "no-bmc", false, "do not run BMC Jobs (bmc.tinkerbell.org Job objects are stored, not executed) nor poll power states")
+	f.DurationVar(&cfg.BMCPollInterval, "bmc-poll-interval", server.DefaultBMCPollInterval, "how often every Machine's power state is read from its BMC, each within ±10%; a BMC that fails is backed off (0: never)")
+	f.IntVar(&cfg.BMCPollConcurrency, "bmc-poll-concurrency", server.DefaultBMCPollConcurrency, "BMC sessions the power-state poller holds at once (each BMC still gets one at a time)")
 	// HTTP: proxies, ingress, the boot path's limits (docs/ingress.md).
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of proxies whose X-Forwarded-For is believed on every listener (metadata, boot scripts, per-client limits), e.g. 10.0.0.0/24,192.0.2.9 (default none: the TCP peer is the caller)")
 	f.StringVar(&cfg.PathPrefix, "path-prefix", "", "also serve every HTTP route under this path prefix, e.g. /tink-stack/ for an ingress that forwards it unchanged (the unprefixed routes keep working)")

@@ -2,7 +2,8 @@
 // management controllers: the providers that speak a BMC's protocol (IPMI
 // 2.0 over LAN, Redfish over HTTPS, Intel AMT's WS-Management), and the executor that runs Rufio-shaped Jobs
 // (bmc.tinkerbell.org/v1alpha1) task by task, writing Task objects, Job
-// conditions and the Machine's power state as Rufio does.
+// conditions and the Machine's power state as Rufio does, and the Poller
+// that keeps every Machine's power state current between Jobs.
 //
 // BMCs are slow and fragile: every session is bounded in time, closed
 // whatever happens, and a BMC never sees two sessions from Anvil at once.

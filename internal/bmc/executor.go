@@ -74,7 +74,7 @@ type Executor struct {
 
 	mu      sync.Mutex
 	running map[string]bool          // Job keys being run
-	bmcs    map[string]chan struct{} // "host:port" -> a one-slot lock
+	bmcs    map[string]chan struct{} // host -> a one-slot lock (bmcLock)
 }
 
 // New returns an Executor for cfg.
@@ -292,7 +292,7 @@ func (r *jobRun) run(ctx context.Context) (string, bool) {
 	if err != nil {
 		return fmt.Sprintf("task 0 (%s): %v", first, err), false
 	}
-	unlock, err := e.lockBMC(ctx, conn.Host, conn.Port)
+	unlock, err := e.lockBMC(ctx, conn.Host)
 	if err != nil {
 		return fmt.Sprintf("task 0 (%s), provider %s: waiting for another job on BMC %s: %v", first, r.provider.Name(), hostPort(conn.Host, conn.Port), err), false
 	}
@@ -349,43 +349,53 @@ func (r *jobRun) resolve(ctx context.Context) (Conn, error) {
 		return Conn{}, fmt.Errorf("read Machine %s/%s: %w", mns, job.Spec.MachineRef.Name, err)
 	}
 	r.machine = o.(*model.Machine)
-	c := r.machine.Spec.Connection
+	get := func(kind, ns, name string) (model.Object, error) { return r.getWaiting(ctx, deadline, kind, ns, name) }
+	p, conn, err := e.connect(r.machine, get, fmt.Sprintf(" (waited %s for it)", e.cfg.RefGrace))
+	r.provider, r.password = p, conn.Password
+	return conn, err
+}
+
+// connect picks m's provider and reads its Secret through get, returning
+// what the provider needs to reach the BMC; missing is appended to the
+// message of a Secret that does not exist. Jobs and polls share it, so a
+// Machine is reached the same way by both.
+func (e *Executor) connect(m *model.Machine, get func(kind, ns, name string) (model.Object, error), missing string) (Provider, Conn, error) {
+	mns := m.Namespace
+	c := m.Spec.Connection
 	p, err := e.choose(c.ProviderOptions)
 	if err != nil {
-		return Conn{}, fmt.Errorf("providerOptions of Machine %s/%s: %w", mns, r.machine.Name, err)
+		return nil, Conn{}, fmt.Errorf("providerOptions of Machine %s/%s: %w", mns, m.Name, err)
 	}
-	r.provider = p
 	sns := c.AuthSecretRef.Namespace
 	if sns == "" {
 		sns = mns
 	}
-	what := fmt.Sprintf("Secret %s/%s (authSecretRef of Machine %s/%s)", sns, c.AuthSecretRef.Name, mns, r.machine.Name)
-	so, err := r.getWaiting(ctx, deadline, model.KindSecret, sns, c.AuthSecretRef.Name)
+	what := fmt.Sprintf("Secret %s/%s (authSecretRef of Machine %s/%s)", sns, c.AuthSecretRef.Name, mns, m.Name)
+	so, err := get(model.KindSecret, sns, c.AuthSecretRef.Name)
 	if errors.Is(err, store.ErrNotFound) {
-		return Conn{}, fmt.Errorf("provider %s: %s does not exist (waited %s for it)", p.Name(), what, e.cfg.RefGrace)
+		return p, Conn{}, fmt.Errorf("provider %s: %s does not exist%s", p.Name(), what, missing)
 	}
 	if err != nil {
-		return Conn{}, fmt.Errorf("provider %s: read %s: %w", p.Name(), what, err)
+		return p, Conn{}, fmt.Errorf("provider %s: read %s: %w", p.Name(), what, err)
 	}
 	vals, err := e.cfg.Unseal(so.(*model.Secret))
 	if err != nil {
-		return Conn{}, fmt.Errorf("provider %s: %s: %w", p.Name(), what, err)
+		return p, Conn{}, fmt.Errorf("provider %s: %s: %w", p.Name(), what, err)
 	}
 	conn := Conn{Host: c.Host, Port: c.Port, InsecureTLS: c.InsecureTLS,
 		Username: string(vals[model.SecretUsernameKey]), Password: string(vals[model.SecretPasswordKey])}
-	r.password = conn.Password
 	for _, k := range []string{model.SecretUsernameKey, model.SecretPasswordKey} {
 		if len(vals[k]) == 0 {
-			return Conn{}, fmt.Errorf("provider %s: %s has no %s (it needs the keys username and password)", p.Name(), what, k)
+			return p, Conn{Password: conn.Password}, fmt.Errorf("provider %s: %s has no %s (it needs the keys username and password)", p.Name(), what, k)
 		}
 	}
 	switch p.Name() {
 	case model.ProviderRedfish:
 		redfishConn(&conn, c.ProviderOptions)
-		return conn, nil
+		return p, conn, nil
 	case model.ProviderIntelAMT:
 		amtConn(&conn, c.ProviderOptions)
-		return conn, nil
+		return p, conn, nil
 	}
 	if o := c.ProviderOptions; o != nil && o.IPMITOOL != nil {
 		conn.CipherSuite = o.IPMITOOL.CipherSuite
@@ -396,7 +406,7 @@ func (r *jobRun) resolve(ctx context.Context) (Conn, error) {
 	if conn.Port == 0 {
 		conn.Port = model.DefaultIPMIPort
 	}
-	return conn, nil
+	return p, conn, nil
 }
 
 // choose picks the first provider of the Machine's preferred order that
@@ -544,26 +554,11 @@ func (r *jobRun) powerState(ctx context.Context, st string) {
 // contactable records whether the BMC answered.
 func (r *jobRun) contactable(ctx context.Context, ok bool, msg string) {
 	now := r.e.cfg.Now().UTC()
-	status := model.ConditionTrue
-	if !ok {
-		status = model.ConditionFalse
-	}
 	r.updateMachine(ctx, func(m *model.Machine) {
 		if !ok {
 			m.Status.PowerState = model.PowerUnknown
 		}
-		for i := range m.Status.Conditions {
-			c := &m.Status.Conditions[i]
-			if c.Type == model.ConditionContactable {
-				if c.Status != status {
-					c.LastUpdateTime = &now
-				}
-				c.Status, c.Message = status, msg
-				return
-			}
-		}
-		m.Status.Conditions = append(m.Status.Conditions, model.MachineCondition{
-			Type: model.ConditionContactable, Status: status, Message: msg, LastUpdateTime: &now})
+		setContactable(&m.Status, ok, msg, now)
 	})
 }
 
@@ -623,22 +618,32 @@ func retryConflict(fn func() error) error {
 	return err
 }
 
-// lockBMC takes the BMC's one-session lock, waiting for another Job on it.
-func (e *Executor) lockBMC(ctx context.Context, host string, port int) (func(), error) {
-	key := hostPort(host, port)
-	e.mu.Lock()
-	l, ok := e.bmcs[key]
-	if !ok {
-		l = make(chan struct{}, 1)
-		e.bmcs[key] = l
-	}
-	e.mu.Unlock()
+// lockBMC takes the BMC's one-session lock, waiting for another Job or a
+// power-state poll on it.
+func (e *Executor) lockBMC(ctx context.Context, host string) (func(), error) {
+	l := e.bmcLock(host)
 	select {
 	case l <- struct{}{}:
 		return func() { <-l }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// bmcLock returns the one-slot lock of the BMC at host. It is keyed by
+// the host alone, not host and port: a BMC is one device whatever
+// protocol (IPMI on 623, Redfish on 443) reaches it, and two Machines
+// naming the same host are two ways into one BMC.
+func (e *Executor) bmcLock(host string) chan struct{} {
+	key := strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l, ok := e.bmcs[key]
+	if !ok {
+		l = make(chan struct{}, 1)
+		e.bmcs[key] = l
+	}
+	return l
 }
 
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

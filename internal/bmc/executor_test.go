@@ -294,7 +294,9 @@ func TestJobBeforeItsMachine(t *testing.T) {
 // a good Job on another BMC at the same time completes.
 func TestJobBadInput(t *testing.T) {
 	sim := bmctest.StartSim(t, simUser, simPassword)
-	other := bmctest.StartSim(t, simUser, simPassword)
+	// The good Job's BMC has a host of its own: Anvil serialises the
+	// sessions of one host (all the bad BMCs here are 127.0.0.1).
+	other := bmctest.StartSimAt(t, "127.0.0.2", simUser, simPassword)
 	failing := bmctest.StartSim(t, simUser, simPassword)
 	failing.FailControl(t, true)
 	openErrors := metric(t, "anvil_bmc_errors_total", "open")
@@ -320,7 +322,7 @@ func TestJobBadInput(t *testing.T) {
 		machine("nouser", "nouser", sim.Port, nil),
 		machine("nosecret", "missing", sim.Port, nil),
 		machine("amt", "good", sim.Port, &model.ProviderOptions{PreferredOrder: []string{model.ProviderIntelAMT}}),
-		machine("other", "good", other.Port, nil),
+		machineAt("other", "good", other.Host, other.Port, nil),
 		machine("erroring", "good", failing.Port, nil),
 	)
 	on := power(model.PowerActionOn)

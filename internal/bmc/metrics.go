@@ -108,3 +108,20 @@ func openMeasured(ctx context.Context, p Provider, c Conn) (Session, error) {
 	}
 	return ms, nil
 }
+
+// Metrics of the power-state poller (Poller).
+var (
+	bmcPolls = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_bmc_polls_total",
+		Help: "Power-state polls of Machines, by result: ok, failed (the Machine is then backed off), busy (a Job held the BMC; polled again soon).",
+	}, []string{"result"})
+	bmcPollSweep = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "anvil_bmc_poll_sweep_duration_seconds",
+		Help:    "Time of one sweep of the power-state poller: every Machine due at once, polled with bounded concurrency.",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+	})
+	bmcPollBackingOff = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "anvil_bmc_poll_backing_off_machines",
+		Help: "Machines whose last poll failed, polled again after an exponential back-off rather than every interval.",
+	})
+)

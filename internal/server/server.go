@@ -189,6 +189,13 @@ type Config struct {
 	// certificates (Redfish, Intel AMT over TLS). If empty, the system's CAs; a Machine with
 	// insecureTLS verifies nothing.
 	BMCCAFile string
+	// BMCPollInterval (`anvil serve --bmc-poll-interval`, default
+	// DefaultBMCPollInterval) is how often every Machine's power state is read
+	// (docs/bmc.md); 0 reads none.
+	BMCPollInterval time.Duration
+	// BMCPollConcurrency bounds the power-state polls at once; 0 uses
+	// bmc.DefaultPollConcurrency.
+	BMCPollConcurrency int
 	// InsecureNoAuth switches authentication off: every management call
 	// is an anonymous admin and agent calls are not checked. Run says so
 	// loudly in the log.
@@ -510,6 +517,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}()
 		defer func() { stopBMC(); <-bmcDone }()
+		if cfg.BMCPollInterval > 0 {
+			// The poller shares the executor's per-BMC locks: a poll never
+			// overlaps a Job's session on the same BMC.
+			poller := executor.Poller(bmc.PollConfig{Interval: cfg.BMCPollInterval, Concurrency: cfg.BMCPollConcurrency})
+			pollDone := make(chan struct{})
+			go func() {
+				defer close(pollDone)
+				if err := poller.Run(bmcCtx); err != nil && !errors.Is(err, context.Canceled) {
+					log.Error("bmc power-state poller stopped", "err", err)
+				}
+			}()
+			defer func() { stopBMC(); <-pollDone }()
+		}
 	}
 
 	// Stage 4: handlers.
@@ -709,3 +729,9 @@ func logHandles() int {
 	}
 	return int(min(rl.Cur/2, 65536))
 }
+
+// Defaults of `anvil serve`'s power-state poller (docs/bmc.md).
+const (
+	DefaultBMCPollInterval    = bmc.DefaultPowerPollInterval
+	DefaultBMCPollConcurrency = bmc.DefaultPollConcurrency
+)

@@ -109,13 +109,21 @@ const EmuConfig = "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x
 // CI=true.
 func StartSim(t testing.TB, user, password string) *Sim {
 	t.Helper()
+	return StartSimAt(t, "127.0.0.1", user, password)
+}
+
+// StartSimAt is StartSim on a free UDP port of host, a loopback address
+// (127.0.0.2, …): Anvil holds one session per BMC host, so BMCs that must
+// not wait for each other need hosts of their own.
+func StartSimAt(t testing.TB, host, user, password string) *Sim {
+	t.Helper()
 	bin := testtool.RequireBinary(t, "ipmi_sim", "openipmi")
 	dir := t.TempDir()
-	port := freeUDPPort(t)
-	s := &Sim{Host: "127.0.0.1", Port: port, User: user, Password: password, Dir: dir}
+	port := freeUDPPort(t, host)
+	s := &Sim{Host: host, Port: port, User: user, Password: password, Dir: dir}
 	control := filepath.Join(dir, "control.sh")
 	write(t, control, fmt.Sprintf(controlScript, dir), 0o755)
-	write(t, filepath.Join(dir, "lan.conf"), LANConfig("127.0.0.1", port, control, user, password), 0o600)
+	write(t, filepath.Join(dir, "lan.conf"), LANConfig(host, port, control, user, password), 0o600)
 	write(t, filepath.Join(dir, "sim.emu"), EmuConfig, 0o600)
 	state := filepath.Join(dir, "state")
 	if err := os.Mkdir(state, 0o700); err != nil {
@@ -215,10 +223,10 @@ func write(t testing.TB, path, content string, mode os.FileMode) {
 	}
 }
 
-// freeUDPPort returns a UDP port of 127.0.0.1 that was free a moment ago.
-func freeUDPPort(t testing.TB) int {
+// freeUDPPort returns a UDP port of host that was free a moment ago.
+func freeUDPPort(t testing.TB, host string) int {
 	t.Helper()
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	c, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
