@@ -58,6 +58,15 @@ func registryKey(host string) (string, error) {
 	if strings.Contains(h, "/") {
 		return "", fmt.Errorf("registry %q: want a host[:port], not a URL or repository", host)
 	}
+	// A registry is a DNS name or an IP literal, with a port: ASCII
+	// letters, digits and . - : [ ] only. name.NewRegistry lets other
+	// bytes through (a mirror URL's %80 unescapes to one), and such a
+	// key would not survive being written out as JSON.
+	if i := strings.IndexFunc(h, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-:[]", r))
+	}); i >= 0 {
+		return "", fmt.Errorf("registry %q: %q is not allowed in a host name", host, h[i:i+1])
+	}
 	r, err := name.NewRegistry(h, name.StrictValidation)
 	if err != nil {
 		return "", fmt.Errorf("registry %q: %w", host, err)
