@@ -98,7 +98,7 @@ func (c *fakeClock) hasTimerAt(at time.Time) bool {
 
 type env struct {
 	t      *testing.T
-	budget tmplbudget.Budget // the engine's RenderBudget
+	budget tmplbudget.Budget            // the engine's RenderBudget
 	isoURL func(*model.Hardware) string // the engine's ISOURL
 	path   string
 	store  *bolt.Store

@@ -147,7 +147,9 @@ func TestEngineISOBootJobFailed(t *testing.T) {
 func TestEngineISOBootURL(t *testing.T) {
 	t.Run("server's ISO", func(t *testing.T) {
 		e := &env{t: t, path: filepath.Join(t.TempDir(), "anvil.db"), clock: newFakeClock(),
-			isoURL: func(hw *model.Hardware) string { return "http://anvil/iso/" + hw.Spec.Interfaces[0].DHCP.MAC + "/anvil.iso" }}
+			isoURL: func(hw *model.Hardware) string {
+				return "http://anvil/iso/" + hw.Spec.Interfaces[0].DHCP.MAC + "/anvil.iso"
+			}}
 		e.start()
 		t.Cleanup(e.stop)
 		e.create(loadYAML[model.Template](t, "testdata/template.yaml"), bmcHardware(t), isobootWorkflow("wf", ""))
