@@ -37,6 +37,9 @@ type QEMU struct {
 	Dir string
 	// Extra arguments for every launch (a NIC, a disk).
 	Extra []string
+	// Memory is QEMU's -m; empty means 128 (MiB), enough for firmware
+	// tests, not for a boot environment.
+	Memory string
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
@@ -85,7 +88,11 @@ func (m *QEMU) PowerOn(boot string) error {
 	if m.media != "" {
 		drive += ",format=raw,file=" + m.media
 	}
-	args := []string{"-nodefaults", "-no-user-config", "-machine", "pc,accel=" + accel, "-m", "128",
+	mem := m.Memory
+	if mem == "" {
+		mem = "128"
+	}
+	args := []string{"-nodefaults", "-no-user-config", "-machine", "pc,accel=" + accel, "-m", mem,
 		"-display", "none", "-serial", "file:" + filepath.Join(m.Dir, "console.log"),
 		// SeaBIOS's debug port: its log says which device it boots
 		// ("Booting from DVD/CD..."); the file starts anew at each launch.
