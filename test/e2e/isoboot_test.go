@@ -61,7 +61,7 @@ func TestISOBootRedfish(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.background("redfishsim", sim, "-listen", fmt.Sprintf("127.0.0.1:%d", isobootRedfishPort), "-user", labBMCUser,
-		"-password", labBMCPass, "-dir", vmDir, "-qemu", qemu, "-memory", "512",
+		"-password", labBMCPass, "-dir", vmDir, "-qemu", qemu, "-memory", "512", "-accel", "tcg", // as every lab VM
 		"-qemu-arg=-netdev", "-qemu-arg=tap,id=n0,ifname=tap0,script=no,downscript=no",
 		"-qemu-arg=-device", "-qemu-arg=virtio-net-pci,netdev=n0,mac="+mac,
 		"-qemu-arg=-drive", "-qemu-arg=file="+disk+",format=raw,if=virtio")
