@@ -143,12 +143,20 @@ spec:
 			t.Errorf("describe workflow lacks %q:\n%s", want, desc)
 		}
 	}
-	// The machine booted iPXE from the CD (it asked for its script: the
-	// VM's NIC has no other way to it, its firmware boots the disk only
-	// unless told otherwise) and streamed the image.
+	// SeaBIOS booted the CD (the one-time boot), then, at the reboot
+	// action, the disk; iPXE from the CD asked DHCP and fetched the
+	// machine's script, and the boot environment streamed the image.
+	fw, _ := os.ReadFile(filepath.Join(vmDir, "firmware.log"))
+	iCD, iDisk := strings.Index(string(fw), "Booting from DVD/CD"), strings.LastIndex(string(fw), "Booting from Hard Disk")
+	if iCD < 0 || iDisk < iCD {
+		t.Errorf("firmware did not boot the CD, then the disk:\n%s", tail(string(fw), 30))
+	}
 	record := a.cli(t, "logs", "hardware/"+name)
-	assertRecord(t, record, "http", "auto.ipxe", "200")
+	assertRecord(t, record, "dhcp", "(bios, iPXE)", "/ipxe/script/"+mac+"/auto.ipxe")
+	assertRecord(t, record, "http", "auto.ipxe", "boot environment")
 	assertRecord(t, record, "http", "os.raw.zst", "200")
+	assertRecord(t, record, "bmc", "job iso-eject-"+workflow+" completed")
+	t.Logf("describe workflow %s:\n%s", workflow, desc)
 	t.Logf("isoboot: apply → workflow RUNNING (boot env from the ISO fetched its action) %.1fs, → SUCCESS %.1fs, → installed OS and CD ejected %.1fs",
 		running.Seconds(), success.Seconds(), installed.Seconds())
 	if os.Getenv("ANVIL_E2E_SERIAL") != "" {
