@@ -92,7 +92,11 @@ func (e *Engine) isoMountJob(ctx context.Context, wf *model.Workflow, now time.T
 	}
 	url := e.bootISO(wf, hw)
 	if url == "" {
-		msg := "iso-mount job " + bj.name + " not created: spec.bootOptions.isoURL is empty and this server serves no boot ISO"
+		why := "this server serves no boot ISO"
+		if e.isoURL != nil {
+			why = fmt.Sprintf("hardware %q has no interface with a dhcp.mac to name its boot ISO by", hw.Name)
+		}
+		msg := "iso-mount job " + bj.name + " not created: spec.bootOptions.isoURL is empty and " + why
 		SetCondition(st, model.Condition{Type: ConditionBootJobSetupFailed, Status: "True", Reason: "Error", Message: msg, Time: &now})
 		wfState{st}.end(model.StateFailed, msg, now)
 		return true, nil

@@ -158,6 +158,17 @@ func TestEngineISOBootURL(t *testing.T) {
 			t.Fatalf("tasks %q", got)
 		}
 	})
+	t.Run("no MAC", func(t *testing.T) {
+		e := &env{t: t, path: filepath.Join(t.TempDir(), "anvil.db"), clock: newFakeClock(),
+			isoURL: func(*model.Hardware) string { return "" }}
+		e.start()
+		t.Cleanup(e.stop)
+		e.create(loadYAML[model.Template](t, "testdata/template.yaml"), bmcHardware(t), isobootWorkflow("wf", ""))
+		w := e.waitWorkflow("wf", "FAILED", stateIs(model.StateFailed))
+		if c := FindCondition(&w.Status, ConditionBootJobSetupFailed); c == nil || !strings.HasSuffix(c.Message, `hardware "rack1-node07" has no interface with a dhcp.mac to name its boot ISO by`) {
+			t.Fatalf("BootJobSetupFailed %+v", c)
+		}
+	})
 	t.Run("none", func(t *testing.T) {
 		e := newEnv(t)
 		e.create(loadYAML[model.Template](t, "testdata/template.yaml"), bmcHardware(t), isobootWorkflow("wf", ""))
