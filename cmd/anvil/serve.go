@@ -51,6 +51,13 @@ instead of --bind and the ports.`,
 			cfg.Listeners = lns
 			cfg.MaxRequestBytes = maxRequestMiB << 20
 			cfg.MetadataPort = metadataPort
+			if !cmd.Flags().Changed("boot-iso") {
+				// Debian's iPXE ISO, where scripts/install-deps.sh puts it;
+				// without it no ISO is served unless one is named.
+				if _, err := os.Stat(defaultBootISO); err == nil {
+					cfg.BootISO = defaultBootISO
+				}
+			}
 			if metadataPort == 0 {
 				cfg.DisableMetadata = true // --metadata-port 0 is documented as "off"
 			}
@@ -119,6 +126,7 @@ instead of --bind and the ports.`,
 	f.DurationVar(&cfg.Auth.ClockSkew, "auth-clock-skew", 0, "tolerance in checking exp and nbf (default 30s)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
 	f.StringVar(&cfg.AssetsDir, "assets-dir", "", "directory served at /assets/ for boot profiles: kernels, initrds, images, sysext .raw and .conf files, with /assets/SHA256SUMS and a JSON listing at /assets/ (default DATA_DIR/assets)")
+	f.StringVar(&cfg.BootISO, "boot-iso", "", "ISO served to every machine at /iso/<mac>/anvil.iso, booted from virtual media by isoboot workflows without an isoURL; an iPXE ISO works as is: it asks DHCP, which answers each MAC with its script (default "+defaultBootISO+" when it exists)")
 	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200 (anvil.image_cache=2GiB sizes the agent's image cache)")
 	// Registries of the images of actions that run in containers (docs/actions.md).
 	f.StringVar(&cfg.ActionRuntime, "action-runtime", "", "runtime of actions whose template names none: container runs every action's image itself, as Tinkerbell would; native refuses images Anvil does not implement; empty: native when Anvil implements the image, else a container")
@@ -153,3 +161,6 @@ instead of --bind and the ports.`,
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	return cmd
 }
+
+// defaultBootISO is Debian's iPXE ISO (package ipxe): --boot-iso's default.
+const defaultBootISO = "/usr/lib/ipxe/ipxe.iso"

@@ -130,11 +130,11 @@ type Config struct {
 	// actions that run in containers. Zero: every registry directly,
 	// anonymously.
 	Registries oci.Settings
-	// ISOBoot says the server boots Workflows with bootOptions.bootMode
-	// isoboot from virtual media through their BMC. Without it (the
-	// workflow engine does not yet) such a Workflow is refused at apply,
-	// having no way to boot.
-	ISOBoot bool
+	// BootISO says the server serves its own boot ISO per MAC
+	// (/iso/<mac>/anvil.iso): an isoboot Workflow without
+	// bootOptions.isoURL boots it. Without it such a Workflow is refused at
+	// apply, having nothing to boot.
+	BootISO bool
 	// ImageChecker looks up, at apply time, the action images of
 	// Templates that no native action runs, under Registries: those it
 	// cannot resolve are warned of (refused under strict). If nil, only

@@ -159,9 +159,7 @@ func registryOf(src oci.Source) string {
 var bootModesNeedingBMC = []string{"isoboot", "iso", "customboot"}
 
 // isISOBoot reports whether a Workflow's boot mode boots virtual media.
-func isISOBoot(b *model.BootOptions) bool {
-	return b != nil && (b.BootMode == "isoboot" || b.BootMode == "iso")
-}
+var isISOBoot = workflow.IsISOBoot
 
 // workflowHardware returns the Hardware of each Workflow in docs that has
 // boot options, from docs or else the store (nil when neither has it:
@@ -195,11 +193,18 @@ func (s *Services) workflowHardware(ctx context.Context, docs []model.Document) 
 func hasBMC(h *model.Hardware) bool { return h.Spec.BMCRef != nil && h.Spec.BMCRef.Name != "" }
 
 // checkISOBoot refuses a Workflow booting from virtual media (isoboot)
-// that cannot: its Hardware has no BMC, or the server does not boot
-// isoboot workflows (Config.ISOBoot). Accepted, such a workflow would wait
-// for a boot that never comes.
+// that cannot: its Hardware has no BMC, its BMC's Machine is unknown or
+// its provider has no virtual media (only Redfish has), or it names no
+// isoURL while this server serves no boot ISO (Config.BootISO).
+// Accepted, such a workflow would wait for a boot that never comes.
 func (s *Services) checkISOBoot(ctx context.Context, docs []model.Document) error {
 	hws := s.workflowHardware(ctx, docs)
+	machines := map[string]*model.Machine{}
+	for i := range docs {
+		if m, ok := docs[i].Object.(*model.Machine); ok {
+			machines[m.Key()] = m
+		}
+	}
 	var errs model.ErrorList
 	for i := range docs {
 		d := &docs[i]
@@ -210,9 +215,23 @@ func (s *Services) checkISOBoot(ctx context.Context, docs []model.Document) erro
 		var missing []string
 		if h := hws[w]; h != nil && !hasBMC(h) {
 			missing = append(missing, fmt.Sprintf("hardware %q has no spec.bmcRef", h.Name))
+		} else if h != nil {
+			key := h.Namespace + "/" + h.Spec.BMCRef.Name
+			m := machines[key]
+			if m == nil {
+				if obj, err := s.cfg.Store.Get(ctx, model.KindMachine, h.Namespace, h.Spec.BMCRef.Name); err == nil {
+					m = obj.(*model.Machine)
+				}
+			}
+			switch p := model.PreferredProvider(m); {
+			case m == nil:
+				missing = append(missing, fmt.Sprintf("machine %q (hardware %q's spec.bmcRef) does not exist", h.Spec.BMCRef.Name, h.Name))
+			case p != model.ProviderRedfish:
+				missing = append(missing, fmt.Sprintf("machine %q is driven by %s, which has no virtual media (put redfish first in its spec.connection.providerOptions.preferredOrder)", m.Name, p))
+			}
 		}
-		if !s.cfg.ISOBoot {
-			missing = append(missing, "Anvil does not insert a workflow's isoURL as virtual media yet (a Job's virtualMediaAction through Redfish does)")
+		if w.Spec.BootOptions.ISOURL == "" && !s.cfg.BootISO {
+			missing = append(missing, "spec.bootOptions.isoURL is empty and this server serves no boot ISO of its own")
 		}
 		if len(missing) == 0 {
 			continue

@@ -115,28 +115,46 @@ func TestApplyBMCWarning(t *testing.T) {
 	}
 }
 
+// bootMachine is a Machine named m driven by the providers of order.
+func bootMachine(order string) string {
+	return "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {name: m}\nspec:\n  connection:\n    host: 10.9.9.9\n" +
+		"    authSecretRef: {name: bm-auth}\n    providerOptions: {preferredOrder: [" + order + "]}\n---\n"
+}
+
 // TestApplyISOBootRefused: isoboot (and v1alpha1's "iso") is refused at
-// apply, naming what is missing: the Hardware's bmcRef, the server's
-// isoboot (api.Config.ISOBoot), or both; with both it is accepted.
+// apply, naming each thing missing: the Hardware's bmcRef, its Machine,
+// virtual media in the Machine's provider (only Redfish has it), an
+// isoURL when the server serves no boot ISO (api.Config.BootISO).
+// With all of them it is accepted.
 func TestApplyISOBootRefused(t *testing.T) {
 	tpl := templateWith("t", "{name: a, image: quay.io/tinkerbell/actions/cexec:v1.0.0, timeout: 60}") + "---\n"
-	noMedia := `"isoboot" boots the machine from virtual media through its BMC, and Anvil does not insert a workflow's isoURL as virtual media yet (a Job's virtualMediaAction through Redfish does); use bootMode netboot`
+	const pre = `spec.bootOptions.bootMode: "isoboot" boots the machine from virtual media through its BMC, and `
+	const iso = `, isoURL: "http://10.0.0.1/boot.iso"`
 	for _, tc := range []struct {
-		name     string
-		isoBoot  bool
-		hw, mode string
-		want     string // "" accepted
+		name          string
+		bootISO       bool
+		hw, machine   string
+		mode, isoLine string
+		want          string // "" accepted
 	}{
-		{name: "bmc, no isoboot", hw: bmcRefLine, mode: "isoboot", want: `spec.bootOptions.bootMode: ` + noMedia},
-		{name: "no bmc, no isoboot", mode: "iso",
-			want: `spec.bootOptions.bootMode: "iso" boots the machine from virtual media through its BMC, and hardware "h" has no spec.bmcRef, and Anvil does not insert a workflow's isoURL as virtual media yet`},
-		{name: "no bmc, isoboot", isoBoot: true, mode: "isoboot",
-			want: `spec.bootOptions.bootMode: "isoboot" boots the machine from virtual media through its BMC, and hardware "h" has no spec.bmcRef; use bootMode netboot`},
-		{name: "both", isoBoot: true, hw: bmcRefLine, mode: "isoboot"},
+		{name: "no bmc", mode: "isoboot", isoLine: iso,
+			want: pre + `hardware "h" has no spec.bmcRef; use bootMode netboot`},
+		{name: "no bmc, no url (iso)", mode: "iso",
+			want: `"iso" boots the machine from virtual media through its BMC, and hardware "h" has no spec.bmcRef, and spec.bootOptions.isoURL is empty and this server serves no boot ISO of its own`},
+		{name: "no machine", hw: bmcRefLine, mode: "isoboot", isoLine: iso,
+			want: pre + `machine "m" (hardware "h"'s spec.bmcRef) does not exist`},
+		{name: "ipmi machine", hw: bmcRefLine, machine: bootMachine(""), mode: "isoboot", isoLine: iso,
+			want: pre + `machine "m" is driven by ipmitool, which has no virtual media (put redfish first in its spec.connection.providerOptions.preferredOrder)`},
+		{name: "amt first", hw: bmcRefLine, machine: bootMachine("intelAMT, redfish"), mode: "isoboot", isoLine: iso,
+			want: pre + `machine "m" is driven by intelAMT`},
+		{name: "no url", hw: bmcRefLine, machine: bootMachine("redfish"), mode: "isoboot",
+			want: pre + `spec.bootOptions.isoURL is empty and this server serves no boot ISO of its own`},
+		{name: "redfish and url", hw: bmcRefLine, machine: bootMachine("redfish, ipmitool"), mode: "isoboot", isoLine: iso},
+		{name: "redfish and the server's ISO", bootISO: true, hw: bmcRefLine, machine: bootMachine("gofish"), mode: "isoboot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{configure: func(c *api.Config) { c.ISOBoot = tc.isoBoot }})
-			_, err := apply(e, tpl+bootHardware("h", "02:00:00:00:02:09", tc.hw)+bootWorkflow("w", "h", tc.mode), false)
+			e := newEnv(t, envOptions{configure: func(c *api.Config) { c.BootISO = tc.bootISO }})
+			_, err := apply(e, tpl+tc.machine+bootHardware("h", "02:00:00:00:02:09", tc.hw)+bootWorkflow("w", "h", tc.mode+tc.isoLine), false)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)

@@ -526,8 +526,8 @@ func jobMessage(wf *model.Workflow) string {
 	if c := workflow.FindCondition(st, workflow.ConditionWaiting); c != nil && c.Status == "True" {
 		return c.Message
 	}
-	if workflow.NetbootJobPending(st) {
-		return "waiting for the BMC: " + workflow.FindCondition(st, workflow.ConditionNetbootJobSetupComplete).Message
+	if c := workflow.PendingBootJob(st); c != nil {
+		return "waiting for the BMC: " + c.Message
 	}
 	cs := st.CurrentState
 	switch {

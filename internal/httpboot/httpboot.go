@@ -17,6 +17,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,17 @@ const BootEnvPrefix = "/bootenv/"
 // images that workflows stream to disks (image2disk's IMG_URL).
 const ImagesPrefix = "/images/"
 
+// ISOPrefix and ISOName make the URL of a machine's boot ISO:
+// ISOPrefix + mac + "/" + ISOName (see ISOPath).
+const (
+	ISOPrefix = "/iso/"
+	ISOName   = "anvil.iso"
+)
+
+// ISOPath returns the URL path of the boot ISO of the machine with mac
+// (any spelling parseMAC accepts), e.g. "/iso/52:54:00:12:34:56/anvil.iso".
+func ISOPath(mac string) string { return ISOPrefix + strings.ToLower(mac) + "/" + ISOName }
+
 // Routes, as registered on the mux (with "GET ", which also serves HEAD)
 // and as the "route" label of the metrics.
 const (
@@ -42,6 +55,7 @@ const (
 	routeBinary   = ipxe.BinaryPrefix + "{name}"
 	routeBootEnv  = BootEnvPrefix + "{path...}"
 	routeImages   = ImagesPrefix + "{path...}"
+	routeISO      = ISOPrefix + "{mac}/" + ISOName
 )
 
 // Outcomes recorded in machinelog.Event.Outcome.
@@ -72,6 +86,11 @@ type Config struct {
 	// and a JSON listing (see DirFS). If nil, those requests are
 	// answered 404.
 	Assets fs.FS
+	// BootISO is the file served as every machine's boot ISO at
+	// ISOPath(mac): one image for all, since an iPXE ISO asks DHCP, and
+	// DHCP answers each MAC with its own script. If empty, those
+	// requests are answered 404.
+	BootISO string
 	// Logger gets one line per request. If nil, slog.Default() is used.
 	Logger *slog.Logger
 	// Events gets one Event per request. If nil, machinelog.Discard.
@@ -85,6 +104,8 @@ type Handler struct {
 	bootEnv  fs.FS
 	images   fs.FS
 	assets   fs.FS
+	iso      fs.FS  // the directory of Config.BootISO
+	isoName  string // its base name
 	log      *slog.Logger
 	events   machinelog.Sink
 	mux      *http.ServeMux
@@ -104,6 +125,9 @@ func New(cfg Config) *Handler {
 		log:      cfg.Logger,
 		events:   cfg.Events,
 		mux:      http.NewServeMux(),
+	}
+	if cfg.BootISO != "" {
+		h.iso, h.isoName = os.DirFS(filepath.Dir(cfg.BootISO)), filepath.Base(cfg.BootISO)
 	}
 	if h.log == nil {
 		h.log = slog.Default()
@@ -125,6 +149,7 @@ func New(cfg Config) *Handler {
 //	GET /assets/                       the assets' JSON listing (name, size, sha256, modTime)
 //	GET /assets/SHA256SUMS             the assets' checksums, for sha256sum -c
 //	GET /assets/{path...}              an asset
+//	GET /iso/{mac}/anvil.iso           the machine's boot ISO (Config.BootISO)
 //
 // Script routes take the optional query parameters platform and buildarch
 // (iPXE's ${platform} and ${buildarch}). GET routes also answer HEAD.
@@ -145,6 +170,13 @@ func (h *Handler) Register(mux *http.ServeMux) {
 		h.serveFile(w, r, routeImages, h.images, r.PathValue("path"))
 	})
 	mux.HandleFunc("GET "+routeAssets, h.serveAssets)
+	mux.HandleFunc("GET "+routeISO, func(w http.ResponseWriter, r *http.Request) {
+		if _, err := parseMAC(r.PathValue("mac")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		h.serveFile(w, r, routeISO, h.iso, h.isoName)
+	})
 }
 
 // ServeHTTP serves the routes Register lists, and 404 for anything else.

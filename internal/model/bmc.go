@@ -435,3 +435,21 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// PreferredProvider is the provider Anvil drives m's BMC with: the first
+// of its providerOptions.preferredOrder that Anvil has (IPMI, Redfish,
+// Intel AMT), else IPMI, the executor's first. Nil m gives "".
+func PreferredProvider(m *Machine) string {
+	if m == nil {
+		return ""
+	}
+	if o := m.Spec.Connection.ProviderOptions; o != nil {
+		for _, name := range o.PreferredOrder {
+			switch p, _ := CanonicalProvider(name); p {
+			case ProviderIPMI, ProviderRedfish, ProviderIntelAMT:
+				return p
+			}
+		}
+	}
+	return ProviderIPMI
+}

@@ -38,6 +38,9 @@ type bootServices struct {
 	metadata *metadata.Handler
 	packets  []packetService
 	public   netip.Addr // the address machines reach this server at
+	// isoURL is the URL of a Hardware's boot ISO (Config.BootISO), nil
+	// when none is served.
+	isoURL func(*model.Hardware) string
 }
 
 // packetService is one UDP socket and the server reading it.
@@ -118,7 +121,20 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 		return nil, err
 	}
 	b.http = httpboot.New(httpboot.Config{Scripter: policy, Binaries: files, BootEnv: bootEnv, Images: images,
-		Assets: assets, Logger: log, Events: events})
+		Assets: assets, BootISO: cfg.BootISO, Logger: log, Events: events})
+	if cfg.BootISO != "" {
+		if _, err := os.Stat(cfg.BootISO); err != nil {
+			return nil, fmt.Errorf("--boot-iso: %w", err)
+		}
+		b.isoURL = func(hw *model.Hardware) string {
+			for _, ifc := range hw.Spec.Interfaces {
+				if ifc.DHCP != nil && ifc.DHCP.MAC != "" {
+					return httpBase + httpboot.ISOPath(ifc.DHCP.MAC)
+				}
+			}
+			return "" // no MAC: the engine fails the workflow saying there is no ISO
+		}
+	}
 	b.metadata, err = metadata.New(metadata.Config{Finder: storeFinder{st}, TrustedProxies: trusted, Logger: log,
 		Events: events})
 	if err != nil {

@@ -145,6 +145,10 @@ type Config struct {
 	// images, sysext .raw and .conf), served at /assets/ with their
 	// checksums. If empty, uses DATA_DIR/assets.
 	AssetsDir string
+	// BootISO is the ISO served to every machine at /iso/<mac>/anvil.iso,
+	// which isoboot Workflows without bootOptions.isoURL boot from virtual
+	// media. If empty, none is served and such Workflows are refused.
+	BootISO string
 	// KernelArgs are extra kernel arguments for the boot environment.
 	KernelArgs []string
 
@@ -479,7 +483,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer boot.close()
 
 	// Stage 3: the workflow engine.
-	engine := workflow.New(workflow.Config{Store: st, Logger: log})
+	engine := workflow.New(workflow.Config{Store: st, Logger: log, ISOURL: boot.isoURL})
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	var engineRunning atomic.Bool
 	engineRunning.Store(true)
@@ -539,7 +543,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
-		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, ImageChecker: imageChecker, ActionRuntime: cfg.ActionRuntime,
+		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, BootISO: boot.isoURL != nil, ImageChecker: imageChecker, ActionRuntime: cfg.ActionRuntime,
 		ClientIP: func(ctx context.Context) string {
 			// Set by each listener's clientip handler: the peer, or the
 			// client a trusted proxy forwarded for.

@@ -34,6 +34,9 @@ type Config struct {
 	// RenderBudget bounds each rendering of a workflow's Template. If
 	// zero, uses Budget.
 	RenderBudget tmplbudget.Budget
+	// ISOURL, if set, is the URL of the server's own boot ISO for a
+	// Hardware: an isoboot workflow without bootOptions.isoURL boots it.
+	ISOURL func(*model.Hardware) string
 }
 
 // DefaultMaxWait is the GetAction long-poll cap when Config.MaxWait is 0.
@@ -64,6 +67,7 @@ type Engine struct {
 	// reportSlots is a semaphore bounding reports in progress.
 	reportSlots chan struct{}
 	budget      tmplbudget.Budget
+	isoURL      func(*model.Hardware) string // Config.ISOURL
 
 	queue *workQueue
 
@@ -119,6 +123,7 @@ func New(cfg Config) *Engine {
 		log:     cfg.Logger,
 		maxWait: cfg.MaxWait,
 		budget:  cfg.RenderBudget,
+		isoURL:  cfg.ISOURL,
 		queue:   newWorkQueue(),
 		waiters: map[string]chan struct{}{},
 		timers:  map[string]*deadlineTimer{},
@@ -421,8 +426,23 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 
 	// (e) bootMode netboot through the BMC, once this workflow is the
 	// active one on its hardware: another's machine is not powered off.
-	if !final && !disabled && waitingFor == "" && wantsBMCNetboot(wf) {
-		c, err := e.netbootJob(ctx, wf, now)
+	if !final && !disabled && waitingFor == "" && (wantsBMCNetboot(wf) || wantsISOBoot(wf)) {
+		job := e.netbootJob
+		if wantsISOBoot(wf) {
+			job = e.isoMountJob
+		}
+		c, err := job(ctx, wf, now)
+		if err != nil {
+			return err
+		}
+		if c {
+			changed = true
+			final = model.IsFinal(st.State)
+		}
+	}
+	// (f) isoboot: the CD comes out once the workflow has succeeded.
+	if st.State == model.StateSuccess && wantsISOBoot(wf) {
+		c, err := e.isoEjectJob(ctx, wf, now)
 		if err != nil {
 			return err
 		}

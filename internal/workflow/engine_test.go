@@ -98,7 +98,8 @@ func (c *fakeClock) hasTimerAt(at time.Time) bool {
 
 type env struct {
 	t      *testing.T
-	budget tmplbudget.Budget // the engine's RenderBudget
+	budget tmplbudget.Budget            // the engine's RenderBudget
+	isoURL func(*model.Hardware) string // the engine's ISOURL
 	path   string
 	store  *bolt.Store
 	clock  *fakeClock
@@ -120,7 +121,7 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	e.store = st
-	e.engine = New(Config{Store: st, Clock: e.clock, RenderBudget: e.budget})
+	e.engine = New(Config{Store: st, Clock: e.clock, RenderBudget: e.budget, ISOURL: e.isoURL})
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.done = make(chan error, 1)

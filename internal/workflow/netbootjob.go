@@ -52,6 +52,27 @@ const annotationWorkflowUID = "anvil.dev/workflow-uid"
 // its own.
 const labelAutoCreated = "tink-controller-auto-created"
 
+// bootJob is one Job the engine writes for a workflow's boot mode: its
+// name, its tasks, the workflow conditions that follow it and the words of
+// its messages. Netboot, iso-mount and iso-eject differ only in these.
+type bootJob struct {
+	name  string
+	what  string // "netboot job", "iso-mount job", …: the start of messages
+	conds jobConds
+	tasks []model.BMCAction
+	// created and done are the history messages when the Job is written
+	// and when it completes.
+	created, done string
+}
+
+// jobConds are the workflow condition types that follow a boot Job.
+type jobConds struct{ setup, running, complete, failed string }
+
+var (
+	netbootConds = jobConds{ConditionNetbootJobSetupComplete, ConditionNetbootJobRunning, ConditionNetbootJobComplete, ConditionNetbootJobFailed}
+	isoConds     = jobConds{ConditionBootJobSetupComplete, ConditionBootJobRunning, ConditionBootJobComplete, ConditionBootJobFailed}
+)
+
 // NetbootJobName is the name of the netboot Job of a Hardware, as
 // Tinkerbell names it. One name per Hardware: a new workflow's Job
 // replaces the previous one.
@@ -65,23 +86,30 @@ func wantsBMCNetboot(wf *model.Workflow) bool {
 	return b != nil && b.BootMode == "netboot" && wf.Spec.HardwareRef != ""
 }
 
-// NetbootJobPending reports whether st waits for its netboot Job: set up
-// and neither complete nor failed. No action is handed out meanwhile.
-func NetbootJobPending(st *model.WorkflowStatus) bool {
-	c := FindCondition(st, ConditionNetbootJobSetupComplete)
-	if c == nil || c.Status != "True" {
-		return false
+// PendingBootJob returns the setup condition of the boot Job (netboot or
+// iso-mount) st waits for: set up and neither complete nor failed; nil
+// when it waits for none. No action is handed out meanwhile.
+func PendingBootJob(st *model.WorkflowStatus) *model.Condition {
+	for _, cs := range []jobConds{netbootConds, isoConds} {
+		c := FindCondition(st, cs.setup)
+		if c == nil || c.Status != "True" {
+			continue
+		}
+		if done := FindCondition(st, cs.complete); done == nil || done.Status != "True" {
+			return c
+		}
 	}
-	done := FindCondition(st, ConditionNetbootJobComplete)
-	return done == nil || done.Status != "True"
+	return nil
 }
 
-// NetbootJobFailedStatus ends st FAILED because its netboot Job failed
-// with msg.
-func NetbootJobFailedStatus(st *model.WorkflowStatus, job, msg string, now time.Time) {
-	full := fmt.Sprintf("netboot job %s failed: %s", job, msg)
-	SetCondition(st, model.Condition{Type: ConditionNetbootJobRunning, Status: "False", Reason: "Failed", Time: &now})
-	SetCondition(st, model.Condition{Type: ConditionNetbootJobFailed, Status: "True", Reason: "Error", Message: full, Time: &now})
+// NetbootJobPending reports whether st waits for a boot Job.
+func NetbootJobPending(st *model.WorkflowStatus) bool { return PendingBootJob(st) != nil }
+
+// bootJobFailed ends st FAILED because its boot Job failed with msg.
+func bootJobFailed(st *model.WorkflowStatus, bj bootJob, msg string, now time.Time) {
+	full := fmt.Sprintf("%s %s failed: %s", bj.what, bj.name, msg)
+	SetCondition(st, model.Condition{Type: bj.conds.running, Status: "False", Reason: "Failed", Time: &now})
+	SetCondition(st, model.Condition{Type: bj.conds.failed, Status: "True", Reason: "Error", Message: full, Time: &now})
 	wfState{st}.end(model.StateFailed, full, now)
 }
 
@@ -95,13 +123,20 @@ func (e *Engine) netbootJob(ctx context.Context, wf *model.Workflow, now time.Ti
 		}
 		return e.createNetbootJob(ctx, wf, now)
 	}
-	if !NetbootJobPending(st) || FindCondition(st, ConditionNetbootJobFailed) != nil {
-		return false, nil
+	return e.followBootJob(ctx, wf, bootJob{name: NetbootJobName(wf.Spec.HardwareRef), what: "netboot job", conds: netbootConds,
+		done: fmt.Sprintf("netboot job %s completed: the machine is powered on to boot from the network", NetbootJobName(wf.Spec.HardwareRef))}, now)
+}
+
+// followBootJob reads bj (set up earlier) and records its end on wf. It
+// reports whether wf's status changed.
+func (e *Engine) followBootJob(ctx context.Context, wf *model.Workflow, bj bootJob, now time.Time) (bool, error) {
+	st := &wf.Status
+	if c := FindCondition(st, bj.conds.running); c == nil || c.Status != "True" {
+		return false, nil // ended, and recorded
 	}
-	name := NetbootJobName(wf.Spec.HardwareRef)
-	obj, err := e.store.Get(ctx, model.KindJob, wf.Namespace, name)
+	obj, err := e.store.Get(ctx, model.KindJob, wf.Namespace, bj.name)
 	if errors.Is(err, store.ErrNotFound) {
-		NetbootJobFailedStatus(st, name, "the job was deleted before it finished", now)
+		bootJobFailed(st, bj, "the job was deleted before it finished", now)
 		return true, nil
 	}
 	if err != nil {
@@ -109,18 +144,17 @@ func (e *Engine) netbootJob(ctx context.Context, wf *model.Workflow, now time.Ti
 	}
 	job := obj.(*model.Job)
 	if job.Labels[LabelWorkflow] != wf.Name {
-		NetbootJobFailedStatus(st, name, fmt.Sprintf("the job was replaced by one of workflow %q before it finished", job.Labels[LabelWorkflow]), now)
+		bootJobFailed(st, bj, fmt.Sprintf("the job was replaced by one of workflow %q before it finished", job.Labels[LabelWorkflow]), now)
 		return true, nil
 	}
 	switch {
 	case model.HasCondition(job.Status.Conditions, model.ConditionFailed):
-		NetbootJobFailedStatus(st, name, jobMessage(job, model.ConditionFailed), now)
+		bootJobFailed(st, bj, jobMessage(job, model.ConditionFailed), now)
 		return true, nil
 	case model.HasCondition(job.Status.Conditions, model.ConditionCompleted):
-		msg := fmt.Sprintf("netboot job %s completed: the machine is powered on to boot from the network", name)
-		SetCondition(st, model.Condition{Type: ConditionNetbootJobRunning, Status: "False", Reason: "Complete", Time: &now})
-		SetCondition(st, model.Condition{Type: ConditionNetbootJobComplete, Status: "True", Reason: "Complete", Message: msg, Time: &now})
-		AddHistory(st, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: st.State, Message: msg})
+		SetCondition(st, model.Condition{Type: bj.conds.running, Status: "False", Reason: "Complete", Time: &now})
+		SetCondition(st, model.Condition{Type: bj.conds.complete, Status: "True", Reason: "Complete", Message: bj.done, Time: &now})
+		AddHistory(st, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: st.State, Message: bj.done})
 		return true, nil
 	}
 	return false, nil
@@ -136,43 +170,71 @@ func jobMessage(j *model.Job, t string) string {
 	return "no message"
 }
 
-// createNetbootJob writes the netboot Job of wf's Hardware, replacing a
-// previous one, if the Hardware has a BMC.
-func (e *Engine) createNetbootJob(ctx context.Context, wf *model.Workflow, now time.Time) (bool, error) {
+// bmcHardware returns wf's Hardware if it has a BMC; nil when it has none
+// or does not exist (the workflow waits for its Hardware as before).
+func (e *Engine) bmcHardware(ctx context.Context, wf *model.Workflow) (*model.Hardware, error) {
 	obj, err := e.store.Get(ctx, model.KindHardware, wf.Namespace, wf.Spec.HardwareRef)
 	if errors.Is(err, store.ErrNotFound) {
-		return false, nil // the workflow waits for its Hardware as before
+		return nil, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	hw := obj.(*model.Hardware)
 	if hw.Spec.BMCRef == nil || hw.Spec.BMCRef.Name == "" {
-		return false, nil // powered by hand (apply warned)
+		return nil, nil // powered by hand (apply warned)
 	}
-	name := NetbootJobName(hw.Name)
-	efi := false
+	return hw, nil
+}
+
+// efiBoot reports whether an interface of hw boots UEFI: the one-time
+// boot device is then set in EFI mode, as upstream does.
+func efiBoot(hw *model.Hardware) bool {
 	for _, ifc := range hw.Spec.Interfaces {
 		if ifc.DHCP != nil && model.BoolValue(ifc.DHCP.UEFI, false) {
-			efi = true
+			return true
 		}
 	}
+	return false
+}
+
+// createNetbootJob writes the netboot Job of wf's Hardware, replacing a
+// previous one, if the Hardware has a BMC.
+func (e *Engine) createNetbootJob(ctx context.Context, wf *model.Workflow, now time.Time) (bool, error) {
+	hw, err := e.bmcHardware(ctx, wf)
+	if hw == nil || err != nil {
+		return false, err
+	}
+	efi := efiBoot(hw)
 	off, on := model.PowerActionOff, model.PowerActionOn
+	boot := "pxe"
+	if efi {
+		boot += " (efiBoot)"
+	}
+	name := NetbootJobName(hw.Name)
+	return e.putBootJob(ctx, wf, hw, bootJob{name: name, what: "netboot job", conds: netbootConds,
+		tasks: []model.BMCAction{
+			{PowerAction: &off},
+			{OneTimeBootDeviceAction: &model.OneTimeBootDeviceAction{Devices: []string{model.BootDevicePXE}, EFIBoot: efi}},
+			{PowerAction: &on},
+		},
+		created: fmt.Sprintf("netboot job %s created: machine %s powered off, next boot %s, powered on", name, hw.Spec.BMCRef.Name, boot)}, now)
+}
+
+// putBootJob writes bj for wf's Hardware hw, replacing a Job of the same
+// name made for another workflow, and marks it set up and running on wf.
+func (e *Engine) putBootJob(ctx context.Context, wf *model.Workflow, hw *model.Hardware, bj bootJob, now time.Time) (bool, error) {
 	job := &model.Job{
 		TypeMeta: model.TypeMeta{APIVersion: model.BMCAPIVersion, Kind: model.KindJob},
-		ObjectMeta: model.ObjectMeta{Namespace: wf.Namespace, Name: name,
+		ObjectMeta: model.ObjectMeta{Namespace: wf.Namespace, Name: bj.name,
 			Labels:      map[string]string{labelAutoCreated: "true", LabelWorkflow: wf.Name},
 			Annotations: map[string]string{labelAutoCreated: "true", annotationWorkflowUID: wf.UID}},
 		Spec: model.JobSpec{
 			MachineRef: model.ObjectReference{Name: hw.Spec.BMCRef.Name, Namespace: wf.Namespace},
-			Tasks: []model.BMCAction{
-				{PowerAction: &off},
-				{OneTimeBootDeviceAction: &model.OneTimeBootDeviceAction{Devices: []string{model.BootDevicePXE}, EFIBoot: efi}},
-				{PowerAction: &on},
-			},
+			Tasks:      bj.tasks,
 		},
 	}
-	old, err := e.store.Get(ctx, model.KindJob, wf.Namespace, name)
+	old, err := e.store.Get(ctx, model.KindJob, wf.Namespace, bj.name)
 	switch {
 	case err == nil && wf.UID != "" && old.GetObjectMeta().Annotations[annotationWorkflowUID] == wf.UID:
 		// This workflow's own, created before its status write was lost.
@@ -180,25 +242,23 @@ func (e *Engine) createNetbootJob(ctx context.Context, wf *model.Workflow, now t
 		// A previous workflow's Job of the same name goes first, as
 		// upstream deletes it; its Tasks are overwritten by the new Job's.
 		if err == nil {
-			if err := e.store.Delete(ctx, model.KindJob, wf.Namespace, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return false, fmt.Errorf("delete the previous netboot job %s/%s: %w", wf.Namespace, name, err)
+			if err := e.store.Delete(ctx, model.KindJob, wf.Namespace, bj.name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return false, fmt.Errorf("delete the previous %s %s/%s: %w", bj.what, wf.Namespace, bj.name, err)
 			}
 		}
 		if _, err := e.store.Create(ctx, job); err != nil {
-			return false, fmt.Errorf("create netboot job %s/%s: %w", wf.Namespace, name, err)
+			return false, fmt.Errorf("create %s %s/%s: %w", bj.what, wf.Namespace, bj.name, err)
 		}
 	default:
 		return false, err
 	}
-	boot := "pxe"
-	if efi {
-		boot += " (efiBoot)"
-	}
-	msg := fmt.Sprintf("netboot job %s created: machine %s powered off, next boot %s, powered on", name, hw.Spec.BMCRef.Name, boot)
-	e.log.Info("workflow: netboot job created", "workflow", wf.Key(), "job", name, "machine", hw.Spec.BMCRef.Name)
-	SetCondition(&wf.Status, model.Condition{Type: ConditionNetbootJobSetupComplete, Status: "True", Reason: "Created", Message: msg, Time: &now})
-	SetCondition(&wf.Status, model.Condition{Type: ConditionNetbootJobRunning, Status: "True", Reason: "Running", Time: &now})
-	AddHistory(&wf.Status, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: wf.Status.State, Message: msg})
+	e.log.Info("workflow: boot job created", "workflow", wf.Key(), "job", bj.name, "machine", hw.Spec.BMCRef.Name)
+	// A Job of the same condition family that ran before (iso-mount before
+	// iso-eject) leaves its completion behind; this one has not completed.
+	RemoveCondition(&wf.Status, bj.conds.complete)
+	SetCondition(&wf.Status, model.Condition{Type: bj.conds.setup, Status: "True", Reason: "Created", Message: bj.created, Time: &now})
+	SetCondition(&wf.Status, model.Condition{Type: bj.conds.running, Status: "True", Reason: "Running", Time: &now})
+	AddHistory(&wf.Status, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: wf.Status.State, Message: bj.created})
 	return true, nil
 }
 

@@ -37,6 +37,13 @@ type QEMU struct {
 	Dir string
 	// Extra arguments for every launch (a NIC, a disk).
 	Extra []string
+	// Accel is QEMU's accelerator list; empty means KVM when /dev/kvm
+	// opens, else TCG ("tcg" avoids nested KVM, which fails in some
+	// sandboxes on real-mode boot loaders).
+	Accel string
+	// Memory is QEMU's -m; empty means 128 (MiB), enough for firmware
+	// tests, not for a boot environment.
+	Memory string
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
@@ -76,16 +83,23 @@ func (m *QEMU) PowerOn(boot string) error {
 	}
 	sock := filepath.Join(m.Dir, "qmp.sock")
 	_ = os.Remove(sock)
-	accel := "tcg"
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		accel = "kvm:tcg"
+	accel := m.Accel
+	if accel == "" {
+		accel = "tcg"
+		if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+			f.Close()
+			accel = "kvm:tcg"
+		}
 	}
 	drive := "if=none,id=cdrom0,media=cdrom,readonly=on"
 	if m.media != "" {
 		drive += ",format=raw,file=" + m.media
 	}
-	args := []string{"-nodefaults", "-no-user-config", "-machine", "pc,accel=" + accel, "-m", "128",
+	mem := m.Memory
+	if mem == "" {
+		mem = "128"
+	}
+	args := []string{"-nodefaults", "-no-user-config", "-machine", "pc,accel=" + accel, "-m", mem,
 		"-display", "none", "-serial", "file:" + filepath.Join(m.Dir, "console.log"),
 		// SeaBIOS's debug port: its log says which device it boots
 		// ("Booting from DVD/CD..."); the file starts anew at each launch.

@@ -21,6 +21,13 @@ func main() {
 	password := flag.String("password", "", "the BMC's password (required)")
 	qemu := flag.String("qemu", "", "path of qemu-system-x86_64: system 1 is a QEMU VM (default: a machine in memory)")
 	dir := flag.String("dir", "", "directory for the CA file, fetched images and QEMU's socket (required)")
+	accel := flag.String("accel", "", "the QEMU VM's accelerators, e.g. tcg (default kvm:tcg when /dev/kvm opens, else tcg)")
+	memory := flag.String("memory", "", "the QEMU VM's memory, QEMU's -m (default 128)")
+	var extra []string
+	flag.Func("qemu-arg", "an argument added to every QEMU launch, e.g. a NIC (repeatable, in order)", func(v string) error {
+		extra = append(extra, v)
+		return nil
+	})
 	flag.Parse()
 	if *password == "" || *dir == "" {
 		fmt.Fprintln(os.Stderr, "redfishsim: -password and -dir are required")
@@ -28,7 +35,7 @@ func main() {
 	}
 	var m redfishsim.Machine = &redfishsim.FakeMachine{}
 	if *qemu != "" {
-		vm := &redfishsim.QEMU{Binary: *qemu, Dir: *dir}
+		vm := &redfishsim.QEMU{Binary: *qemu, Dir: *dir, Extra: extra, Memory: *memory, Accel: *accel}
 		defer vm.Close()
 		m = vm
 	}
