@@ -11,10 +11,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -219,8 +221,13 @@ func (c *clients) explainTLS(err error) error {
 		record   tls.RecordHeaderError
 	)
 	var ce *connect.Error
+	plain := strings.HasPrefix(c.server, "http://")
 	switch {
-	case strings.HasPrefix(c.server, "http://") && errors.As(err, &ce) && ce.Message() == "400 Bad Request":
+	case plain && errors.As(err, &ce) && ce.Message() == "400 Bad Request",
+		// The server answers 400 and closes at once; a request with a
+		// body may still be writing it, and then the client sees only
+		// the reset. A request without one reads the answer.
+		plain && errors.Is(err, syscall.ECONNRESET) && answersPlainHTTPWith400(c.server):
 		// What Go's server answers plain HTTP on a TLS port with.
 		return fmt.Errorf("the Anvil server at %s answered 400 Bad Request: is it the HTTPS port? Use https:// for the HTTPS port (7443), http:// for the HTTP port (7080)",
 			c.server)
@@ -237,6 +244,19 @@ func (c *clients) explainTLS(err error) error {
 			c.server, rootCause(err))
 	}
 	return nil
+}
+
+// answersPlainHTTPWith400 reports whether server answers a plain GET
+// with Go's "HTTP request to an HTTPS server" 400: it is a TLS port.
+func answersPlainHTTPWith400(server string) bool {
+	hc := &http.Client{Timeout: 3 * time.Second}
+	resp, err := hc.Get(strings.TrimRight(server, "/") + "/")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return resp.StatusCode == http.StatusBadRequest && strings.Contains(string(body), "HTTP request to an HTTPS server")
 }
 
 func isNetError(err error) bool {
