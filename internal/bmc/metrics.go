@@ -40,6 +40,7 @@ const (
 	opClose         = "close"
 	opInsertMedia   = "insert_media"
 	opEjectMedia    = "eject_media"
+	opActivateSOL   = "activate_sol"
 )
 
 // observe runs one call to a BMC and records it.

@@ -108,7 +108,7 @@ func notOwnAddress(e machinelog.Event) bool {
 
 // services are the known Event.Service values, for metric labels.
 var services = []string{machinelog.ServiceDHCP, machinelog.ServiceTFTP, machinelog.ServiceHTTP, machinelog.ServiceSyslog,
-	machinelog.ServiceMetadata, machinelog.ServiceBMC}
+	machinelog.ServiceMetadata, machinelog.ServiceBMC, machinelog.ServiceConsole}
 
 var (
 	eventsTotal = promauto.NewCounterVec(prometheus.CounterOpts{

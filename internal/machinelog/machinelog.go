@@ -27,6 +27,9 @@ const (
 	// ServiceBMC: the BMC job executor (internal/bmc), about the machine
 	// whose Hardware names the Job's Machine in spec.bmcRef.
 	ServiceBMC = "bmc"
+	// ServiceConsole: the serial console over SSH (internal/console): its
+	// output line by line, and who attached.
+	ServiceConsole = "console"
 )
 
 // Event is one thing a service did for (or refused to) a machine.

@@ -117,13 +117,34 @@ func StartSim(t testing.TB, user, password string) *Sim {
 // not wait for each other need hosts of their own.
 func StartSimAt(t testing.TB, host, user, password string) *Sim {
 	t.Helper()
+	return startSim(t, host, user, password, "")
+}
+
+// StartSimSOL is StartSim with Serial over LAN: the simulator's console
+// (SOL instance 1) is the TCP server at serial ("127.0.0.1:PORT", the
+// machine's serial port: a QEMU chardev socket or the test's listener),
+// which ipmi_sim dials and dials again while it is away (see ipmi_lan(5),
+// "sol").
+func StartSimSOL(t testing.TB, user, password, serial string) *Sim {
+	t.Helper()
+	return startSim(t, "127.0.0.1", user, password, SOLConfig(serial))
+}
+
+// SOLConfig is the lan.conf line that makes the TCP server at serial the
+// BMC's Serial over LAN console.
+func SOLConfig(serial string) string {
+	return fmt.Sprintf("sol \"tcp:%s\" 115200\n", serial)
+}
+
+func startSim(t testing.TB, host, user, password, extra string) *Sim {
+	t.Helper()
 	bin := testtool.RequireBinary(t, "ipmi_sim", "openipmi")
 	dir := t.TempDir()
 	port := freeUDPPort(t, host)
 	s := &Sim{Host: host, Port: port, User: user, Password: password, Dir: dir}
 	control := filepath.Join(dir, "control.sh")
 	write(t, control, fmt.Sprintf(controlScript, dir), 0o755)
-	write(t, filepath.Join(dir, "lan.conf"), LANConfig(host, port, control, user, password), 0o600)
+	write(t, filepath.Join(dir, "lan.conf"), LANConfig(host, port, control, user, password)+extra, 0o600)
 	write(t, filepath.Join(dir, "sim.emu"), EmuConfig, 0o600)
 	state := filepath.Join(dir, "state")
 	if err := os.Mkdir(state, 0o700); err != nil {
