@@ -92,7 +92,7 @@ if [ "$netboot" = yes ]; then
     --bind-interfaces --enable-ra --dhcp-range=::,constructor:br0,ra-only >"$DATA/ra.log" 2>&1 &
   pids+=($!)
 else
-  serve_flags+=(--no-dhcp --no-tftp --no-syslog --no-metadata)
+  serve_flags+=(--no-dhcp --no-tftp --no-syslog --no-metadata --no-console)
 fi
 
 step "anvil serve (embedded store in $DATA/data, listening in $where)"

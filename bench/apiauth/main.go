@@ -124,7 +124,7 @@ func round(bin string, authOn bool, clients int, duration, warmup time.Duration)
 	}
 	defer grpcLn.Close()
 	args := []string{"serve", "--data-dir", dir, "--bind", "127.0.0.1",
-		"--no-dhcp", "--no-tftp", "--no-syslog", "--metadata-port", "0", "--log-level", "warn"}
+		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-console", "--metadata-port", "0", "--log-level", "warn"}
 	if !authOn {
 		args = append(args, "--insecure-no-auth")
 	}

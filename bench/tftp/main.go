@@ -429,7 +429,7 @@ func startServers(ctx context.Context, cfg config, root string) ([]*server, []st
 			s := &server{name: "anvil", port: portAnvil, window: true, note: cfg.anvil + " serve"}
 			dataDir := filepath.Join(filepath.Dir(root), "anvil-data")
 			err := start(s, cfg.anvil, "serve", "--insecure-no-auth", "--data-dir", dataDir, "--bind", "127.0.0.1",
-				"--tftp-port", strconv.Itoa(portAnvil), "--tftp-dir", root, "--no-dhcp", "--no-syslog",
+				"--tftp-port", strconv.Itoa(portAnvil), "--tftp-dir", root, "--no-dhcp", "--no-syslog", "--no-console",
 				"--http-port", strconv.Itoa(portAnvilHTTP), "--grpc-port", strconv.Itoa(portAnvilGRPC))
 			if err == nil {
 				servers = append(servers, s)
@@ -505,7 +505,7 @@ func anvilSupportsTFTP(bin string) string {
 	if err != nil {
 		return fmt.Sprintf("%s serve --help: %v", bin, err)
 	}
-	for _, f := range []string{"--tftp-port", "--tftp-dir", "--no-dhcp", "--no-syslog"} {
+	for _, f := range []string{"--tftp-port", "--tftp-dir", "--no-dhcp", "--no-syslog", "--no-console"} {
 		if !bytes.Contains(out, []byte(f)) {
 			return fmt.Sprintf("%s serve has no %s flag", bin, f)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/console"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/server"
 	"github.com/anvilproj/anvil/internal/version"
@@ -21,6 +22,7 @@ func newServeCmd() *cobra.Command {
 	var cpuProfile string
 	var noTLS bool
 	var maxRequestMiB int64
+	var noConsole bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Anvil server: API, workflow engine and (later) the boot services",
@@ -60,6 +62,9 @@ instead of --bind and the ports.`,
 			}
 			if metadataPort == 0 {
 				cfg.DisableMetadata = true // --metadata-port 0 is documented as "off"
+			}
+			if noConsole {
+				cfg.ConsolePort = 0
 			}
 			// A soft limit makes the garbage collector work harder near it
 			// instead of letting RSS float to 2-3x the live heap under a
@@ -143,6 +148,9 @@ instead of --bind and the ports.`,
 	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish, Intel AMT over TLS) certificates (default the system's; a Machine with insecureTLS checks none)")
 	f.BoolVar(&cfg.DisableBMC, "no-bmc", false, "do not run BMC Jobs (bmc.tinkerbell.org Job objects are stored, not executed) nor poll power states")
 	f.DurationVar(&cfg.BMCPollInterval, "bmc-poll-interval", server.DefaultBMCPollInterval, "how often every Machine's power state is read from its BMC, each within ±10%; a BMC that fails is backed off (0: never)")
+	f.IntVar(&cfg.ConsolePort, "console-port", console.DefaultPort, "SSH port of the serial console: 'ssh -p PORT HARDWARE@anvil' attaches to the machine's IPMI Serial over LAN, logging in with a key of its spec.metadata.instance.ssh_keys (0: off)")
+	f.BoolVar(&noConsole, "no-console", false, "do not serve the serial console (same as --console-port 0)")
+	f.StringVar(&cfg.ConsoleHostKeyFile, "console-host-key", "", "the serial console's SSH host key, made when missing (default DATA_DIR/console/ssh_host_ed25519_key)")
 	f.IntVar(&cfg.BMCPollConcurrency, "bmc-poll-concurrency", server.DefaultBMCPollConcurrency, "BMC sessions the power-state poller holds at once (each BMC still gets one at a time)")
 	// HTTP: proxies, ingress, the boot path's limits (docs/ingress.md).
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of proxies whose X-Forwarded-For is believed on every listener (metadata, boot scripts, per-client limits), e.g. 10.0.0.0/24,192.0.2.9 (default none: the TCP peer is the caller)")

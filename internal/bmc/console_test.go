@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +13,6 @@ import (
 	"github.com/anvilproj/anvil/internal/bmc/bmctest"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
-
-// syncBuffer is a bytes.Buffer safe to write from the console's goroutine
-// and read from the test's.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // serialPort is the machine's end of a Serial over LAN console: the TCP
 // server ipmi_sim dials as its SOL device.
@@ -94,7 +74,7 @@ func TestConsoleOverSOL(t *testing.T) {
 
 	for round := 1; round <= 2; round++ {
 		inR, inW := io.Pipe()
-		out := &syncBuffer{}
+		out := &testtool.SyncBuffer{}
 		done := attach(context.Background(), c, inR, out)
 		// The machine writes until the console shows it: the first lines
 		// may go out before the payload is active.

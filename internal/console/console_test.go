@@ -33,25 +33,6 @@ const (
 	bmcPassword = "console-bmc-pw"
 )
 
-// syncBuffer is a bytes.Buffer written by a process's pipe and read by
-// the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type eventLog struct {
 	mu     sync.Mutex
 	events []machinelog.Event
@@ -210,7 +191,7 @@ func hardware(ns, name, mac, bmcRef string, keys []string) *model.Hardware {
 type sshSession struct {
 	cmd            *exec.Cmd
 	stdin          io.WriteCloser
-	stdout, stderr *syncBuffer
+	stdout, stderr *testtool.SyncBuffer
 	done           chan error
 }
 
@@ -222,7 +203,7 @@ func (l *lab) ssh(t *testing.T, user, key string, command ...string) *sshSession
 		"-o", "UserKnownHostsFile=" + filepath.Join(l.dir, "known_hosts"), "-o", "LogLevel=ERROR",
 		user + "@127.0.0.1"}
 	cmd := exec.Command("ssh", append(args, command...)...)
-	s := &sshSession{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	s := &sshSession{cmd: cmd, stdout: &testtool.SyncBuffer{}, stderr: &testtool.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
 	var err error
 	if s.stdin, err = cmd.StdinPipe(); err != nil {

@@ -200,6 +200,14 @@ type Config struct {
 	// BMCPollConcurrency bounds the power-state polls at once; 0 uses
 	// bmc.DefaultPollConcurrency.
 	BMCPollConcurrency int
+	// ConsolePort is the serial console's SSH port (`ssh -p 2222
+	// node1@anvil`, docs/bmc.md); 0 opens none. `anvil serve` defaults it
+	// to console.DefaultPort. The console needs the BMC executor: with
+	// DisableBMC there is none.
+	ConsolePort int
+	// ConsoleHostKeyFile is the console's SSH host key, made (Ed25519)
+	// when missing. If empty, uses DataDir/console/ssh_host_ed25519_key.
+	ConsoleHostKeyFile string
 	// InsecureNoAuth switches authentication off: every management call
 	// is an anonymous admin and agent calls are not checked. Run says so
 	// loudly in the log.
@@ -534,6 +542,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}()
 			defer func() { stopBMC(); <-pollDone }()
 		}
+		if cfg.ConsolePort != 0 {
+			stopConsole, err := startConsole(bmcCtx, cfg, st, executor, recorder, log)
+			if err != nil {
+				return err
+			}
+			defer func() { stopBMC(); stopConsole() }()
+		}
+	} else if cfg.ConsolePort != 0 {
+		log.Info("serial console off: it reaches machines through the BMC executor, which --no-bmc switches off")
 	}
 
 	// Stage 4: handlers.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,9 +30,14 @@ import (
 // that mode it answers Set System Boot Options with "invalid data field",
 // so no one-time PXE boot can be set, and with a chassis control program
 // configured it never runs startcmd.
+//
+// The VM's serial port is a QEMU socket (its output also appended to
+// serial.log) that ipmi_sim dials as its Serial over LAN console, so
+// `ssh -p 2222 node@anvil` reaches the VM's console through the BMC.
 const (
-	labBMCPort   = 6230
-	labBMCVMPort = 9002
+	labBMCPort       = 6230
+	labBMCVMPort     = 9002
+	labBMCSerialPort = 9003
 	labBMCUser   = "admin"
 	labBMCPass   = "lab-bmc-password"
 )
@@ -110,7 +117,8 @@ func startLabBMC(t *testing.T, ns *netns, m vm) *labBMC {
 	}
 	m.disk, m.noBootOrder = b.disk, true
 	args := ns.qemuArgs(m, dir, "chardev:s0")
-	args = append(args, "-chardev", "file,id=s0,append=on,path="+b.serial, "-pidfile", filepath.Join(dir, "qemu.pid"),
+	args = append(args, "-chardev", fmt.Sprintf("socket,id=s0,host=127.0.0.1,port=%d,server=on,wait=off,logfile=%s,logappend=on", labBMCSerialPort, b.serial),
+		"-pidfile", filepath.Join(dir, "qemu.pid"),
 		"-chardev", fmt.Sprintf("socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=1", labBMCVMPort),
 		"-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-bt,bmc=bmc0")
 	var q strings.Builder
@@ -123,7 +131,8 @@ func startLabBMC(t *testing.T, ns *netns, m vm) *labBMC {
 		"qemu.sh":    q.String(),
 		"control.sh": fmt.Sprintf(labBMCControl, dir),
 		"lan.conf": bmctest.LANConfig("127.0.0.1", labBMCPort, filepath.Join(dir, "control.sh"), labBMCUser, labBMCPass) +
-			fmt.Sprintf("serial 15 127.0.0.1 %d codec VM ipmb 0x20\n", labBMCVMPort),
+			fmt.Sprintf("serial 15 127.0.0.1 %d codec VM ipmb 0x20\n", labBMCVMPort) +
+			bmctest.SOLConfig(fmt.Sprintf("127.0.0.1:%d", labBMCSerialPort)),
 		"sim.emu": bmctest.EmuConfig,
 	}
 	for name, content := range files {
@@ -202,8 +211,14 @@ func bmcInstall(t *testing.T, how, name, mac, ip string) {
 	qemuSlots <- struct{}{} // this test's VM counts against the lab's one at a time
 	defer func() { <-qemuSlots }()
 	b := startLabBMC(t, ns, vm{name: name, mac: mac, tap: "tap0"})
+	// The reprovision run also watches the install on the serial console
+	// over SSH, as an operator would.
+	var op *consoleOperator
+	if how == "reprovision" {
+		op = newConsoleOperator(t, ns)
+	}
 	a.apply(t, bmcYAML(machine)+installSpec{os: biosOS, name: name, mac: mac, ip: ip, server: serverIP,
-		imageURL: "http://" + serverIP + ":7080/images/os.raw.zst", bmc: machine, noWorkflow: true}.yaml())
+		imageURL: "http://" + serverIP + ":7080/images/os.raw.zst", bmc: machine, noWorkflow: true, sshKey: op.publicKey(t)}.yaml())
 	var st string
 	testtool.WaitFor(t, "the BMC to answer", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -237,6 +252,7 @@ func bmcInstall(t *testing.T, how, name, mac, ip string) {
 	for {
 		if powered == 0 && b.on() {
 			powered = time.Since(start)
+			op.attach(t, name)
 		}
 		if success == 0 && workflowState(a, workflow) == "SUCCESS" {
 			success = time.Since(start)
@@ -287,9 +303,91 @@ func bmcInstall(t *testing.T, how, name, mac, ip string) {
 	assertRecord(t, record, "bmc", "task 1 (oneTimeBootDeviceAction pxe) completed")
 	assertRecord(t, record, "bmc", "job "+job+" completed: 3 tasks completed")
 	assertRecord(t, record, "http", "os.raw.zst", "200")
+	if op != nil {
+		// What the installed OS wrote on its serial port reached the
+		// operator's ssh through ipmi_sim's Serial over LAN, and the
+		// machine's record.
+		testtool.WaitFor(t, "the installed OS on the ssh console", func() bool { return strings.Contains(op.stdout.String(), markerInstalled) })
+		op.leave(t)
+		record := a.cli(t, "logs", "hardware/"+name)
+		assertRecord(t, record, "console", markerInstalled)
+		assertRecord(t, record, "console", `ssh user "`+name+`" from`, "attached through machine/"+machine)
+		t.Logf("ssh console: %d bytes, banner %q", len(op.stdout.String()), strings.TrimSpace(op.stderr.String()))
+	}
 	if os.Getenv("ANVIL_E2E_SERIAL") != "" {
 		t.Logf("serial console:\n%s", serial)
 	}
 	t.Logf("bmc %s: netboot job %.1fs; command → power on %.1fs, → workflow SUCCESS %.1fs, → installed OS powered off %.1fs", how,
 		j.Status.Completion.Sub(*j.Status.StartTime).Seconds(), powered.Seconds(), success.Seconds(), installed.Seconds())
+}
+
+// consoleOperator is an operator with an SSH key in the machine's
+// Hardware, watching its serial console with OpenSSH's client through
+// Anvil's console port.
+type consoleOperator struct {
+	ns             *netns
+	key            string
+	cmd            *exec.Cmd
+	stdin          io.WriteCloser
+	stdout, stderr *testtool.SyncBuffer
+}
+
+func newConsoleOperator(t *testing.T, ns *netns) *consoleOperator {
+	t.Helper()
+	keygen := testtool.RequireBinary(t, "ssh-keygen", "openssh-client")
+	testtool.RequireBinary(t, "ssh", "openssh-client")
+	op := &consoleOperator{ns: ns, key: filepath.Join(t.TempDir(), "id_operator"), stdout: &testtool.SyncBuffer{}, stderr: &testtool.SyncBuffer{}}
+	if out, err := exec.Command(keygen, "-q", "-t", "ed25519", "-N", "", "-C", "operator", "-f", op.key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+	}
+	return op
+}
+
+// publicKey is the operator's authorized_keys line; "" for no operator.
+func (op *consoleOperator) publicKey(t *testing.T) string {
+	t.Helper()
+	if op == nil {
+		return ""
+	}
+	b, err := os.ReadFile(op.key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// attach runs `ssh -p 2222 hardware@anvil` in the lab namespace until
+// leave, its input open (an operator who types nothing).
+func (op *consoleOperator) attach(t *testing.T, hardware string) {
+	t.Helper()
+	if op == nil {
+		return
+	}
+	op.cmd = exec.Command("ip", "netns", "exec", op.ns.name, "ssh", "-F", "/dev/null", "-T", "-p", "2222", "-i", op.key,
+		"-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+		"-o", "LogLevel=ERROR", hardware+"@"+serverIP)
+	op.cmd.Stdout, op.cmd.Stderr = op.stdout, op.stderr
+	var err error
+	if op.stdin, err = op.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { op.leave(t) })
+	testtool.WaitFor(t, "the console's banner", func() bool {
+		return strings.Contains(op.stderr.String(), "serial console of hardware/"+hardware)
+	})
+}
+
+// leave ends the operator's ssh.
+func (op *consoleOperator) leave(t *testing.T) {
+	t.Helper()
+	if op.cmd == nil || op.cmd.Process == nil {
+		return
+	}
+	op.stdin.Close()
+	_ = op.cmd.Process.Kill()
+	_ = op.cmd.Wait()
+	op.cmd = nil
 }

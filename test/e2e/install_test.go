@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,6 +126,9 @@ type installSpec struct {
 	bmc string
 	// noWorkflow leaves the Workflow out (reprovision creates it).
 	noWorkflow bool
+	// sshKey, if set, is the Hardware's one spec.metadata.instance.ssh_keys
+	// entry (an authorized_keys line).
+	sshKey string
 }
 
 // yaml is the Hardware, Template and Workflow of the install.
@@ -141,6 +145,10 @@ func (in installSpec) yaml() string {
 	if in.bmc != "" {
 		bmcRef = "\n  bmcRef:\n    apiGroup: bmc.tinkerbell.org\n    kind: Machine\n    name: " + in.bmc
 	}
+	sshKeys := ""
+	if in.sshKey != "" {
+		sshKeys = "\n      ssh_keys:\n        - " + strconv.Quote(strings.TrimSpace(in.sshKey))
+	}
 	out := fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
 metadata:
@@ -151,7 +159,7 @@ spec:%[10]s
   metadata:
     instance:
       id: %[2]s
-      hostname: %[1]s
+      hostname: %[1]s%[11]s
   interfaces:
     - dhcp:
         mac: %[2]s
@@ -218,7 +226,7 @@ spec:
   hardwareMap:
     device_1: %[2]s%[9]s
 `, in.name, in.mac, in.ip, in.server, in.imageURL, in.os.bootConfig,
-		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle, bmcRef)
+		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle, bmcRef, sshKeys)
 	if in.noWorkflow {
 		out, _, _ = strings.Cut(out, "---\napiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\n")
 	}

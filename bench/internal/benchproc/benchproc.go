@@ -95,7 +95,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	s.cmd = exec.Command(bin, "serve", "--insecure-no-auth", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
 		"--log-level", o.LogLevel,
-		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata", // the control plane is under test
+		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata", "--no-console", // the control plane is under test
 		"--no-tls") // agents speak h2c to the gRPC port; and no fixed HTTPS port to collide on
 	s.cmd.Args = append(s.cmd.Args, o.Args...)
 	if o.CPUProfile != "" {
