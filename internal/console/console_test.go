@@ -173,7 +173,7 @@ func secretObj(ns, name, password string) *model.Secret {
 func machineObj(ns, name, secret string, port int) *model.Machine {
 	return &model.Machine{ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name},
 		Spec: model.MachineSpec{Connection: model.Connection{Host: "127.0.0.1", Port: port,
-			AuthSecretRef: model.SecretReference{Name: secret, Namespace: ns},
+			AuthSecretRef:   model.SecretReference{Name: secret, Namespace: ns},
 			ProviderOptions: &model.ProviderOptions{IPMITOOL: &model.IPMIOptions{CipherSuite: "3"}}}}}
 }
 

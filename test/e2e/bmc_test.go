@@ -38,8 +38,8 @@ const (
 	labBMCPort       = 6230
 	labBMCVMPort     = 9002
 	labBMCSerialPort = 9003
-	labBMCUser   = "admin"
-	labBMCPass   = "lab-bmc-password"
+	labBMCUser       = "admin"
+	labBMCPass       = "lab-bmc-password"
 )
 
 // labBMCControl is the chassis control program (bmctest's contract:
