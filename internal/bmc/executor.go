@@ -490,9 +490,9 @@ func (r *jobRun) act(ctx context.Context, a model.BMCAction, conn Conn) error {
 	switch {
 	case a.PowerAction != nil:
 		return r.power(ctx, *a.PowerAction)
-	case a.OneTimeBootDeviceAction != nil:
-		b := a.OneTimeBootDeviceAction
-		return r.session.SetBootDevice(ctx, b.Devices[0], b.EFIBoot, b.Persistent)
+	case a.OneTimeBootDeviceAction != nil || a.BootDevice != nil:
+		dev, efi, persistent, _ := a.BootDeviceOf()
+		return r.session.SetBootDevice(ctx, dev, efi, persistent)
 	case a.VirtualMediaAction != nil:
 		m, ok := r.session.(MediaSession)
 		if !ok {

@@ -42,6 +42,15 @@ type BootOptions struct {
 	ToggleAllowNetboot bool   `json:"toggleAllowNetboot,omitempty"`
 	BootMode           string `json:"bootMode,omitempty"`
 	ISOURL             string `json:"isoURL,omitempty"`
+	// CustombootConfig holds the BMC actions of bootMode customboot.
+	CustombootConfig *CustombootConfig `json:"custombootConfig,omitempty"`
+}
+
+// CustombootConfig is Tinkerbell's customboot: BMC actions run as one Job
+// before the workflow's first action, and as another after its success.
+type CustombootConfig struct {
+	PreparingActions []BMCAction `json:"preparingActions,omitempty"`
+	PostActions      []BMCAction `json:"postActions,omitempty"`
 }
 
 // Workflow and action states. Tinkerbell's older releases wrote them with a

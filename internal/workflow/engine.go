@@ -426,10 +426,13 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 
 	// (e) bootMode netboot through the BMC, once this workflow is the
 	// active one on its hardware: another's machine is not powered off.
-	if !final && !disabled && waitingFor == "" && (wantsBMCNetboot(wf) || wantsISOBoot(wf)) {
+	if !final && !disabled && waitingFor == "" && (wantsBMCNetboot(wf) || wantsISOBoot(wf) || customboot(wf) != nil) {
 		job := e.netbootJob
-		if wantsISOBoot(wf) {
+		switch {
+		case wantsISOBoot(wf):
 			job = e.isoMountJob
+		case customboot(wf) != nil:
+			job = e.custombootPreparingJob
 		}
 		c, err := job(ctx, wf, now)
 		if err != nil {
@@ -440,9 +443,14 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 			final = model.IsFinal(st.State)
 		}
 	}
-	// (f) isoboot: the CD comes out once the workflow has succeeded.
-	if st.State == model.StateSuccess && wantsISOBoot(wf) {
-		c, err := e.isoEjectJob(ctx, wf, now)
+	// (f) isoboot: the CD comes out once the workflow has succeeded;
+	// customboot: its post actions run.
+	if st.State == model.StateSuccess && (wantsISOBoot(wf) || customboot(wf) != nil) {
+		job := e.isoEjectJob
+		if customboot(wf) != nil {
+			job = e.custombootPostJob
+		}
+		c, err := job(ctx, wf, now)
 		if err != nil {
 			return err
 		}
