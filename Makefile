@@ -99,9 +99,10 @@ lint:
 	go vet ./...
 	staticcheck ./...
 
-# demo: build, serve in a private network namespace, apply the examples and
-# watch a workflow run to SUCCESS (driven by a simulated agent until the real
-# boot path exists).
+# demo: build, serve in a private network namespace and provision a QEMU
+# machine end to end (DHCP, iPXE, the boot environment's agent, the
+# workflow, the installed OS); without root, the control plane on loopback
+# with a simulated agent (scripts/demo.sh).
 demo: build
 	@scripts/demo.sh
 

@@ -1,7 +1,8 @@
 // Package api implements every anvil.v1 service (Hardware, Template, Workflow,
-// BootProfile, Machine, BMC Job and Task, Manifest, Agent, Log, Job,
-// Secret, CredentialSecret) as connect handlers over store.Store, the
-// workflow engine and the log store.
+// BootProfile, Machine, BmcJob, BmcTask, CredentialSecret, Manifest, Agent,
+// Log, Audit, Secret, Job) and Tinkerbell's proto.WorkflowService (for
+// tink-agent) as connect handlers over store.Store, the workflow engine and
+// the log store.
 //
 // It owns the translation between the wire (proto messages, connect codes)
 // and the model: converting objects, parsing selectors, mapping errors to
