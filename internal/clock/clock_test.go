@@ -22,6 +22,9 @@ func fired(ch <-chan time.Time) (time.Time, bool) {
 func TestFakeAdvance(t *testing.T) {
 	c := NewFake(t0)
 	late, early := c.After(2*time.Second), c.After(time.Second)
+	if !c.PendingAt(t0.Add(time.Second)) || c.PendingAt(t0.Add(1500*time.Millisecond)) {
+		t.Fatal("PendingAt does not see the waits armed")
+	}
 	tick := c.NewTicker(500 * time.Millisecond)
 	c.Advance(999 * time.Millisecond)
 	if _, ok := fired(early); ok {

@@ -110,6 +110,20 @@ func (c *Fake) Waiters() int {
 	return len(c.waiters)
 }
 
+// PendingAt reports whether an After, AfterFunc or ticker is due at
+// exactly at: a test waits for the code to have armed the timer it is
+// about to trip.
+func (c *Fake) PendingAt(at time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.waiters {
+		if !w.done && w.at.Equal(at) {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *Fake) add(w *waiter, d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/tmplbudget"
@@ -20,8 +21,9 @@ import (
 // Config configures an Engine.
 type Config struct {
 	Store store.Store
-	// Clock is the engine's time source; nil means the real clock.
-	Clock  Clock
+	// Clock is the engine's time source: timeouts, requeues, long polls
+	// and every timestamp it writes. If nil, clock.Real.
+	Clock  clock.Clock
 	Logger *slog.Logger
 	// MaxWait caps how long GetAction waits for work; 0 means 30s.
 	MaxWait time.Duration
@@ -61,7 +63,7 @@ const errorRequeueDelay = time.Second
 // reports. Workflows are identified by "namespace/name".
 type Engine struct {
 	store   store.Store
-	clock   Clock
+	clock   clock.Clock
 	log     *slog.Logger
 	maxWait time.Duration
 	// reportSlots is a semaphore bounding reports in progress.
@@ -104,14 +106,7 @@ type seenWorkflow struct {
 
 type deadlineTimer struct {
 	at time.Time
-	t  interface{ Stop() bool }
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-func (realClock) AfterFunc(d time.Duration, f func()) interface{ Stop() bool } {
-	return time.AfterFunc(d, f)
+	t  clock.Timer
 }
 
 // New returns an Engine. GetAction and ReportActionStatus work without Run;
@@ -119,7 +114,7 @@ func (realClock) AfterFunc(d time.Duration, f func()) interface{ Stop() bool } {
 func New(cfg Config) *Engine {
 	e := &Engine{
 		store:   cfg.Store,
-		clock:   cfg.Clock,
+		clock:   clock.Or(cfg.Clock),
 		log:     cfg.Logger,
 		maxWait: cfg.MaxWait,
 		budget:  cfg.RenderBudget,
@@ -132,9 +127,6 @@ func New(cfg Config) *Engine {
 		warned:  map[string]bool{},
 
 		rendering: map[string]context.CancelCauseFunc{},
-	}
-	if e.clock == nil {
-		e.clock = realClock{}
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
