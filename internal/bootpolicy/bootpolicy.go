@@ -24,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/anvilproj/anvil/internal/agentcmdline"
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
@@ -106,7 +107,7 @@ type Policy struct {
 	mode       string
 	publicHTTP string
 	bootEnvURL string
-	baseArgs   []string // grpc_authority= … before the per-machine ones
+	agentArgs  agentcmdline.Params // the agent's arguments but the per-machine ones
 	consoleArg []string
 	extraArgs  []string
 	agentToken func(*model.Workflow) string
@@ -160,17 +161,13 @@ func New(cfg Config) (*Policy, error) {
 		return nil, fmt.Errorf("bootpolicy: gRPC authority %q: want host:port: %w", cfg.GRPCAuthority, err)
 	}
 
-	p.baseArgs = []string{
-		"grpc_authority=" + cfg.GRPCAuthority,
-		"", // worker_id=, per machine
-		"", // hw_addr=, per machine
-		fmt.Sprintf("tinkerbell_tls=%t", cfg.TLS),
-		fmt.Sprintf("tinkerbell_insecure_tls=%t", cfg.InsecureTLS),
+	p.agentArgs = agentcmdline.Params{
+		GRPCAuthority: cfg.GRPCAuthority,
+		TLS:           cfg.TLS,
+		InsecureTLS:   cfg.InsecureTLS,
+		SyslogHost:    cfg.SyslogHost,
+		Server:        p.publicHTTP,
 	}
-	if cfg.SyslogHost != "" {
-		p.baseArgs = append(p.baseArgs, "syslog_host="+cfg.SyslogHost)
-	}
-	p.baseArgs = append(p.baseArgs, "anvil.server="+p.publicHTTP)
 	console := cfg.Console
 	if console == nil {
 		console = DefaultConsole
@@ -179,14 +176,15 @@ func New(cfg Config) (*Policy, error) {
 		p.consoleArg = append(p.consoleArg, "console="+c)
 	}
 	p.extraArgs = append([]string(nil), cfg.ExtraKernelArgs...)
-	for _, list := range [][]string{p.baseArgs, p.consoleArg, p.extraArgs} {
-		for _, a := range list {
-			if a == "" {
-				continue
-			}
-			if err := ipxe.CheckArg(a); err != nil {
-				return nil, fmt.Errorf("bootpolicy: kernel argument: %w", err)
-			}
+	// The line without a machine's arguments: what is wrong with it is a
+	// flag's fault, found at start rather than at the first boot.
+	args, err := p.agentArgs.Build(p.consoleArg, p.extraArgs)
+	if err != nil {
+		return nil, fmt.Errorf("bootpolicy: kernel argument: %w", err)
+	}
+	for _, a := range args {
+		if err := ipxe.CheckArg(a); err != nil {
+			return nil, fmt.Errorf("bootpolicy: kernel argument: %w", err)
 		}
 	}
 	return p, nil
