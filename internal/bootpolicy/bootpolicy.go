@@ -13,7 +13,6 @@
 package bootpolicy
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -290,45 +289,22 @@ func (p *Policy) pick(objs []model.Object, what string, match func(*model.Interf
 	return nil, 0, nil
 }
 
-// compareActive orders a hardware's unfinished workflows as the workflow
-// engine does (internal/workflow): a running one first, then the oldest,
-// then by name.
-func compareActive(a, b *model.Workflow) int {
-	ar := model.NormalizeState(a.Status.State) == model.StateRunning
-	br := model.NormalizeState(b.Status.State) == model.StateRunning
-	if ar != br {
-		if ar {
-			return -1
-		}
-		return 1
-	}
-	if a.CreationTimestamp != nil && b.CreationTimestamp != nil {
-		if c := a.CreationTimestamp.Compare(*b.CreationTimestamp); c != 0 {
-			return c
-		}
-	}
-	return cmp.Compare(a.Name, b.Name)
-}
-
 // activeWorkflow returns the workflow the machine should boot into: of the
-// workflows on hw (same namespace), those not final, not disabled and not
-// waiting for another (the engine's Waiting condition), the one the engine
-// would run first. Nil if none.
+// workflows on hw (same namespace) not waiting for another (the engine's
+// Waiting condition), the active one (model.ActiveWorkflow, the rule the
+// engine follows). Nil if none.
 func (p *Policy) activeWorkflow(ctx context.Context, hw *model.Hardware) (*model.Workflow, error) {
 	objs, err := p.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, hw.Name)
 	if err != nil {
 		return nil, fmt.Errorf("find workflows of hardware %s: %w", hw.Key(), err)
 	}
-	var best *model.Workflow
+	var ws []*model.Workflow
 	for _, o := range objs {
 		w, ok := o.(*model.Workflow)
-		if !ok || w.Namespace != hw.Namespace || model.IsFinal(w.Status.State) ||
-			model.BoolValue(w.Spec.Disabled, false) || workflow.FindCondition(&w.Status, workflow.ConditionWaiting) != nil {
+		if !ok || w.Namespace != hw.Namespace || workflow.FindCondition(&w.Status, workflow.ConditionWaiting) != nil {
 			continue
 		}
-		if best == nil || compareActive(w, best) < 0 {
-			best = w
-		}
+		ws = append(ws, w)
 	}
-	return best, nil
+	return model.ActiveWorkflow(ws), nil
 }
