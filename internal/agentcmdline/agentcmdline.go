@@ -229,9 +229,9 @@ func serverURL(s string) (string, error) {
 // Endpoint returns the base URL the agent calls and whether it speaks gRPC
 // there: anvil.server= when given (Connect over HTTP/1.1), else
 // grpc_authority= (gRPC, over TLS when tinkerbell_tls=true, else h2c). p
-// must be valid (Parse returned it, or Build accepts it); otherwise url is
+// must be valid (Parse returned it, or Build accepts it); otherwise base is
 // "".
-func (p Params) Endpoint() (url string, grpc bool) {
+func (p Params) Endpoint() (base string, grpc bool) {
 	if p.checkServer() != nil {
 		return "", false
 	}
