@@ -19,7 +19,8 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzParseChecksum \
 	./internal/actions:FuzzParseMode \
 	./internal/actions:FuzzGrubDefault \
-	./internal/agent:FuzzParseCmdline \
+	./internal/agentcmdline:FuzzParse \
+	./internal/agentcmdline:FuzzBuild \
 	./internal/untar:FuzzEntryPath \
 	./internal/untar:FuzzExtract \
 	./internal/oci:FuzzParseSettings \

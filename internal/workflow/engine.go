@@ -1,7 +1,6 @@
 package workflow
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -513,69 +512,26 @@ func (e *Engine) cancelRendering(key string) {
 	}
 }
 
-// contenders returns the workflows of wf's namespace on wf's hardware that
-// are neither final nor disabled (wf itself as given, not as stored), the
-// active one first: a RUNNING one, else the oldest by creationTimestamp, then
-// name.
-func (e *Engine) contenders(ctx context.Context, wf *model.Workflow) ([]*model.Workflow, error) {
-	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
-	if err != nil {
-		return nil, err
-	}
-	var out []*model.Workflow
-	self := false
-	for _, o := range objs {
-		w := o.(*model.Workflow)
-		if w.Namespace != wf.Namespace {
-			continue
-		}
-		if w.Name == wf.Name {
-			w, self = wf, true
-		}
-		if model.IsFinal(w.Status.State) || model.BoolValue(w.Spec.Disabled, false) {
-			continue
-		}
-		out = append(out, w)
-	}
-	if !self && !model.IsFinal(wf.Status.State) && !model.BoolValue(wf.Spec.Disabled, false) {
-		out = append(out, wf)
-	}
-	slices.SortFunc(out, compareActive)
-	return out, nil
-}
-
-func compareActive(a, b *model.Workflow) int {
-	ar, br := model.NormalizeState(a.Status.State) == model.StateRunning, model.NormalizeState(b.Status.State) == model.StateRunning
-	if ar != br {
-		if ar {
-			return -1
-		}
-		return 1
-	}
-	var at, bt time.Time
-	if a.CreationTimestamp != nil {
-		at = *a.CreationTimestamp
-	}
-	if b.CreationTimestamp != nil {
-		bt = *b.CreationTimestamp
-	}
-	if c := at.Compare(bt); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Name, b.Name)
-}
-
 // activeSibling returns the name of the workflow wf waits for, or "" when wf
-// is the active one on its hardware.
+// is the active one on its hardware (model.ActiveWorkflow, which the boot
+// policy asks too) among the workflows of wf's namespace on wf's hardware,
+// wf itself as given, not as stored.
 func (e *Engine) activeSibling(ctx context.Context, wf *model.Workflow) (string, error) {
-	c, err := e.contenders(ctx, wf)
+	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
 	if err != nil {
 		return "", err
 	}
-	if len(c) == 0 || c[0].Name == wf.Name {
-		return "", nil
+	ws := []*model.Workflow{wf}
+	for _, o := range objs {
+		w := o.(*model.Workflow)
+		if w.Namespace == wf.Namespace && w.Name != wf.Name {
+			ws = append(ws, w)
+		}
 	}
-	return c[0].Name, nil
+	if a := model.ActiveWorkflow(ws); a != nil && a.Name != wf.Name {
+		return a.Name, nil
+	}
+	return "", nil
 }
 
 // enqueueSiblings queues the unfinished workflows on wf's hardware, so that
@@ -805,7 +761,7 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 		return nil, err
 	}
 	if len(cands) > 1 {
-		slices.SortFunc(cands, compareActive)
+		slices.SortFunc(cands, model.CompareActive)
 	}
 	now := e.clock.Now()
 	for _, w := range cands {
