@@ -81,8 +81,9 @@ func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.Va
 // then call Run once. Its zero value is ready to use; Ready may be called
 // from any goroutine, Stage and Run only from one.
 type Supervisor struct {
-	// Logger receives one line when shutdown starts and one per
-	// component that fails, does not stop cleanly or overruns its stop. If nil, uses
+	// Logger receives a line when shutdown starts, one per stage stopped
+	// and one per component that fails, does not stop cleanly or overruns
+	// its stop. If nil, uses
 	// slog.Default().
 	Logger *slog.Logger
 
@@ -298,10 +299,10 @@ func (s *Supervisor) stop(st stage) {
 	if len(started) == 0 {
 		return
 	}
-	s.log.Debug("stopping", "stage", st.name)
 	for _, c := range started {
 		c.cancel()
 	}
+	defer s.log.Info("stopped", "stage", st.name)
 	for _, c := range started {
 		timer := time.NewTimer(c.StopTimeout)
 		select {
