@@ -29,7 +29,7 @@ var ErrStopped = errors.New("stopped unexpectedly")
 
 // ErrStopTimeout is the cause in the Error of a component that did not
 // return within its StopTimeout of being asked to stop.
-var ErrStopTimeout = errors.New("did not stop in time")
+var ErrStopTimeout = errors.New("did not stop")
 
 // Component is one long-lived part of a program.
 type Component struct {
@@ -284,8 +284,8 @@ func (s *Supervisor) fail(c *running, err error) {
 	s.log.Error("component failed", "component", c.Name, "err", err)
 }
 
-// stop asks every started component of st to stop, then waits for each,
-// each up to its StopTimeout.
+// stop asks every started component of st to stop, then waits for each
+// until its StopTimeout has passed since.
 func (s *Supervisor) stop(st stage) {
 	var started []*running
 	s.mu.Lock()
@@ -302,9 +302,12 @@ func (s *Supervisor) stop(st stage) {
 	for _, c := range started {
 		c.cancel()
 	}
+	asked := time.Now()
 	defer s.log.Info("stopped", "stage", st.name)
 	for _, c := range started {
-		timer := time.NewTimer(c.StopTimeout)
+		// Each bound counts from the stop, not from the end of the wait
+		// for the component before it.
+		timer := time.NewTimer(c.StopTimeout - time.Since(asked))
 		select {
 		case <-c.done:
 			timer.Stop()

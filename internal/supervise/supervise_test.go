@@ -274,8 +274,8 @@ func TestStopTimeout(t *testing.T) {
 		start := time.Now()
 		cancel()
 		err := <-errc
-		if !errors.Is(err, ErrStopTimeout) || !strings.HasPrefix(err.Error(), "stuck: ") {
-			t.Errorf("Run = %v; want stuck: ErrStopTimeout", err)
+		if !errors.Is(err, ErrStopTimeout) || err.Error() != "stuck: did not stop within 3s" {
+			t.Errorf("Run = %v; want stuck: did not stop within 3s (ErrStopTimeout)", err)
 		}
 		// The bubble's clock: exactly the timeout, not a measurement.
 		if waited := time.Since(start); waited != 3*time.Second {
@@ -283,6 +283,34 @@ func TestStopTimeout(t *testing.T) {
 		}
 		if got := j.get(); !slices.Equal(got, []string{"start store", "stop store"}) {
 			t.Errorf("journal %q; want the store stopped after the stuck component was abandoned", got)
+		}
+	})
+}
+
+func TestStopTimeoutsRunTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		stuck := func(context.Context) error { <-release; return nil }
+		s := &Supervisor{Logger: quiet()}
+		s.Stage("core",
+			Component{Name: "slow", StopTimeout: 5 * time.Second, Run: func(ctx context.Context) error {
+				<-ctx.Done()
+				time.Sleep(4 * time.Second) // a long but bounded stop, on the bubble's clock
+				return nil
+			}},
+			Component{Name: "stuck", StopTimeout: 6 * time.Second, Run: stuck})
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := runAsync(ctx, s)
+		synctest.Wait()
+		start := time.Now()
+		cancel()
+		if err := <-errc; !errors.Is(err, ErrStopTimeout) || !strings.HasPrefix(err.Error(), "stuck: ") {
+			t.Errorf("Run = %v; want stuck: ErrStopTimeout alone", err)
+		}
+		// 6s from the stop, not 4s (the slow one) + 6s.
+		if waited := time.Since(start); waited != 6*time.Second {
+			t.Errorf("stopping the stage took %v on the bubble's clock; want the stuck one's 6s", waited)
 		}
 	})
 }
