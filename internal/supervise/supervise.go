@@ -47,7 +47,7 @@ type Component struct {
 	// when ctx ends first (the supervisor is stopping). The supervisor
 	// calls it once, after starting Run, and starts the next component
 	// only when it has returned. If nil, a component is ready as soon as
-	// its Run has been started.
+	// its Run has been called.
 	Ready func(ctx context.Context) error
 	// StopTimeout bounds how long the supervisor waits for Run to return
 	// once asked to stop. After it, the component is abandoned (its
@@ -69,7 +69,9 @@ func (e *Error) Unwrap() error { return e.Err }
 // PanicError is the cause in the Error of a component whose Run panicked.
 // The supervisor recovers the panic so that the other components still
 // stop in order (a store is closed cleanly), and returns it with the stack:
-// it is not swallowed, Run's caller gets it as an error.
+// it is not swallowed, Run's caller gets it as an error. A panic in a
+// goroutine that Run started is beyond its reach and crashes the program,
+// as any Go panic does.
 type PanicError struct {
 	Value any    // what was passed to panic
 	Stack []byte // the panicking goroutine's stack, from runtime/debug.Stack
@@ -83,8 +85,7 @@ func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.Va
 type Supervisor struct {
 	// Logger receives a line when shutdown starts, one per stage stopped
 	// and one per component that fails, does not stop cleanly or overruns
-	// its stop. If nil, uses
-	// slog.Default().
+	// its stop. If nil, uses slog.Default().
 	Logger *slog.Logger
 
 	stages []stage
