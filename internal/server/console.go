@@ -2,7 +2,7 @@ package server
 
 import (
 	"context"
-	"log/slog"
+
 	"path/filepath"
 
 	"golang.org/x/crypto/ssh"
@@ -11,34 +11,32 @@ import (
 	"github.com/anvilproj/anvil/internal/console"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/supervise"
 )
 
 // consoleHostKey is the console's host key inside DataDir.
 const consoleHostKey = "console/ssh_host_ed25519_key"
 
-// startConsole opens the serial console's SSH listener and serves it
-// until ctx ends; the returned function waits for it to be gone.
-func startConsole(ctx context.Context, cfg Config, st store.Store, executor *bmc.Executor, events machinelog.Sink, log *slog.Logger) (func(), error) {
+// consoleComponent opens the serial console's SSH listener (closed by res
+// if the console never serves) and returns the component serving it.
+func consoleComponent(cfg Config, st store.Store, executor *bmc.Executor, events machinelog.Sink, res *closers) (supervise.Component, error) {
+	log := cfg.Logger
 	keyFile := cfg.ConsoleHostKeyFile
 	if keyFile == "" {
 		keyFile = filepath.Join(cfg.DataDir, consoleHostKey)
 	}
 	hostKey, err := console.HostKey(keyFile)
 	if err != nil {
-		return nil, err
+		return supervise.Component{}, err
 	}
-	ln, err := listen(ctx, nil, cfg.Bind, &cfg.ConsolePort, "console")
+	ln, err := listen(context.Background(), nil, cfg.Bind, &cfg.ConsolePort, "console")
 	if err != nil {
-		return nil, err
+		return supervise.Component{}, err
 	}
+	res.add(func() error { ln.Close(); return nil }) // closed by Serve when served; harmless
 	srv := console.New(console.Config{Store: st, HostKey: hostKey, Attach: executor.Console, Events: events, Logger: log})
-	log.Info("serial console listening", "addr", ln.Addr().String(), "host_key", ssh.FingerprintSHA256(hostKey.PublicKey()))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ctx, ln); err != nil {
-			log.Error("serial console stopped", "err", err)
-		}
-	}()
-	return func() { <-done }, nil
+	return supervise.Component{Name: "serial console", Run: bestEffort(log, "serial console stopped", func(ctx context.Context) error {
+		log.Info("serial console listening", "addr", ln.Addr().String(), "host_key", ssh.FingerprintSHA256(hostKey.PublicKey()))
+		return srv.Serve(ctx, ln)
+	})}, nil
 }
