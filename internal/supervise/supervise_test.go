@@ -37,14 +37,27 @@ func (j *journal) get() []string {
 }
 
 // until returns a component that records its start, runs until ctx ends
-// and records its stop.
+// and records its stop; it is ready once its start is recorded, so the
+// supervisor starts the next one only then (without a Ready, components
+// of a stage start at once, in no order a journal could see).
 func (j *journal) until(name string) Component {
-	return Component{Name: name, Run: func(ctx context.Context) error {
-		j.add("start " + name)
-		<-ctx.Done()
-		j.add("stop " + name)
-		return nil
-	}}
+	started := make(chan struct{})
+	return Component{Name: name,
+		Run: func(ctx context.Context) error {
+			j.add("start " + name)
+			close(started)
+			<-ctx.Done()
+			j.add("stop " + name)
+			return nil
+		},
+		Ready: func(ctx context.Context) error {
+			select {
+			case <-started:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}}
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
