@@ -1,4 +1,14 @@
-package api
+// Package wire converts between the model's objects and the anvil.v1
+// messages that carry them (typed metadata, spec and status as JSON
+// objects). The server (internal/api) reads requests and writes answers
+// with it, and the client commands (internal/cli) build requests and read
+// answers with the same rules, without linking the server.
+//
+// It owns only the conversion. It must not import the store, the engine
+// or any server package (internal/cli's dependency test holds it to that
+// through the CLI), and it does not choose connect codes: its errors are
+// plain, and internal/api answers them as INVALID_ARGUMENT.
+package wire
 
 import (
 	"bytes"
@@ -12,11 +22,9 @@ import (
 	"github.com/anvilproj/anvil/internal/model"
 )
 
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
-
-// objectParts is an object in the wire's shape: typed metadata, spec and
-// status as JSON objects.
-type objectParts struct {
+// Parts is an object in the wire's shape: the fields every resource
+// message has, for building a kind's message.
+type Parts struct {
 	APIVersion string
 	Kind       string
 	Meta       *v1.ObjectMeta
@@ -24,9 +32,10 @@ type objectParts struct {
 	Status     *structpb.Struct
 }
 
-// WireMessage is what Hardware, Template and Workflow messages have in
-// common; clients use it to handle the three alike.
-type WireMessage interface {
+// Message is what the resource messages (Hardware, Template, Workflow,
+// BootProfile, Machine, BmcJob, BmcTask) have in common, so that one
+// function reads them all.
+type Message interface {
 	GetApiVersion() string
 	GetKind() string
 	GetMetadata() *v1.ObjectMeta
@@ -34,33 +43,33 @@ type WireMessage interface {
 	GetStatus() *structpb.Struct
 }
 
-// toParts converts a model object to its wire parts through its JSON
+// ToParts converts a model object to its wire parts through its JSON
 // encoding, so spec and status carry exactly the manifest's field names.
 // Numbers travel as JSON numbers (float64): integers above 2^53 lose
 // precision, which no field of the model holds in practice.
-func toParts(obj model.Object) (objectParts, error) {
+func ToParts(obj model.Object) (Parts, error) {
 	b, err := json.Marshal(obj)
 	if err != nil {
-		return objectParts{}, fmt.Errorf("encode %s: %w", model.KindOf(obj), err)
+		return Parts{}, fmt.Errorf("encode %s: %w", model.KindOf(obj), err)
 	}
 	var raw struct {
 		Spec   map[string]any `json:"spec"`
 		Status map[string]any `json:"status"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return objectParts{}, fmt.Errorf("encode %s: %w", model.KindOf(obj), err)
+		return Parts{}, fmt.Errorf("encode %s: %w", model.KindOf(obj), err)
 	}
-	p := objectParts{
+	p := Parts{
 		APIVersion: model.APIVersionOf(model.KindOf(obj)),
 		Kind:       model.KindOf(obj),
-		Meta:       metaToProto(obj.GetObjectMeta()),
+		Meta:       MetaToProto(obj.GetObjectMeta()),
 	}
 	if p.Spec, err = structpb.NewStruct(orEmpty(raw.Spec)); err != nil {
-		return objectParts{}, fmt.Errorf("encode %s spec: %w", p.Kind, err)
+		return Parts{}, fmt.Errorf("encode %s spec: %w", p.Kind, err)
 	}
 	if len(raw.Status) > 0 {
 		if p.Status, err = structpb.NewStruct(raw.Status); err != nil {
-			return objectParts{}, fmt.Errorf("encode %s status: %w", p.Kind, err)
+			return Parts{}, fmt.Errorf("encode %s status: %w", p.Kind, err)
 		}
 	}
 	return p, nil
@@ -73,25 +82,27 @@ func orEmpty(m map[string]any) map[string]any {
 	return m
 }
 
-// fromWire converts a wire message to a model object of kind. Unknown
-// fields in spec or status are an error naming the field: unlike a manifest
-// (where they are warnings), an API call has no channel for warnings, and
-// silently dropping a field would lose what the caller meant.
-func fromWire(kind string, m WireMessage) (model.Object, error) {
+// Decode converts a wire message to a model object of kind; an empty
+// namespace becomes model.DefaultNamespace. It does not validate the
+// object (model.Validate does). Unknown fields in spec or status are an
+// error naming the field: unlike a manifest (where they are warnings), an
+// API call has no channel for warnings, and silently dropping a field
+// would lose what the caller meant.
+func Decode(kind string, m Message) (model.Object, error) {
 	if m == nil {
-		return nil, invalid("missing %s", kind)
+		return nil, fmt.Errorf("missing %s", kind)
 	}
 	if k := m.GetKind(); k != "" && k != kind {
-		return nil, invalid("kind %q in a %s request", k, kind)
+		return nil, fmt.Errorf("kind %q in a %s request", k, kind)
 	}
 	if av := m.GetApiVersion(); av != "" && av != model.APIVersionOf(kind) {
-		return nil, invalid("apiVersion %q is not %q (the group of %s)", av, model.APIVersionOf(kind), kind)
+		return nil, fmt.Errorf("apiVersion %q is not %q (the group of %s)", av, model.APIVersionOf(kind), kind)
 	}
 	obj, err := model.New(kind)
 	if err != nil {
-		return nil, invalid("%v", err)
+		return nil, err
 	}
-	*obj.GetObjectMeta() = metaFromProto(m.GetMetadata())
+	*obj.GetObjectMeta() = MetaFromProto(m.GetMetadata())
 	meta := obj.GetObjectMeta()
 	if meta.Namespace == "" {
 		meta.Namespace = model.DefaultNamespace
@@ -106,12 +117,12 @@ func fromWire(kind string, m WireMessage) (model.Object, error) {
 		}
 		b, err := json.Marshal(map[string]any{part.field: part.s.AsMap()})
 		if err != nil {
-			return nil, invalid("%s: %s: %v", name, part.field, err)
+			return nil, fmt.Errorf("%s: %s: %v", name, part.field, err)
 		}
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(obj); err != nil {
-			return nil, invalid("%s: %s: %v", name, part.field, err)
+			return nil, fmt.Errorf("%s: %s: %v", name, part.field, err)
 		}
 	}
 	// Decoding may not touch metadata, but keep TypeMeta authoritative.
@@ -119,7 +130,8 @@ func fromWire(kind string, m WireMessage) (model.Object, error) {
 	return obj, nil
 }
 
-func metaToProto(m *model.ObjectMeta) *v1.ObjectMeta {
+// MetaToProto converts an object's metadata to the wire's.
+func MetaToProto(m *model.ObjectMeta) *v1.ObjectMeta {
 	p := &v1.ObjectMeta{
 		Name:            m.Name,
 		Namespace:       m.Namespace,
@@ -135,7 +147,9 @@ func metaToProto(m *model.ObjectMeta) *v1.ObjectMeta {
 	return p
 }
 
-func metaFromProto(p *v1.ObjectMeta) model.ObjectMeta {
+// MetaFromProto converts the wire's metadata to an object's; nil is the
+// zero metadata, and empty label and annotation maps become nil.
+func MetaFromProto(p *v1.ObjectMeta) model.ObjectMeta {
 	if p == nil {
 		return model.ObjectMeta{}
 	}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# client-size.sh measures what the client commands (internal/cli) cost on
+# their own: it builds a throwaway main that holds only the client commands
+# (no `anvil serve`, no agent), then prints the binary's size, how many
+# packages it links, whether the store is among them, and the median wall
+# time of 10 runs of `get hardware --help` and of `get hardware` against a
+# port nothing listens on. docs/design.md ("The client does not link the
+# server") records its figures before and after the wire package moved out
+# of internal/api.
+#
+#   scripts/client-size.sh            # 10 runs each
+#   RUNS=30 scripts/client-size.sh
+#   KEEP=/tmp/client-before scripts/client-size.sh   # also keep the binary
+#
+# The main is written into a directory inside the module (internal packages
+# are importable only from there) whose name starts with a dot, so `go
+# ./...` never sees it, and removed on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+RUNS=${RUNS:-10}
+
+dir=$(mktemp -d ./.client-size.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+cat >"$dir/main.go" <<'EOF'
+// The client commands alone, with the root flags cmd/anvil gives them.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/anvilproj/anvil/internal/cli"
+)
+
+func main() {
+	root := &cobra.Command{Use: "anvil", SilenceUsage: true, SilenceErrors: true}
+	pf := root.PersistentFlags()
+	pf.String("server", cli.DefaultServer, "")
+	pf.String(cli.FlagCACert, "", "")
+	pf.Bool(cli.FlagInsecureSkipVerify, false, "")
+	cli.AddTokenFlags(root)
+	root.AddCommand(cli.Commands()...)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "anvil:", err)
+		os.Exit(1)
+	}
+}
+EOF
+bin="$dir/anvil-client"
+go build -trimpath -o "$bin" "./$dir"
+if [[ -n ${KEEP:-} ]]; then cp "$bin" "$KEEP"; fi
+
+size=$(stat -c %s "$bin")
+pkgs=$(go list -deps "./$dir" | wc -l)
+mods=$(go list -deps "./$dir" | grep -c '^github.com/anvilproj/anvil/' || true)
+# Server packages whose code made it into the binary (after the linker
+# dropped what is unreachable), by their symbols.
+server=$(go tool nm "$bin" | grep -oE 'anvilproj/anvil/internal/(api|store|store/[a-z]+|secrets|audit|kmod|workflow|agent|server)\.' | sort -u | sed 's|anvilproj/anvil/||; s|\.$||' | tr '\n' ' ' || true)
+
+# median prints the median wall time, in milliseconds, of RUNS runs of
+# the command; its output and exit status are ignored (the failed
+# connection is the point of the second one).
+median() {
+	local i t0 t1 times=()
+	for ((i = 0; i < RUNS; i++)); do
+		t0=$(date +%s%N)
+		"$@" >/dev/null 2>&1 || true
+		t1=$(date +%s%N)
+		times+=($(((t1 - t0) / 1000)))
+	done
+	printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.1f ms\n", m/1000}'
+}
+
+echo "client-only binary: $size bytes, $pkgs packages linked ($mods of them anvil's)"
+echo "server packages in it: ${server:-none}"
+echo "get hardware --help, median of $RUNS: $(median "$bin" get hardware --help)"
+echo "get hardware against a closed port, median of $RUNS: $(median "$bin" --server http://127.0.0.1:1 get hardware)"
