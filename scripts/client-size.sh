@@ -2,9 +2,10 @@
 # client-size.sh measures what the client commands (internal/cli) cost on
 # their own: it builds a throwaway main that holds only the client commands
 # (no `anvil serve`, no agent), then prints the binary's size, how many
-# packages it links, whether the store is among them, and the median wall
+# packages it links, which server packages' code is in it, the median wall
 # time of 10 runs of `get hardware --help` and of `get hardware` against a
-# port nothing listens on. docs/design.md ("The client does not link the
+# port nothing listens on, and what the packages' init functions cost
+# (GODEBUG=inittrace=1). docs/design.md ("The client does not link the
 # server") records its figures before and after the wire package moved out
 # of internal/api.
 #
@@ -14,13 +15,15 @@
 #
 # The main is written into a directory inside the module (internal packages
 # are importable only from there) whose name starts with a dot, so `go
-# ./...` never sees it, and removed on exit.
+# ./...` never sees it, and removed on exit. Its name is fixed: it is in
+# the binary, and a random one would change the size from run to run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 RUNS=${RUNS:-10}
 
-dir=$(mktemp -d ./.client-size.XXXXXX)
+dir=./.client-size
+rm -rf "$dir" && mkdir "$dir"
 trap 'rm -rf "$dir"' EXIT
 cat >"$dir/main.go" <<'EOF'
 // The client commands alone, with the root flags cmd/anvil gives them.
@@ -76,5 +79,10 @@ median() {
 
 echo "client-only binary: $size bytes, $pkgs packages linked ($mods of them anvil's)"
 echo "server packages in it: ${server:-none}"
+# What the packages' init functions cost at every start, from the
+# runtime's own trace: unlike wall time, the allocations do not depend on
+# how busy the machine is.
+GODEBUG=inittrace=1 "$bin" get hardware --help 2>&1 >/dev/null |
+	awk '/^init / {n++; ms += $5; b += $8; a += $10} END {printf "package inits at start: %d, %.1f ms, %d bytes in %d allocations\n", n, ms, b, a}'
 echo "get hardware --help, median of $RUNS: $(median "$bin" get hardware --help)"
 echo "get hardware against a closed port, median of $RUNS: $(median "$bin" --server http://127.0.0.1:1 get hardware)"
