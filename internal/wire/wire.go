@@ -1,8 +1,10 @@
 // Package wire converts between the model's objects and the anvil.v1
 // messages that carry them (typed metadata, spec and status as JSON
-// objects). The server (internal/api) reads requests and writes answers
-// with it, and the client commands (internal/cli) build requests and read
-// answers with the same rules, without linking the server.
+// objects), and the fields other messages share with the model (optional
+// times, an action's progress). The server (internal/api) reads requests
+// and writes answers with it, and the client commands (internal/cli)
+// build requests and read answers with the same rules, without linking
+// the server.
 //
 // It owns only the conversion. It must not import the store, the engine
 // or any server package (internal/cli's dependency test holds it to that
@@ -14,6 +16,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -141,9 +144,7 @@ func MetaToProto(m *model.ObjectMeta) *v1.ObjectMeta {
 		Labels:          m.Labels,
 		Annotations:     m.Annotations,
 	}
-	if m.CreationTimestamp != nil {
-		p.CreationTimestamp = timestamppb.New(*m.CreationTimestamp)
-	}
+	p.CreationTimestamp = TimeToProto(m.CreationTimestamp)
 	return p
 }
 
@@ -166,9 +167,43 @@ func MetaFromProto(p *v1.ObjectMeta) model.ObjectMeta {
 	if len(p.GetAnnotations()) > 0 {
 		m.Annotations = p.GetAnnotations()
 	}
-	if p.GetCreationTimestamp() != nil {
-		t := p.GetCreationTimestamp().AsTime()
-		m.CreationTimestamp = &t
-	}
+	m.CreationTimestamp = TimeFromProto(p.GetCreationTimestamp())
 	return m
+}
+
+// TimeToProto converts an optional time of the model to the wire's; nil
+// stays nil.
+func TimeToProto(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// TimeFromProto converts an optional time of the wire to the model's (in
+// UTC); nil stays nil.
+func TimeFromProto(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime()
+	return &t
+}
+
+// ProgressToProto converts an action's progress to the wire's; nil stays
+// nil.
+func ProgressToProto(p *model.Progress) *v1.Progress {
+	if p == nil {
+		return nil
+	}
+	return &v1.Progress{Bytes: p.Bytes, TotalBytes: p.TotalBytes, BytesPerSec: p.BytesPerSec, Percent: p.Percent}
+}
+
+// ProgressFromProto converts the wire's progress of an action to the
+// model's; nil stays nil.
+func ProgressFromProto(p *v1.Progress) *model.Progress {
+	if p == nil {
+		return nil
+	}
+	return &model.Progress{Bytes: p.GetBytes(), TotalBytes: p.GetTotalBytes(), BytesPerSec: p.GetBytesPerSec(), Percent: p.GetPercent()}
 }

@@ -184,3 +184,20 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestOptionalFields: times and progress cross the wire both ways, and
+// an absent one stays absent rather than becoming a zero value (the CLI
+// prints "-" for a time that is not there, not 1970).
+func TestOptionalFields(t *testing.T) {
+	if TimeToProto(nil) != nil || TimeFromProto(nil) != nil || ProgressToProto(nil) != nil || ProgressFromProto(nil) != nil {
+		t.Error("nil did not stay nil")
+	}
+	at := time.Date(2026, 11, 27, 20, 0, 0, 5, time.UTC)
+	if got := TimeFromProto(TimeToProto(&at)); got == nil || !got.Equal(at) {
+		t.Errorf("time came back as %v; want %v", got, at)
+	}
+	p := &model.Progress{Bytes: 1 << 40, TotalBytes: 3 << 40, BytesPerSec: 125_000_000, Percent: 33.3}
+	if got := ProgressFromProto(ProgressToProto(p)); got == nil || *got != *p {
+		t.Errorf("progress came back as %+v; want %+v", got, p)
+	}
+}
