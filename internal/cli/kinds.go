@@ -197,6 +197,7 @@ func secretFromWire(m *v1.CredentialSecret) *model.Secret {
 	return &model.Secret{
 		TypeMeta:   model.TypeMeta{APIVersion: model.CoreAPIVersion, Kind: model.KindSecret},
 		ObjectMeta: wire.MetaFromProto(m.GetMetadata()),
-		Type:       m.GetType(), Keys: m.GetKeys(),
+		Type:       m.GetType(),
+		Keys:       m.GetKeys(),
 	}
 }
