@@ -29,6 +29,7 @@ FUZZ_TARGETS := \
 	./internal/container:FuzzParseVolume \
 	./internal/model:FuzzParseManifests \
 	./internal/model:FuzzManifestForms \
+	./internal/wire:FuzzDecode \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
 	./internal/httpboot:FuzzScriptAlias \

@@ -21,6 +21,7 @@ import (
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/actions"
 	"github.com/anvilproj/anvil/internal/agentcmdline"
+	"github.com/anvilproj/anvil/internal/clientheader"
 	"github.com/anvilproj/anvil/internal/kmod"
 )
 
@@ -180,7 +181,7 @@ func newClient(p BootParams) anvilv1connect.AgentServiceClient {
 		IdleConnTimeout:     90 * time.Second,
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: p.InsecureTLS}, //nolint:gosec // the operator asked for it (tinkerbell_insecure_tls=true)
 	}
-	opts := []connect.ClientOption{WithToken(p.Token)}
+	opts := []connect.ClientOption{clientheader.AgentToken(p.Token)}
 	if p.GRPC {
 		var protos http.Protocols
 		protos.SetUnencryptedHTTP2(strings.HasPrefix(p.ServerURL, "http://"))

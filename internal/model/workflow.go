@@ -168,6 +168,20 @@ type Condition struct {
 	Time    *time.Time `json:"time,omitempty"`
 }
 
+// WorkflowConditionWaiting is the Workflow condition that is True while
+// another workflow on the same Hardware is active; its message names that
+// workflow. The engine sets it; the boot policy, the API and the client
+// commands read it.
+const WorkflowConditionWaiting = "Waiting"
+
+// NetbootJobName is the name of the BMC Job that powers a Hardware off,
+// sets a one-time network boot and powers it on for a workflow of boot
+// mode netboot, as Tinkerbell names it. One name per Hardware: a new
+// workflow's Job replaces the previous one.
+func NetbootJobName(hardware string) string {
+	return "tink-controller-" + hardware + "-one-time-netboot"
+}
+
 // HistoryEvent is one entry of a workflow's history: a state change of the
 // workflow or an action, or an agent's report.
 type HistoryEvent struct {
