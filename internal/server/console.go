@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
-
+	"errors"
+	"fmt"
+	"io"
 	"path/filepath"
 
 	"golang.org/x/crypto/ssh"
@@ -10,6 +12,7 @@ import (
 	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/console"
 	"github.com/anvilproj/anvil/internal/machinelog"
+	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/supervise"
 )
@@ -34,9 +37,21 @@ func consoleComponent(cfg Config, st store.Store, executor *bmc.Executor, events
 		return supervise.Component{}, err
 	}
 	res.add(func() error { ln.Close(); return nil }) // closed by Serve when served; harmless
-	srv := console.New(console.Config{Store: st, HostKey: hostKey, Attach: executor.Console, Events: events, Logger: log})
+	srv := console.New(console.Config{Store: st, HostKey: hostKey, Attach: attachConsole(executor), Events: events, Logger: log})
 	return supervise.Component{Name: "serial console", Run: bestEffort(log, "serial console stopped", func(ctx context.Context) error {
 		log.Info("serial console listening", "addr", ln.Addr().String(), "host_key", ssh.FingerprintSHA256(hostKey.PublicKey()))
 		return srv.Serve(ctx, ln)
 	})}, nil
+}
+
+// attachConsole is the executor's Console with a console lost mid-stream
+// told apart as console.ErrLost, so the console attaches it again.
+func attachConsole(executor *bmc.Executor) func(context.Context, *model.Machine, io.Reader, io.Writer) error {
+	return func(ctx context.Context, m *model.Machine, in io.Reader, out io.Writer) error {
+		err := executor.Console(ctx, m, in, out)
+		if errors.Is(err, bmc.ErrConsoleLost) {
+			return fmt.Errorf("%w: %w", console.ErrLost, err)
+		}
+		return err
+	}
 }
