@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/auth/authtest"
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -311,9 +311,9 @@ func TestTwoOrganisations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &stepClock{t: time.Now()}
+	clk := clock.NewFake(time.Now())
 	v, err := auth.NewVerifier(ctx, auth.Config{KeyFiles: []string{li.PublicKeyFile()}, Issuer: auth.LocalIssuerName,
-		Audience: auth.LocalAudience, RevocationFile: auth.RevocationFile(data), Now: clk.Now})
+		Audience: auth.LocalAudience, RevocationFile: auth.RevocationFile(data), Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,24 +463,6 @@ spec: {templateRef: t1, hardwareRef: g1, hardwareMap: {device_1: "52:54:00:0b:00
 			t.Errorf("acme's revoked token: %v; want it called revoked", err)
 		}
 	})
-}
-
-// stepClock is a clock the test moves.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // signLocal signs payload (a base64url segment) with the local issuer's

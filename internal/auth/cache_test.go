@@ -14,7 +14,7 @@ func TestCachingVerifier(t *testing.T) {
 	idp := authtest.NewIdP(t)
 	clk := newClock()
 	cfg := idp.Config()
-	cfg.Now = clk.Now
+	cfg.Clock = clk
 	v := newVerifier(t, cfg)
 	c := auth.NewCachingVerifier(v, time.Minute, 2)
 

@@ -21,7 +21,7 @@ func TestUnknownKidRefetchesOnce(t *testing.T) {
 	idp := authtest.NewIdP(t)
 	clk := newClock()
 	cfg := idp.Config()
-	cfg.Now = clk.Now
+	cfg.Clock = clk
 	v := newVerifier(t, cfg)
 	claims := authtest.Claims("alice", "acme", auth.RoleViewer)
 	ctx := context.Background()
@@ -81,7 +81,7 @@ func TestKeyRotation(t *testing.T) {
 	idp := authtest.NewIdP(t)
 	clk := newClock()
 	cfg := idp.Config()
-	cfg.Now = clk.Now
+	cfg.Clock = clk
 	v := newVerifier(t, cfg)
 	ctx := context.Background()
 	claims := authtest.Claims("alice", "acme", auth.RoleViewer)
@@ -213,7 +213,7 @@ func TestJWKSUnavailable(t *testing.T) {
 	idp := authtest.NewIdP(t)
 	clk := newClock()
 	cfg := idp.Config()
-	cfg.Now = clk.Now
+	cfg.Clock = clk
 	ctx := context.Background()
 	tok := idp.Sign(authtest.Claims("alice", "acme", auth.RoleViewer))
 

@@ -120,7 +120,7 @@ func TestKeyFileReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "key.pem")
 	mod := time.Now().Add(-time.Hour)
 	writeFile(t, path, idp.PublicKeyPEM(authtest.ECKeyID), mod)
-	v := newVerifier(t, auth.Config{KeyFiles: []string{path}, Now: clk.Now})
+	v := newVerifier(t, auth.Config{KeyFiles: []string{path}, Clock: clk})
 	claims := authtest.Claims("alice", "acme", auth.RoleViewer)
 	// Named by the thumbprint, as a PEM key is known; the JWKS knows the
 	// same key as ECKeyID.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/auth/authtest"
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // revokeEnv is a local issuer and a verifier of its tokens that reads the
@@ -22,7 +23,7 @@ import (
 type revokeEnv struct {
 	li    *auth.LocalIssuer
 	list  string
-	clock *clock
+	clock *clock.Fake
 	v     *auth.Verifier
 	logs  *strings.Builder
 }
@@ -35,7 +36,7 @@ func newRevokeEnv(t *testing.T) *revokeEnv {
 		t.Fatal(err)
 	}
 	e := &revokeEnv{li: li, list: auth.RevocationFile(data), clock: newClock(), logs: &strings.Builder{}}
-	e.v = newVerifier(t, auth.Config{KeyFiles: []string{li.PublicKeyFile()}, RevocationFile: e.list, Now: e.clock.Now,
+	e.v = newVerifier(t, auth.Config{KeyFiles: []string{li.PublicKeyFile()}, RevocationFile: e.list, Clock: e.clock,
 		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: e.logs}, nil))})
 	return e
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
+
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // Defaults of Config's zero fields.
@@ -103,8 +105,9 @@ type Config struct {
 	OrgClaim     string
 	RolesClaim   string
 
-	// Now is the clock. If nil, uses time.Now.
-	Now func() time.Time
+	// Clock checks exp, nbf and iat and paces key refreshes. If nil,
+	// clock.Real.
+	Clock clock.Clock
 	// NewTicker starts the ticker of the periodic JWKS refresh (every
 	// RefreshInterval): it returns the channel the ticks arrive on and the
 	// function that stops it. If nil, uses a time.Ticker. Tests tick by
@@ -154,13 +157,10 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 		subClaim:  orDefault(cfg.SubjectClaim, DefaultSubjectClaim),
 		orgClaim:  orDefault(cfg.OrgClaim, DefaultOrgClaim),
 		roleClaim: orDefault(cfg.RolesClaim, DefaultRolesClaim),
-		now:       cfg.Now,
+		now:       clock.Or(cfg.Clock).Now,
 	}
 	if v.skew < 0 {
 		v.skew = 0
-	}
-	if v.now == nil {
-		v.now = time.Now
 	}
 	log := cfg.Logger
 	if log == nil {

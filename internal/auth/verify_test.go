@@ -13,7 +13,6 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,27 +22,11 @@ import (
 
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/auth/authtest"
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
-// clock is a settable clock for Config.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newClock is a settable clock for Config.Clock, reading now.
+func newClock() *clock.Fake { return clock.NewFake(time.Now()) }
 
 // newVerifier makes a Verifier closed at the end of the test.
 func newVerifier(t testing.TB, cfg auth.Config) *auth.Verifier {
