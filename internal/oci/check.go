@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // Defaults for CheckerConfig's zero values.
@@ -35,8 +37,8 @@ type CheckerConfig struct {
 	TTL time.Duration
 	// Size bounds the answers kept. If 0, DefaultCheckCacheSize.
 	Size int
-	// Now is the cache's clock. If nil, time.Now.
-	Now func() time.Time
+	// Clock is the cache's clock. If nil, clock.Real.
+	Clock clock.Clock
 	// UserAgent is sent to registries. If "", "anvil".
 	UserAgent string
 }
@@ -68,9 +70,7 @@ func NewChecker(cfg CheckerConfig) *Checker {
 	if cfg.Size <= 0 {
 		cfg.Size = DefaultCheckCacheSize
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "anvil"
 	}
@@ -90,7 +90,7 @@ func (c *Checker) Check(ctx context.Context, src Source) error {
 	c.mu.Lock()
 	a, ok := c.answers[key]
 	c.mu.Unlock()
-	if ok && c.cfg.Now().Sub(a.at) < c.cfg.TTL {
+	if ok && c.cfg.Clock.Now().Sub(a.at) < c.cfg.TTL {
 		return a.err
 	}
 	err = c.head(ctx, src)
@@ -99,7 +99,7 @@ func (c *Checker) Check(ctx context.Context, src Source) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.cfg.Now()
+	now := c.cfg.Clock.Now()
 	if len(c.answers) >= c.cfg.Size {
 		c.evict(now)
 	}

@@ -4,34 +4,16 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/oci/ocitest"
 	"github.com/anvilproj/anvil/internal/untar/untartest"
 )
-
-// fakeClock is a settable clock for the checker's cache.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // TestCheck: an image the registry has passes, one it lacks, one behind a
 // registry that is down and one behind a registry that does not answer
@@ -87,8 +69,8 @@ func TestCheck(t *testing.T) {
 func TestCheckCache(t *testing.T) {
 	reg := ocitest.NewRegistry(t)
 	ref := reg.Ref("tools/fw:1")
-	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	c := oci.NewChecker(oci.CheckerConfig{TTL: time.Minute, Now: clock.Now})
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c := oci.NewChecker(oci.CheckerConfig{TTL: time.Minute, Clock: clk})
 	src := oci.Source{Image: ref, Ref: ref, PlainHTTP: true}
 	if err := c.Check(context.Background(), src); err == nil {
 		t.Fatal("Check of an image not pushed yet = nil")
@@ -101,7 +83,7 @@ func TestCheckCache(t *testing.T) {
 	if got := reg.Requests("HEAD /v2/tools/fw/manifests/1"); got != heads {
 		t.Errorf("within the TTL the registry was asked again (%d HEADs, was %d)", got, heads)
 	}
-	clock.Add(time.Minute)
+	clk.Advance(time.Minute)
 	if err := c.Check(context.Background(), src); err != nil {
 		t.Errorf("after the TTL, Check = %v; want nil (the image was pushed)", err)
 	}

@@ -31,6 +31,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/anvilproj/anvil/internal/atomicfile"
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // Kinds of secret.
@@ -62,9 +63,9 @@ type Config struct {
 	// Dir is the directory of the secrets file; it is created (0700) if
 	// missing. Required.
 	Dir string
-	// Now returns the time recorded as a secret's creation time. If nil,
-	// uses time.Now.
-	Now func() time.Time
+	// Clock gives the time recorded as a secret's creation time. If nil,
+	// clock.Real.
+	Clock clock.Clock
 	// Rand is the source of randomness. If nil, uses crypto/rand.Reader.
 	Rand io.Reader
 }
@@ -113,12 +114,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		path:    filepath.Join(cfg.Dir, FileName),
-		now:     cfg.Now,
+		now:     clock.Or(cfg.Clock).Now,
 		rand:    cfg.Rand,
 		entries: map[key]entry{},
-	}
-	if s.now == nil {
-		s.now = time.Now
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader

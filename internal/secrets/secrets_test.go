@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/secrets"
 )
 
@@ -64,7 +65,7 @@ func TestFormats(t *testing.T) {
 func TestGeneratedOnceAndKept(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	s, err := secrets.Open(secrets.Config{Dir: dir, Now: func() time.Time { return now }})
+	s, err := secrets.Open(secrets.Config{Dir: dir, Clock: clock.NewFake(now)})
 	if err != nil {
 		t.Fatal(err)
 	}

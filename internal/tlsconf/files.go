@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // DefaultReloadInterval is how often a FileSource looks at its files when
@@ -24,8 +26,8 @@ type FileConfig struct {
 	// ReloadInterval is the least time between two looks at the files'
 	// modification time and size. If 0, uses DefaultReloadInterval.
 	ReloadInterval time.Duration
-	// Now is the clock. If nil, uses time.Now.
-	Now func() time.Time
+	// Clock paces reloads and checks expiry. If nil, clock.Real.
+	Clock clock.Clock
 	// Logger gets a line per reload and per pair that cannot be used. If
 	// nil, uses slog.Default().
 	Logger *slog.Logger
@@ -67,9 +69,7 @@ func NewFileSource(cfg FileConfig) (*FileSource, error) {
 	if cfg.ReloadInterval <= 0 {
 		cfg.ReloadInterval = DefaultReloadInterval
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	s := &FileSource{cfg: cfg, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -82,7 +82,7 @@ func NewFileSource(cfg FileConfig) (*FileSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.cert, s.loaded, s.lastCheck = cert, stamps, cfg.Now()
+	s.cert, s.loaded, s.lastCheck = cert, stamps, cfg.Clock.Now()
 	s.logLoaded("TLS certificate loaded", cert)
 	return s, nil
 }
@@ -92,7 +92,7 @@ func NewFileSource(cfg FileConfig) (*FileSource, error) {
 func (s *FileSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now := s.cfg.Now(); now.Sub(s.lastCheck) >= s.cfg.ReloadInterval {
+	if now := s.cfg.Clock.Now(); now.Sub(s.lastCheck) >= s.cfg.ReloadInterval {
 		s.lastCheck = now
 		s.reloadLocked()
 	}
@@ -151,7 +151,7 @@ func (s *FileSource) logLoaded(msg string, cert *tls.Certificate) {
 	leaf := cert.Leaf // set by LoadX509KeyPair
 	attrs := []any{"cert", s.cfg.CertFile, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339),
 		"sans", sans(leaf), "sha256", Fingerprint(leaf.Raw)}
-	if s.cfg.Now().After(leaf.NotAfter) {
+	if s.cfg.Clock.Now().After(leaf.NotAfter) {
 		s.log.Warn(msg+"; it has expired", attrs...)
 		return
 	}

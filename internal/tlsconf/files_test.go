@@ -20,29 +20,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // fakeClock is a clock the test moves.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type fakeClock = clock.Fake
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newFakeClock() *fakeClock { return clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) }
 
 // syncBuffer is a log sink safe for a server's goroutines.
 type syncBuffer struct {
@@ -136,7 +121,7 @@ func TestFileSourceReload(t *testing.T) {
 
 	clock := newFakeClock()
 	logs := &syncBuffer{}
-	src, err := NewFileSource(FileConfig{CertFile: certFile, KeyFile: keyFile, Now: clock.Now,
+	src, err := NewFileSource(FileConfig{CertFile: certFile, KeyFile: keyFile, Clock: clock,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

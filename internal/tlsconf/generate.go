@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/atomicfile"
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // Lifetimes of what NewGeneratedSource issues.
@@ -56,8 +57,9 @@ type GeneratedConfig struct {
 	// Hostname names the CA ("Anvil CA <Hostname>") and is covered by the
 	// server certificate. If empty, uses os.Hostname().
 	Hostname string
-	// Now is the clock. If nil, uses time.Now.
-	Now func() time.Time
+	// Clock dates certificates and decides their renewal. If nil,
+	// clock.Real.
+	Clock clock.Clock
 	// Logger gets a line when a certificate is issued. If nil, uses
 	// slog.Default().
 	Logger *slog.Logger
@@ -90,9 +92,7 @@ func NewGeneratedSource(cfg GeneratedConfig) (*GeneratedSource, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("no directory for the generated CA")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Hostname == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -127,7 +127,7 @@ func NewGeneratedSource(cfg GeneratedConfig) (*GeneratedSource, error) {
 func (g *GeneratedSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := g.cfg.Now()
+	now := g.cfg.Clock.Now()
 	if now.Before(g.cert.Leaf.NotAfter.Add(-RenewBefore)) || now.Sub(g.lastAttempt) < retryIssue ||
 		!g.cert.Leaf.NotAfter.Before(g.ca.NotAfter) { // the CA ends first: a new one would end as soon
 		return g.cert, nil
@@ -181,7 +181,7 @@ func (g *GeneratedSource) loadOrCreateCA() error {
 	if !ok || !pair.Leaf.IsCA {
 		return fmt.Errorf("%s is not an ECDSA CA; %s", g.path(CAFile), advice)
 	}
-	if !g.cfg.Now().Before(pair.Leaf.NotAfter) {
+	if !g.cfg.Clock.Now().Before(pair.Leaf.NotAfter) {
 		return fmt.Errorf("the CA in %s expired on %s; %s", g.path(CAFile), pair.Leaf.NotAfter.UTC().Format(time.DateOnly), advice)
 	}
 	g.ca, g.caKey, g.caPEM = pair.Leaf, key, certPEM
@@ -197,7 +197,7 @@ func (g *GeneratedSource) createCA() error {
 	if err != nil {
 		return err
 	}
-	now := g.cfg.Now()
+	now := g.cfg.Clock.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: "Anvil CA " + g.cfg.Hostname, Organization: []string{"Anvil"}},
@@ -248,7 +248,7 @@ func (g *GeneratedSource) loadServer() (*tls.Certificate, string) {
 	if err := leaf.CheckSignatureFrom(g.ca); err != nil {
 		return nil, "the one on disk is not signed by the CA"
 	}
-	if !g.cfg.Now().Before(leaf.NotAfter.Add(-RenewBefore)) {
+	if !g.cfg.Clock.Now().Before(leaf.NotAfter.Add(-RenewBefore)) {
 		return nil, "the one on disk expires within 30 days"
 	}
 	if missing := uncovered(leaf, g.hosts); len(missing) > 0 {
@@ -268,7 +268,7 @@ func (g *GeneratedSource) issue(reason string) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := g.cfg.Now()
+	now := g.cfg.Clock.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: g.cfg.Hostname, Organization: []string{"Anvil"}},

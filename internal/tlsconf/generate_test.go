@@ -19,7 +19,7 @@ import (
 
 func generated(t *testing.T, dir string, clock *fakeClock, hosts ...string) *GeneratedSource {
 	t.Helper()
-	g, err := NewGeneratedSource(GeneratedConfig{Dir: dir, Hosts: hosts, Hostname: "forge1", Now: clock.Now,
+	g, err := NewGeneratedSource(GeneratedConfig{Dir: dir, Hosts: hosts, Hostname: "forge1", Clock: clock,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,8 @@ func TestGenerateReuse(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &fakeClock{now: clock.Now().Add(tc.after)}
+			c := newFakeClock()
+			c.Set(clock.Now().Add(tc.after))
 			g := generated(t, dir, c, tc.hosts...)
 			if !bytes.Equal(g.Certificate().Leaf.Raw, first.Certificate().Leaf.Raw) {
 				t.Error("the server certificate was reissued; want the one on disk")
@@ -175,7 +176,7 @@ func TestGenerateReissue(t *testing.T) {
 			}
 			clock.Advance(tc.after)
 			logs := &syncBuffer{}
-			g, err := NewGeneratedSource(GeneratedConfig{Dir: dir, Hosts: hosts, Hostname: "forge1", Now: clock.Now,
+			g, err := NewGeneratedSource(GeneratedConfig{Dir: dir, Hosts: hosts, Hostname: "forge1", Clock: clock,
 				Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			if err != nil {
 				t.Fatal(err)
@@ -269,7 +270,7 @@ func TestGenerateCAErrors(t *testing.T) {
 			}
 			before := readAll(t, dir)
 			clock.Advance(tc.after)
-			_, err := NewGeneratedSource(GeneratedConfig{Dir: dir, Hostname: "forge1", Now: clock.Now,
+			_, err := NewGeneratedSource(GeneratedConfig{Dir: dir, Hostname: "forge1", Clock: clock,
 				Logger: slog.New(slog.DiscardHandler)})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("NewGeneratedSource = %v; want an error containing %q", err, tc.want)
