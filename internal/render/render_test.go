@@ -16,6 +16,7 @@ import (
 	ignition "github.com/coreos/ignition/v2/config"
 	"github.com/vincent-petithory/dataurl"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/render"
 	"github.com/anvilproj/anvil/internal/secrets"
@@ -62,9 +63,9 @@ func hosts() []render.Data {
 func newSecrets(t *testing.T) *secrets.Store {
 	t.Helper()
 	s, err := secrets.Open(secrets.Config{
-		Dir:  t.TempDir(),
-		Rand: rand.NewChaCha8([32]byte{'a', 'n', 'v', 'i', 'l'}),
-		Now:  func() time.Time { return time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC) },
+		Dir:   t.TempDir(),
+		Rand:  rand.NewChaCha8([32]byte{'a', 'n', 'v', 'i', 'l'}),
+		Clock: clock.NewFake(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)),
 	})
 	if err != nil {
 		t.Fatal(err)
