@@ -20,6 +20,7 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzParseMode \
 	./internal/actions:FuzzGrubDefault \
 	./internal/agent:FuzzParseCmdline \
+	./internal/macaddr:FuzzParse \
 	./internal/untar:FuzzEntryPath \
 	./internal/untar:FuzzExtract \
 	./internal/oci:FuzzParseSettings \
