@@ -19,6 +19,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/labels"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/workflow"
@@ -98,7 +99,7 @@ func (j jobService) ProvisionDevice(ctx context.Context, req *connect.Request[v1
 	if err != nil {
 		return nil, err
 	}
-	macs, err := s.checkProvisionable(ctx, hw, m.GetTemplate())
+	mac, err := s.checkProvisionable(ctx, hw, m.GetTemplate())
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +111,7 @@ func (j jobService) ProvisionDevice(ctx context.Context, req *connect.Request[v1
 	if len(name) > maxJobNameHardware {
 		name = strings.TrimRight(name[:maxJobNameHardware], "-.")
 	}
-	wf := newProvisionWorkflow(hw, name+"-"+suffix, m.GetTemplate(), macs[0], m.GetParameters())
+	wf := newProvisionWorkflow(hw, name+"-"+suffix, m.GetTemplate(), mac, m.GetParameters())
 	wf.Annotations = map[string]string{annotationDeviceID: m.GetDeviceId()}
 	if key != "" {
 		wf.Labels = map[string]string{labelIdempotencyKey: idempotencyDigest(key)}
@@ -362,7 +363,7 @@ func deviceNotFound(ns, id string) error {
 
 // findDevices returns the Hardware id names in namespace ns (every
 // namespace when ns is empty): those named id, else those with the MAC id
-// (any spelling model.CanonicalMAC accepts), else those with the instance
+// (any spelling macaddr.Parse reads), else those with the instance
 // ID id. The first kind of match wins.
 func (s *Services) findDevices(ctx context.Context, ns, id string) ([]*model.Hardware, error) {
 	st := s.cfg.Store
@@ -396,8 +397,8 @@ func (s *Services) findDevices(ctx context.Context, ns, id string) ([]*model.Har
 	if hws := inNS(objs); len(hws) > 0 {
 		return hws, nil
 	}
-	if mac, ok := model.CanonicalMAC(id); ok {
-		objs, err := st.ByIndex(ctx, model.KindHardware, store.IndexMAC, mac)
+	if mac, err := macaddr.Parse(id); err == nil {
+		objs, err := st.ByIndex(ctx, model.KindHardware, store.IndexMAC, mac.String())
 		if err != nil {
 			return nil, err
 		}

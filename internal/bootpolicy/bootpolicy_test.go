@@ -18,6 +18,7 @@ import (
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store/bolt"
@@ -133,13 +134,7 @@ func waiting(w *model.Workflow) {
 	w.Status.Conditions = append(w.Status.Conditions, model.Condition{Type: workflow.ConditionWaiting, Status: "True"})
 }
 
-func mustMAC(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
+func mustMAC(s string) macaddr.MAC { return macaddr.MustParse(s) }
 
 // kernelLine returns the tokens of the script's kernel command, without the
 // "|| goto" that follows.
@@ -409,7 +404,7 @@ func TestScript(t *testing.T) {
 				req.Source = netip.MustParseAddr(tc.source)
 			}
 			if tc.noMAC {
-				req.MAC = nil
+				req.MAC = macaddr.MAC{}
 			}
 			s, err := p.Script(t.Context(), req)
 			if tc.wantErr != nil || tc.wantErrText != "" {

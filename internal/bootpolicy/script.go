@@ -3,7 +3,6 @@ package bootpolicy
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 
 	"github.com/anvilproj/anvil/internal/httpboot"
@@ -43,8 +42,8 @@ func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboo
 		who string
 	)
 	switch {
-	case len(r.MAC) > 0:
-		who = "MAC " + strings.ToLower(r.MAC.String())
+	case r.MAC.IsValid():
+		who = "MAC " + r.MAC.String()
 		hw, i, err = p.byMAC(ctx, r.MAC)
 	case r.Source.IsValid():
 		ip := r.Source.Unmap().String()
@@ -172,11 +171,7 @@ func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model
 	// The MAC that booted: Hook brings up (and puts vlan_id on) the
 	// interface with hw_addr=; the agent is that MAC unless the Hardware
 	// names it, as Smee does.
-	mac := r.MAC
-	if len(mac) == 0 {
-		mac, _ = net.ParseMAC(d.MAC) // it parsed when the interface was matched, or the IP matched
-	}
-	hwAddr := strings.ToLower(mac.String())
+	hwAddr := bootingMAC(r.MAC, hw, i).String()
 	worker, workerField := hw.Spec.AgentID, "spec.agentID"
 	if worker == "" {
 		worker, workerField = hwAddr, f+".dhcp.mac"

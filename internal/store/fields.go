@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -39,9 +40,12 @@ func ParseFieldSelector(kind, s string) ([]FieldRequirement, error) {
 		}
 		r.Field, r.Value = strings.TrimSpace(r.Field), strings.TrimSpace(r.Value)
 		if r.Field == fieldMAC {
-			// The field's values are canonical (model.CanonicalMAC): so is
-			// what they are compared with, however the user spells it.
-			r.Value, _ = model.CanonicalMAC(r.Value)
+			// The field's values are canonical (macaddr.MAC.String): so
+			// is what they are compared with, however the user spells it.
+			// A value that is no MAC stays as written and matches none.
+			if m, err := macaddr.Parse(r.Value); err == nil {
+				r.Value = m.String()
+			}
 		}
 		if _, ok := FieldValues(kind, nil, r.Field); !ok {
 			return nil, fmt.Errorf("field selector %q: %s has no selectable field %q (have: %s)",
@@ -96,7 +100,7 @@ func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
 	case *model.Hardware:
 		switch field {
 		case fieldMAC:
-			return o.MACs(), true
+			return macStrings(o), true
 		case "spec.interfaces.dhcp.ip.address":
 			return o.IPs(), true
 		case "spec.metadata.instance.id":
@@ -149,6 +153,17 @@ func MatchFields(kind string, obj model.Object, reqs []FieldRequirement) bool {
 	return true
 }
 
+// macStrings returns hw's MACs as the index and the field selector hold
+// them: canonical text.
+func macStrings(hw *model.Hardware) []string {
+	macs := hw.MACs()
+	out := make([]string, len(macs))
+	for i, m := range macs {
+		out[i] = m.String()
+	}
+	return out
+}
+
 // IndexValues returns the values obj holds in the named index, and whether
 // the index exists for its kind. Store implementations maintain their
 // indexes with it so that every store indexes the same way.
@@ -157,7 +172,7 @@ func IndexValues(obj model.Object, index string) ([]string, bool) {
 	case *model.Hardware:
 		switch index {
 		case IndexMAC:
-			return o.MACs(), true
+			return macStrings(o), true
 		case IndexIP:
 			return o.IPs(), true
 		case IndexAgentID:

@@ -142,7 +142,7 @@ func idPrefix(uid string) string {
 
 // InitialStatus builds the status of a freshly rendered workflow: one Task per
 // task of def with its agent (the rendered worker; a MAC in canonical form,
-// see model.CanonicalMAC), every action PENDING with
+// see WorkerID), every action PENDING with
 // its retries, the global timeout, state PENDING and a history entry. Task IDs
 // are "<uid8>-t<N>", action IDs "<uid8>-t<N>a<M>" (1-based; without the
 // prefix when the workflow has no UID).
