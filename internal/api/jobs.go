@@ -440,7 +440,7 @@ func jobNameSuffix(key string) (string, error) {
 // jobState maps a Workflow's state to its job's (the table is in
 // jobs.proto's JobState).
 func jobState(wf *model.Workflow) v1.JobState {
-	switch model.NormalizeState(wf.Status.State) {
+	switch wf.Status.State {
 	case "":
 		return v1.JobState_JOB_STATE_ACCEPTED
 	case model.StatePending:
@@ -471,7 +471,7 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 	out := &v1.JobStatus{
 		JobId:           jobID(wf),
 		State:           jobState(wf),
-		WorkflowState:   st.State,
+		WorkflowState:   string(st.State),
 		Device:          wf.Namespace + "/" + wf.Spec.HardwareRef,
 		Template:        wf.Spec.TemplateRef,
 		Created:         timestamp(wf.CreationTimestamp),
@@ -495,7 +495,7 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 		for _, t := range st.Tasks {
 			for _, a := range t.Actions {
 				out.Actions = append(out.Actions, &v1.ActionResult{
-					Task: t.Name, Name: a.Name, State: a.State, Attempt: int32(a.Attempt),
+					Task: t.Name, Name: a.Name, State: string(a.State), Attempt: int32(a.Attempt),
 					Started: timestamp(a.ExecutionStart), Ended: timestamp(a.ExecutionStop),
 					Message: a.Message, Progress: progressToWire(a.Progress),
 				})
@@ -508,7 +508,7 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 // jobMessage says why a job is where it is.
 func jobMessage(wf *model.Workflow) string {
 	st := &wf.Status
-	state := model.NormalizeState(st.State)
+	state := st.State
 	if state == model.StateSuccess {
 		// Not the last history line: after SUCCESS the engine may still
 		// record what it did next (toggleAllowNetboot), which is not why
@@ -516,9 +516,9 @@ func jobMessage(wf *model.Workflow) string {
 		// when it is read.
 		return "every action succeeded"
 	}
-	if model.IsFinal(state) {
+	if state.IsFinal() {
 		for i := len(st.History) - 1; i >= 0; i-- {
-			if h := st.History[i]; h.Type == workflow.HistoryWorkflow && model.NormalizeState(h.State) == state && h.Message != "" {
+			if h := st.History[i]; h.Type == workflow.HistoryWorkflow && h.State == state && h.Message != "" {
 				return h.Message
 			}
 		}
@@ -541,7 +541,7 @@ func jobMessage(wf *model.Workflow) string {
 		}
 		return msg
 	case state == model.StateRunning && cs != nil:
-		return fmt.Sprintf("action %q of task %q is %s", cs.ActionName, cs.TaskName, model.NormalizeState(cs.State))
+		return fmt.Sprintf("action %q of task %q is %s", cs.ActionName, cs.TaskName, cs.State)
 	case state == model.StatePending && len(st.Tasks) > 0:
 		return fmt.Sprintf("waiting for agent %s to ask for work (the machine's next network boot)", st.Tasks[0].AgentID)
 	}

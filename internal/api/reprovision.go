@@ -187,7 +187,7 @@ func unfinishedWorkflows(ctx context.Context, st store.Indexer, hw *model.Hardwa
 	var out []*model.Workflow
 	for _, o := range objs {
 		w, ok := o.(*model.Workflow)
-		if !ok || w.Namespace != hw.Namespace || model.IsFinal(w.Status.State) || model.BoolValue(w.Spec.Disabled, false) {
+		if !ok || w.Namespace != hw.Namespace || w.Status.State.IsFinal() || model.BoolValue(w.Spec.Disabled, false) {
 			continue
 		}
 		out = append(out, w)
@@ -198,7 +198,7 @@ func unfinishedWorkflows(ctx context.Context, st store.Indexer, hw *model.Hardwa
 func busyError(hw *model.Hardware, busy []*model.Workflow) error {
 	var names, cancels, deletes []string
 	for _, w := range busy {
-		state := model.NormalizeState(w.Status.State)
+		state := w.Status.State
 		if state == "" {
 			state = "not yet started"
 		}

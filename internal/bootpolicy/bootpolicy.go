@@ -291,8 +291,8 @@ func (p *Policy) pick(objs []model.Object, what string, match func(*model.Interf
 // engine does (internal/workflow): a running one first, then the oldest,
 // then by name.
 func compareActive(a, b *model.Workflow) int {
-	ar := model.NormalizeState(a.Status.State) == model.StateRunning
-	br := model.NormalizeState(b.Status.State) == model.StateRunning
+	ar := a.Status.State == model.StateRunning
+	br := b.Status.State == model.StateRunning
 	if ar != br {
 		if ar {
 			return -1
@@ -319,7 +319,7 @@ func (p *Policy) activeWorkflow(ctx context.Context, hw *model.Hardware) (*model
 	var best *model.Workflow
 	for _, o := range objs {
 		w, ok := o.(*model.Workflow)
-		if !ok || w.Namespace != hw.Namespace || model.IsFinal(w.Status.State) ||
+		if !ok || w.Namespace != hw.Namespace || w.Status.State.IsFinal() ||
 			model.BoolValue(w.Spec.Disabled, false) || workflow.FindCondition(&w.Status, workflow.ConditionWaiting) != nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package bootpolicy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -121,13 +122,24 @@ func nic(mac, ip string, allowPXE *bool) model.Interface {
 // with applies fn to a Hardware and returns it, for table literals.
 func with(h *model.Hardware, fn func(*model.Hardware)) *model.Hardware { fn(h); return h }
 
-func wf(ns, name, hwName, state string, fn ...func(*model.Workflow)) *model.Workflow {
+// wf returns a Workflow in state (in either spelling), decoded from its
+// JSON as every Workflow that enters Anvil is (the API, a manifest, the
+// store's file): Tinkerbell's STATE_ spelling is read there.
+func wf(ns, name, hwName string, state model.State, fn ...func(*model.Workflow)) *model.Workflow {
 	w := &model.Workflow{ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name},
 		Spec: model.WorkflowSpec{TemplateRef: "tpl", HardwareRef: hwName}, Status: model.WorkflowStatus{State: state}}
 	for _, f := range fn {
 		f(w)
 	}
-	return w
+	b, err := json.Marshal(w)
+	if err != nil {
+		panic(err)
+	}
+	o, err := model.Decode(model.KindWorkflow, b)
+	if err != nil {
+		panic(err)
+	}
+	return o.(*model.Workflow)
 }
 
 func waiting(w *model.Workflow) {

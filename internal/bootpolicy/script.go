@@ -127,8 +127,8 @@ func localBoot(reason string) *httpboot.Script {
 
 // stateOf is the workflow's state for a reason; a workflow the engine has
 // not rendered yet has none and is about to be PENDING.
-func stateOf(wf *model.Workflow) string {
-	if s := model.NormalizeState(wf.Status.State); s != "" {
+func stateOf(wf *model.Workflow) model.State {
+	if s := wf.Status.State; s != "" {
 		return s
 	}
 	return model.StatePending

@@ -47,6 +47,11 @@ func ParseFieldSelector(kind, s string) ([]FieldRequirement, error) {
 				r.Value = m.String()
 			}
 		}
+		if r.Field == fieldState {
+			// Likewise for states: a Workflow's are normalised when it
+			// is decoded, so STATE_RUNNING selects RUNNING.
+			r.Value = string(model.ParseState(r.Value))
+		}
 		if _, ok := FieldValues(kind, nil, r.Field); !ok {
 			return nil, fmt.Errorf("field selector %q: %s has no selectable field %q (have: %s)",
 				term, kind, r.Field, strings.Join(SelectableFields(kind), ", "))
@@ -59,6 +64,9 @@ func ParseFieldSelector(kind, s string) ([]FieldRequirement, error) {
 // fieldMAC is the Hardware field selector of MACs.
 const fieldMAC = "spec.interfaces.dhcp.mac"
 
+// fieldState is the Workflow field selector of its state.
+const fieldState = "status.state"
+
 // selectable lists, per kind, the fields a field selector may name.
 var selectable = map[string][]string{
 	model.KindHardware: {"metadata.name", "metadata.namespace", fieldMAC,
@@ -66,7 +74,7 @@ var selectable = map[string][]string{
 	model.KindTemplate:    {"metadata.name", "metadata.namespace"},
 	model.KindBootProfile: {"metadata.name", "metadata.namespace"},
 	model.KindWorkflow: {"metadata.name", "metadata.namespace", "spec.templateRef",
-		"spec.hardwareRef", "status.state"},
+		"spec.hardwareRef", fieldState},
 	model.KindMachine: {"metadata.name", "metadata.namespace", "spec.connection.host"},
 	model.KindJob:     {"metadata.name", "metadata.namespace", "spec.machineRef.name"},
 	model.KindTask:    {"metadata.name", "metadata.namespace"},
@@ -119,8 +127,8 @@ func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
 			return []string{o.Spec.TemplateRef}, true
 		case "spec.hardwareRef":
 			return []string{o.Spec.HardwareRef}, true
-		case "status.state":
-			return []string{o.Status.State}, true
+		case fieldState:
+			return []string{string(o.Status.State)}, true
 		}
 	case *model.Machine:
 		if field == "spec.connection.host" {

@@ -398,7 +398,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 		changed = true
 	}
 
-	final := model.IsFinal(st.State)
+	final := st.State.IsFinal()
 	disabled := model.BoolValue(wf.Spec.Disabled, false)
 
 	// (b) One active workflow per hardware.
@@ -437,7 +437,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 		}
 		if c {
 			changed = true
-			final = model.IsFinal(st.State)
+			final = st.State.IsFinal()
 		}
 	}
 	// (f) isoboot: the CD comes out once the workflow has succeeded.
@@ -448,7 +448,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 		}
 		if c {
 			changed = true
-			final = model.IsFinal(st.State)
+			final = st.State.IsFinal()
 		}
 	}
 
@@ -475,7 +475,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 		wf = obj.(*model.Workflow)
 	}
 	e.schedule(key, NextDeadline(&wf.Status))
-	if model.IsFinal(wf.Status.State) || disabled {
+	if wf.Status.State.IsFinal() || disabled {
 		e.enqueueSiblings(ctx, wf)
 	}
 	e.notifyWorkflowAgents(wf)
@@ -532,12 +532,12 @@ func (e *Engine) contenders(ctx context.Context, wf *model.Workflow) ([]*model.W
 		if w.Name == wf.Name {
 			w, self = wf, true
 		}
-		if model.IsFinal(w.Status.State) || model.BoolValue(w.Spec.Disabled, false) {
+		if w.Status.State.IsFinal() || model.BoolValue(w.Spec.Disabled, false) {
 			continue
 		}
 		out = append(out, w)
 	}
-	if !self && !model.IsFinal(wf.Status.State) && !model.BoolValue(wf.Spec.Disabled, false) {
+	if !self && !wf.Status.State.IsFinal() && !model.BoolValue(wf.Spec.Disabled, false) {
 		out = append(out, wf)
 	}
 	slices.SortFunc(out, compareActive)
@@ -545,7 +545,7 @@ func (e *Engine) contenders(ctx context.Context, wf *model.Workflow) ([]*model.W
 }
 
 func compareActive(a, b *model.Workflow) int {
-	ar, br := model.NormalizeState(a.Status.State) == model.StateRunning, model.NormalizeState(b.Status.State) == model.StateRunning
+	ar, br := a.Status.State == model.StateRunning, b.Status.State == model.StateRunning
 	if ar != br {
 		if ar {
 			return -1
@@ -590,7 +590,7 @@ func (e *Engine) enqueueSiblings(ctx context.Context, wf *model.Workflow) {
 	}
 	for _, o := range objs {
 		w := o.(*model.Workflow)
-		if w.Namespace == wf.Namespace && w.Name != wf.Name && !model.IsFinal(w.Status.State) {
+		if w.Namespace == wf.Namespace && w.Name != wf.Name && !w.Status.State.IsFinal() {
 			e.queue.add(w.Key())
 		}
 	}
@@ -791,7 +791,7 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 			}
 			continue
 		}
-		switch model.NormalizeState(w.Status.State) {
+		switch w.Status.State {
 		case model.StatePending, model.StateRunning:
 		default:
 			continue
@@ -866,7 +866,7 @@ func (e *Engine) warnOnce(key string) bool {
 // state after it. It returns only once the change is durable in the store.
 // Errors: ErrUnknownWorkflow, ErrBadReport (wrapped with the reason), or the
 // store's.
-func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string, error) {
+func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.State, error) {
 	ns, name, ok := splitKey(r.WorkflowID)
 	if !ok {
 		return "", fmt.Errorf("%w: %q (want namespace/name)", ErrUnknownWorkflow, r.WorkflowID)
@@ -891,7 +891,7 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string
 			return "", err
 		}
 		wf := obj.(*model.Workflow)
-		if c := FindCondition(&wf.Status, ConditionWaiting); c != nil && !model.IsFinal(wf.Status.State) {
+		if c := FindCondition(&wf.Status, ConditionWaiting); c != nil && !wf.Status.State.IsFinal() {
 			return wf.Status.State, fmt.Errorf("%w: %s", ErrBadReport, c.Message)
 		}
 		changed, err := ApplyReport(&wf.Status, r, e.clock.Now())
