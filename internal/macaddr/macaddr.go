@@ -2,12 +2,15 @@
 // inside Anvil: MAC, six bytes compared as a value, and Parse, the one
 // function that reads one from text.
 //
-// A MAC enters Anvil as text in a Hardware manifest, an iPXE script URL, a
-// TFTP path, a kernel argument or an RPC field, and as bytes in a DHCP
-// packet. Each entry point converts it once (Parse or FromBytes); every
-// package after it passes the MAC value on, compares it with == and uses
-// it as a map key, and writes it with String, which is the canonical form
-// ("3c:ec:ef:12:34:07") the store's indexes, agent IDs and URLs use.
+// A MAC enters Anvil as bytes in a DHCP packet and as text: a Hardware's
+// spec.interfaces[].dhcp.mac (read by model.Interface.MAC; the object keeps
+// the user's spelling), an iPXE script, config or ISO URL, a TFTP path, an
+// RPC field (`anvil logs --mac`, a device or agent ID) or a field selector.
+// Each entry point converts it once (FromBytes or Parse); every package
+// after it passes the MAC value on, compares it with == and uses it as a
+// map key, and writes it with String, the canonical form
+// ("3c:ec:ef:12:34:07") of the store's indexes, agent IDs, URLs and kernel
+// arguments.
 //
 // The package imports only the standard library so that the protocol
 // packages (dhcp, tftp, httpboot, ipxe) and the agent can use it without
