@@ -19,7 +19,8 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzParseChecksum \
 	./internal/actions:FuzzParseMode \
 	./internal/actions:FuzzGrubDefault \
-	./internal/agent:FuzzParseCmdline \
+	./internal/agentcmdline:FuzzParse \
+	./internal/agentcmdline:FuzzBuild \
 	./internal/macaddr:FuzzParse \
 	./internal/untar:FuzzEntryPath \
 	./internal/untar:FuzzExtract \
@@ -29,6 +30,7 @@ FUZZ_TARGETS := \
 	./internal/container:FuzzParseVolume \
 	./internal/model:FuzzParseManifests \
 	./internal/model:FuzzManifestForms \
+	./internal/wire:FuzzDecode \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \
 	./internal/httpboot:FuzzScriptAlias \
@@ -100,9 +102,10 @@ lint:
 	go vet ./...
 	staticcheck ./...
 
-# demo: build, serve in a private network namespace, apply the examples and
-# watch a workflow run to SUCCESS (driven by a simulated agent until the real
-# boot path exists).
+# demo: build, serve in a private network namespace and provision a QEMU
+# machine end to end (DHCP, iPXE, the boot environment's agent, the
+# workflow, the installed OS); without root, the control plane on loopback
+# with a simulated agent (scripts/demo.sh).
 demo: build
 	@scripts/demo.sh
 

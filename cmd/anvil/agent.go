@@ -11,6 +11,7 @@ import (
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/agent"
 	"github.com/anvilproj/anvil/internal/cli"
+	"github.com/anvilproj/anvil/internal/clientheader"
 	"github.com/anvilproj/anvil/internal/oci"
 )
 
@@ -69,7 +70,7 @@ it is: give --server and --worker-id.`,
 				}
 			}
 			a, err := agent.New(agent.Config{
-				Client:       anvilv1connect.NewAgentServiceClient(http.DefaultClient, server, agent.WithToken(token)),
+				Client:       anvilv1connect.NewAgentServiceClient(http.DefaultClient, server, clientheader.AgentToken(token)),
 				AgentID:      workerID,
 				Actions:      set,
 				Console:      cmd.OutOrStdout(),

@@ -25,7 +25,7 @@ func newServeCmd() *cobra.Command {
 	var noConsole bool
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the Anvil server: API, workflow engine and (later) the boot services",
+		Short: "Run the Anvil server: API, workflow engine, boot services (DHCP, TFTP, HTTP, syslog), metadata, BMCs and the serial console",
 		Long: `serve runs every Anvil service on one IP address until SIGINT or SIGTERM,
 then shuts down gracefully: in-flight calls get up to 10 seconds to finish.
 

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/container"
 	"github.com/anvilproj/anvil/internal/oci"
 )
@@ -102,28 +103,6 @@ type Runner func(ctx context.Context, s Spec, out Output) (Result, error)
 // native implementation.
 var ErrUnknownImage = errors.New("no native action for image")
 
-// Clock is the actions' source of time: progress intervals, transfer
-// rates and the backoff between fetch retries. Tests inject one that
-// never sleeps.
-type Clock interface {
-	Now() time.Time
-	// After is time.After.
-	After(d time.Duration) <-chan time.Time
-	// NewTicker returns a channel that receives every d, and a function
-	// that stops it.
-	NewTicker(d time.Duration) (<-chan time.Time, func())
-}
-
-// realClock is Clock over package time.
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-func (realClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
-
 // Defaults for Config's zero values.
 const (
 	// DefaultDeviceWait is how long an action that mounts a partition
@@ -164,8 +143,9 @@ type Config struct {
 	// Sync flushes every filesystem; Then calls it before Power. If nil,
 	// unix.Sync.
 	Sync func()
-	// Clock is the source of time. If nil, the real clock.
-	Clock Clock
+	// Clock is the source of time: progress intervals, transfer rates
+	// and the back-off between fetch retries. If nil, clock.Real.
+	Clock clock.Clock
 	// TempDir is where mount points are made. If "", os.TempDir().
 	TempDir string
 	// DeviceWait is how long to wait for a partition's device node to
@@ -214,9 +194,7 @@ func New(cfg Config) *Catalog {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = defaultHTTPClient()
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.TempDir == "" {
 		cfg.TempDir = os.TempDir()
 	}

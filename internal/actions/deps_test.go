@@ -16,6 +16,7 @@ import (
 // and system calls.
 func TestImports(t *testing.T) {
 	allowed := map[string]string{
+		"github.com/anvilproj/anvil/internal/clock":     "the one source of time (a leaf)",
 		"github.com/anvilproj/anvil/internal/untar":     "archive2disk's tar extraction, shared with the image cache",
 		"github.com/anvilproj/anvil/internal/oci":       "the container path's images",
 		"github.com/anvilproj/anvil/internal/container": "the container path's namespaces",

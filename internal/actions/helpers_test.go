@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
 
@@ -67,38 +68,13 @@ func (r *recorder) progresses() []Progress {
 	return append([]Progress(nil), r.progress...)
 }
 
-// testClock is a Clock that never sleeps: After advances the time by d
-// and fires at once, and each Now is 1 ms after the last. Its tickers fire when
-// the test sends on tick.
-type testClock struct {
-	mu   sync.Mutex
-	now  time.Time
-	tick chan time.Time
-}
-
-func newTestClock() *testClock {
-	return &testClock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), tick: make(chan time.Time)}
-}
-
-// Now is a millisecond after the previous reading: time never stands
-// still between two readings, so a rate is never over zero seconds.
-func (c *testClock) Now() time.Time { return c.advance(time.Millisecond) }
-
-func (c *testClock) advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
-
-func (c *testClock) After(d time.Duration) <-chan time.Time {
-	ch := make(chan time.Time, 1)
-	ch <- c.advance(d)
-	return ch
-}
-
-func (c *testClock) NewTicker(time.Duration) (<-chan time.Time, func()) {
-	return c.tick, func() {}
+// newTestClock is a clock that never sleeps: After fires at once,
+// moving the time by its wait, and each Now is 1 ms after the last (a
+// rate is never over zero seconds); tickers fire on Advance.
+func newTestClock() *clock.Fake {
+	c := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	c.Step, c.Instant = time.Millisecond, true
+	return c
 }
 
 // machine is the system a test Catalog acts on: "devices" are
@@ -108,7 +84,7 @@ func (c *testClock) NewTicker(time.Duration) (<-chan time.Time, func()) {
 // recorded.
 type machine struct {
 	t     *testing.T
-	clock *testClock
+	clock *clock.Fake
 	tmp   string // Config.TempDir
 
 	mu       sync.Mutex

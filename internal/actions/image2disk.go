@@ -255,7 +255,8 @@ func rate(n int64, d time.Duration) float64 {
 // stop is called; stop returns once no more calls can happen. total may
 // change while it runs (an image pull learns it from the manifest).
 func (c *Catalog) reportProgress(out Output, interval time.Duration, total, fetched, written func() int64) (stop func()) {
-	tick, stopTick := c.cfg.Clock.NewTicker(interval)
+	ticker := c.cfg.Clock.NewTicker(interval)
+	tick, stopTick := ticker.C(), ticker.Stop
 	done := make(chan struct{})
 	last, lastAt := int64(0), c.cfg.Clock.Now()
 	var wg sync.WaitGroup

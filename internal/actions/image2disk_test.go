@@ -404,11 +404,11 @@ func TestImage2DiskProgress(t *testing.T) {
 	// Tick until a report shows the first half fetched.
 	var mid Progress
 	for found := false; !found; {
-		m.clock.advance(5 * time.Second)
+		m.clock.Advance(5 * time.Second) // a progress interval: the reporter's ticker fires
 		select {
-		case m.clock.tick <- m.clock.Now():
 		case err := <-done:
 			t.Fatalf("image2disk ended before the second half was sent: %v", err)
+		case <-time.After(10 * time.Millisecond): // the reporter's turn
 		}
 		for _, p := range out.progresses() {
 			if p.Bytes >= int64(len(img)/2) {

@@ -20,6 +20,8 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/actions"
+	"github.com/anvilproj/anvil/internal/agentcmdline"
+	"github.com/anvilproj/anvil/internal/clientheader"
 	"github.com/anvilproj/anvil/internal/kmod"
 )
 
@@ -79,7 +81,7 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 	params, err := ParseCmdline(cmdline)
 	if err != nil {
 		con.printf("anvil agent: %v", err)
-		if strings.Contains(cmdline, argShell) {
+		if strings.Contains(cmdline, agentcmdline.ArgShell) {
 			runShell(con, "the kernel command line is not usable")
 		}
 		return err
@@ -115,7 +117,7 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		}
 		boot = append(boot, leases...)
 	}
-	con.printf("anvil agent: up in %s; server %s, worker %s", time.Since(started).Round(time.Millisecond), params.Server, params.WorkerID)
+	con.printf("anvil agent: up in %s; server %s, worker %s", time.Since(started).Round(time.Millisecond), params.ServerURL, params.WorkerID)
 
 	workerID := params.WorkerID
 	if workerID == "" {
@@ -123,7 +125,7 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		con.printf("anvil agent: no worker_id= on the command line; using this machine's first MAC %s", workerID)
 	}
 	if cfg.Actions == nil {
-		cat, note := NewCatalog(CatalogConfig{ImageCacheSize: params.ImageCache})
+		cat, note := NewCatalog(CatalogConfig{ImageCacheSize: params.ImageCacheSize})
 		boot = append(boot, note)
 		con.printf("anvil agent: %s", note)
 		cfg.Actions = cat
@@ -179,15 +181,15 @@ func newClient(p BootParams) anvilv1connect.AgentServiceClient {
 		IdleConnTimeout:     90 * time.Second,
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: p.InsecureTLS}, //nolint:gosec // the operator asked for it (tinkerbell_insecure_tls=true)
 	}
-	opts := []connect.ClientOption{WithToken(p.Token)}
+	opts := []connect.ClientOption{clientheader.AgentToken(p.Token)}
 	if p.GRPC {
 		var protos http.Protocols
-		protos.SetUnencryptedHTTP2(strings.HasPrefix(p.Server, "http://"))
+		protos.SetUnencryptedHTTP2(strings.HasPrefix(p.ServerURL, "http://"))
 		protos.SetHTTP2(true)
 		tr.Protocols = &protos
 		opts = append(opts, connect.WithGRPC())
 	}
-	return anvilv1connect.NewAgentServiceClient(&http.Client{Transport: tr}, p.Server, opts...)
+	return anvilv1connect.NewAgentServiceClient(&http.Client{Transport: tr}, p.ServerURL, opts...)
 }
 
 // attributes describes this machine to the server.

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/wire"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
 
@@ -121,27 +121,16 @@ func (a agentService) ReportActionStatus(ctx context.Context, req *connect.Reque
 		ActionID:       m.GetActionId(),
 		ActionName:     m.GetActionName(),
 		State:          state,
-		ExecutionStart: timePtr(m.GetExecutionStart()),
-		ExecutionStop:  timePtr(m.GetExecutionStop()),
+		ExecutionStart: wire.TimeFromProto(m.GetExecutionStart()),
+		ExecutionStop:  wire.TimeFromProto(m.GetExecutionStop()),
 		Message:        m.GetMessage(),
-	}
-	if p := m.GetProgress(); p != nil {
-		r.Progress = &model.Progress{Bytes: p.GetBytes(), TotalBytes: p.GetTotalBytes(),
-			BytesPerSec: p.GetBytesPerSec(), Percent: p.GetPercent()}
+		Progress:       wire.ProgressFromProto(m.GetProgress()),
 	}
 	wfState, err := s.cfg.Engine.ReportActionStatus(ctx, r)
 	if err != nil {
 		return nil, s.toConnect(fmt.Errorf("report on workflow %s action %q: %w", r.WorkflowID, r.ActionName, err))
 	}
 	return connect.NewResponse(&v1.ReportActionStatusResponse{WorkflowState: string(wfState)}), nil
-}
-
-func timePtr(ts *timestamppb.Timestamp) *time.Time {
-	if ts == nil {
-		return nil
-	}
-	t := ts.AsTime()
-	return &t
 }
 
 // StreamLogs appends the streamed lines to the log store in batches. Lines

@@ -1,12 +1,14 @@
 // Package api implements every anvil.v1 service (Hardware, Template, Workflow,
-// BootProfile, Machine, BMC Job and Task, Manifest, Agent, Log, Job,
-// Secret, CredentialSecret) as connect handlers over store.Store, the
-// workflow engine and the log store.
+// BootProfile, Machine, BmcJob, BmcTask, CredentialSecret, Manifest, Agent,
+// Log, Audit, Secret, Job) and Tinkerbell's proto.WorkflowService (for
+// tink-agent) as connect handlers over store.Store, the workflow engine and
+// the log store.
 //
 // It owns the translation between the wire (proto messages, connect codes)
-// and the model: converting objects, parsing selectors, mapping errors to
-// codes, authenticating calls before their bodies are read and capping
-// those bodies (gate.go), asking internal/auth whether the caller may
+// and the model: converting objects (through internal/wire, which the
+// client commands share), parsing selectors, mapping errors to codes,
+// authenticating calls before their bodies are read and capping those
+// bodies (gate.go), asking internal/auth whether the caller may
 // (authz.go), checking a write against the objects it does not touch
 // before making it (admit.go: the store's claim conflicts, the engine's
 // worker rule), apply's warnings of what can only fail later
@@ -21,6 +23,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -295,5 +298,5 @@ func (s *Services) toConnect(err error) error {
 
 // invalid returns an INVALID_ARGUMENT error.
 func invalid(format string, args ...any) error {
-	return connect.NewError(connect.CodeInvalidArgument, errorf(format, args...))
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
 }

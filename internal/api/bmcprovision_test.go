@@ -8,7 +8,6 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/model"
-	"github.com/anvilproj/anvil/internal/workflow"
 )
 
 // TestProvisionThroughBMC: ProvisionDevice and Reprovision of a Hardware
@@ -40,7 +39,7 @@ func TestProvisionThroughBMC(t *testing.T) {
 			} else if _, err := e.wf.Reprovision(ctx, by("", &v1.ReprovisionRequest{Hardware: "node1", Template: "install"})); err != nil {
 				t.Fatal(err)
 			}
-			name := workflow.NetbootJobName("node1")
+			name := model.NetbootJobName("node1")
 			var job *model.Job
 			deadline := time.Now().Add(10 * time.Second)
 			for {

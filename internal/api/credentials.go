@@ -13,6 +13,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/wire"
 )
 
 // Credentials: the core v1 Secrets a Machine's authSecretRef names.
@@ -33,7 +34,7 @@ func redacted(x *model.Secret) *v1.CredentialSecret {
 		keys = sortedKeys(plain)
 	}
 	return &v1.CredentialSecret{
-		ApiVersion: model.CoreAPIVersion, Kind: model.KindSecret, Metadata: metaToProto(&x.ObjectMeta),
+		ApiVersion: model.CoreAPIVersion, Kind: model.KindSecret, Metadata: wire.MetaToProto(&x.ObjectMeta),
 		Type: x.Type, Keys: keys, Redacted: true,
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/auth"
@@ -22,6 +21,7 @@ import (
 	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/wire"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
 
@@ -474,10 +474,10 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 		WorkflowState:   string(st.State),
 		Device:          wf.Namespace + "/" + wf.Spec.HardwareRef,
 		Template:        wf.Spec.TemplateRef,
-		Created:         timestamp(wf.CreationTimestamp),
-		Started:         timestamp(st.StartTime),
-		Completed:       timestamp(st.CompletionTime),
-		CancelRequested: timestamp(st.CancelRequested),
+		Created:         wire.TimeToProto(wf.CreationTimestamp),
+		Started:         wire.TimeToProto(st.StartTime),
+		Completed:       wire.TimeToProto(st.CompletionTime),
+		CancelRequested: wire.TimeToProto(st.CancelRequested),
 		Message:         jobMessage(wf),
 		IdempotencyKey:  wf.Annotations[annotationIdempotencyKey],
 		Parameters:      wf.Spec.HardwareMap,
@@ -488,7 +488,7 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 	if cs := st.CurrentState; cs != nil {
 		out.CurrentTask, out.CurrentAction = cs.TaskName, cs.ActionName
 		if a := findAction(st, cs.TaskID, cs.ActionID); a != nil {
-			out.Progress = progressToWire(a.Progress)
+			out.Progress = wire.ProgressToProto(a.Progress)
 		}
 	}
 	if withActions {
@@ -496,8 +496,8 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 			for _, a := range t.Actions {
 				out.Actions = append(out.Actions, &v1.ActionResult{
 					Task: t.Name, Name: a.Name, State: string(a.State), Attempt: int32(a.Attempt),
-					Started: timestamp(a.ExecutionStart), Ended: timestamp(a.ExecutionStop),
-					Message: a.Message, Progress: progressToWire(a.Progress),
+					Started: wire.TimeToProto(a.ExecutionStart), Ended: wire.TimeToProto(a.ExecutionStop),
+					Message: a.Message, Progress: wire.ProgressToProto(a.Progress),
 				})
 			}
 		}
@@ -560,20 +560,6 @@ func findAction(st *model.WorkflowStatus, taskID, actionID string) *model.Action
 		}
 	}
 	return nil
-}
-
-func progressToWire(p *model.Progress) *v1.Progress {
-	if p == nil {
-		return nil
-	}
-	return &v1.Progress{Bytes: p.Bytes, TotalBytes: p.TotalBytes, BytesPerSec: p.BytesPerSec, Percent: p.Percent}
-}
-
-func timestamp(t *time.Time) *timestamppb.Timestamp {
-	if t == nil {
-		return nil
-	}
-	return timestamppb.New(*t)
 }
 
 func timeOf(t *time.Time) time.Time {

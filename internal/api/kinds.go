@@ -3,6 +3,7 @@ package api
 import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/wire"
 )
 
 // The per-kind adapters: nothing but constructors and field accessors.
@@ -12,7 +13,7 @@ type hardwareService = resource[v1.Hardware, *v1.Hardware, v1.CreateHardwareRequ
 func newHardwareService(s *Services) *hardwareService {
 	return &hardwareService{s: s, kindAdapter: kindAdapter[v1.Hardware, *v1.Hardware, v1.CreateHardwareRequest, v1.UpdateHardwareRequest, v1.HardwareList, v1.HardwareEvent]{
 		kind: model.KindHardware,
-		message: func(p objectParts) *v1.Hardware {
+		message: func(p wire.Parts) *v1.Hardware {
 			return &v1.Hardware{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
 		},
 		createArg: (*v1.CreateHardwareRequest).GetHardware,
@@ -31,7 +32,7 @@ type templateService = resource[v1.Template, *v1.Template, v1.CreateTemplateRequ
 func newTemplateService(s *Services) *templateService {
 	return &templateService{s: s, kindAdapter: kindAdapter[v1.Template, *v1.Template, v1.CreateTemplateRequest, v1.UpdateTemplateRequest, v1.TemplateList, v1.TemplateEvent]{
 		kind: model.KindTemplate,
-		message: func(p objectParts) *v1.Template {
+		message: func(p wire.Parts) *v1.Template {
 			return &v1.Template{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
 		},
 		createArg: (*v1.CreateTemplateRequest).GetTemplate,
@@ -50,7 +51,7 @@ type workflowService = resource[v1.Workflow, *v1.Workflow, v1.CreateWorkflowRequ
 func newWorkflowService(s *Services) *workflowService {
 	return &workflowService{s: s, kindAdapter: kindAdapter[v1.Workflow, *v1.Workflow, v1.CreateWorkflowRequest, v1.UpdateWorkflowRequest, v1.WorkflowList, v1.WorkflowEvent]{
 		kind: model.KindWorkflow,
-		message: func(p objectParts) *v1.Workflow {
+		message: func(p wire.Parts) *v1.Workflow {
 			return &v1.Workflow{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
 		},
 		createArg: (*v1.CreateWorkflowRequest).GetWorkflow,
@@ -69,7 +70,7 @@ type bootProfileService = resource[v1.BootProfile, *v1.BootProfile, v1.CreateBoo
 func newBootProfileService(s *Services) *bootProfileService {
 	return &bootProfileService{s: s, kindAdapter: kindAdapter[v1.BootProfile, *v1.BootProfile, v1.CreateBootProfileRequest, v1.UpdateBootProfileRequest, v1.BootProfileList, v1.BootProfileEvent]{
 		kind: model.KindBootProfile,
-		message: func(p objectParts) *v1.BootProfile {
+		message: func(p wire.Parts) *v1.BootProfile {
 			return &v1.BootProfile{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
 		},
 		createArg: (*v1.CreateBootProfileRequest).GetBootProfile,
@@ -88,7 +89,7 @@ type machineService = resource[v1.Machine, *v1.Machine, v1.CreateMachineRequest,
 func newMachineService(s *Services) *machineService {
 	return &machineService{s: s, kindAdapter: kindAdapter[v1.Machine, *v1.Machine, v1.CreateMachineRequest, v1.UpdateMachineRequest, v1.MachineList, v1.MachineEvent]{
 		kind: model.KindMachine,
-		message: func(p objectParts) *v1.Machine {
+		message: func(p wire.Parts) *v1.Machine {
 			return &v1.Machine{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
 		},
 		createArg: (*v1.CreateMachineRequest).GetMachine,
@@ -107,7 +108,7 @@ type bmcJobService = resource[v1.BmcJob, *v1.BmcJob, v1.CreateBmcJobRequest, v1.
 func newBMCJobService(s *Services) *bmcJobService {
 	return &bmcJobService{s: s, kindAdapter: kindAdapter[v1.BmcJob, *v1.BmcJob, v1.CreateBmcJobRequest, v1.UpdateBmcJobRequest, v1.BmcJobList, v1.BmcJobEvent]{
 		kind: model.KindJob,
-		message: func(p objectParts) *v1.BmcJob {
+		message: func(p wire.Parts) *v1.BmcJob {
 			return &v1.BmcJob{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
 		},
 		createArg: (*v1.CreateBmcJobRequest).GetJob,
@@ -126,7 +127,7 @@ type bmcTaskService = resource[v1.BmcTask, *v1.BmcTask, v1.CreateBmcTaskRequest,
 func newBMCTaskService(s *Services) *bmcTaskService {
 	return &bmcTaskService{s: s, kindAdapter: kindAdapter[v1.BmcTask, *v1.BmcTask, v1.CreateBmcTaskRequest, v1.UpdateBmcTaskRequest, v1.BmcTaskList, v1.BmcTaskEvent]{
 		kind: model.KindTask,
-		message: func(p objectParts) *v1.BmcTask {
+		message: func(p wire.Parts) *v1.BmcTask {
 			return &v1.BmcTask{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
 		},
 		createArg: (*v1.CreateBmcTaskRequest).GetTask,

@@ -11,6 +11,7 @@ import (
 	"github.com/anvilproj/anvil/internal/labels"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/wire"
 )
 
 // resource is the one implementation of the Hardware, Template and Workflow
@@ -25,14 +26,14 @@ type resource[T any, M wirePtr[T], C, U, L, E any] struct {
 // wirePtr is the pointer to a kind's message struct T.
 type wirePtr[T any] interface {
 	*T
-	WireMessage
+	wire.Message
 }
 
 // kindAdapter holds what differs between the resource services: how to
 // build the kind's messages and where the object sits in its requests.
 type kindAdapter[T any, M wirePtr[T], C, U, L, E any] struct {
 	kind      string
-	message   func(objectParts) M
+	message   func(wire.Parts) M
 	createArg func(*C) M
 	updateArg func(*U) M
 	list      func(items []M, resourceVersion string) *L
@@ -40,7 +41,7 @@ type kindAdapter[T any, M wirePtr[T], C, U, L, E any] struct {
 }
 
 func (r *resource[T, M, C, U, L, E]) encode(obj model.Object) (M, error) {
-	p, err := toParts(obj)
+	p, err := wire.ToParts(obj)
 	if err != nil {
 		var zero M
 		return zero, r.s.toConnect(err)
@@ -53,9 +54,9 @@ func (r *resource[T, M, C, U, L, E]) decode(m M) (model.Object, error) {
 	if m == nil {
 		return nil, invalid("the request carries no %s", r.kind)
 	}
-	obj, err := fromWire(r.kind, m)
+	obj, err := wire.Decode(r.kind, m)
 	if err != nil {
-		return nil, err
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	if err := model.Validate(obj); err != nil {
 		meta := obj.GetObjectMeta()

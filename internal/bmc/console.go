@@ -26,6 +26,17 @@ type ConsoleProvider interface {
 	Console(ctx context.Context, c Conn, in io.Reader, out io.Writer) error
 }
 
+// ErrConsoleLost is wrapped by Console's error when the console was
+// attached and then lost (the BMC stopped answering mid-stream), as
+// opposed to one that could not be attached at all: a caller may attach
+// again.
+var ErrConsoleLost = errors.New("console lost")
+
+// lost marks err as ErrConsoleLost without changing its message.
+type lost struct{ error }
+
+func (lost) Is(target error) bool { return target == ErrConsoleLost }
+
 // solInstance is the SOL payload instance Anvil activates: instance 1,
 // the console itself (OpenIPMI's simulator keeps a history buffer on 2).
 const solInstance = 1
@@ -66,7 +77,7 @@ func (p IPMI) Console(ctx context.Context, c Conn, in io.Reader, out io.Writer) 
 	}()
 	err = cl.SOLStream(ctx, in, out, &client.SOLStreamOptions{PollInterval: solPollInterval})
 	if err != nil && ctx.Err() == nil {
-		return explainIPMI(fmt.Errorf("serial over LAN: %w", err))
+		return lost{explainIPMI(fmt.Errorf("serial over LAN: %w", err))}
 	}
 	return nil
 }
@@ -116,7 +127,11 @@ func (e *Executor) Console(ctx context.Context, m *model.Machine, in io.Reader, 
 		return fmt.Errorf("machine %s/%s: provider %s: serial console: %w (Anvil attaches consoles through IPMI Serial over LAN: put ipmitool first in providerOptions.preferredOrder)", m.Namespace, m.Name, prov.Name(), ErrUnsupported)
 	}
 	if err := cp.Console(ctx, conn, in, out); err != nil {
-		return scrub(fmt.Errorf("machine %s/%s: provider %s: %w", m.Namespace, m.Name, prov.Name(), err))
+		msg := scrub(fmt.Errorf("machine %s/%s: provider %s: %w", m.Namespace, m.Name, prov.Name(), err))
+		if errors.Is(err, ErrConsoleLost) {
+			return lost{msg} // scrubbing made a new error: keep the mark
+		}
+		return msg
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ func TestImports(t *testing.T) {
 	}
 	allowed := map[string]string{
 		"github.com/anvilproj/anvil/internal/model":      "Machine, Job, Task and Secret",
+		"github.com/anvilproj/anvil/internal/clock":      "the one source of time (a leaf)",
 		"github.com/anvilproj/anvil/internal/store":      "the Store interface (no implementation)",
 		"github.com/anvilproj/anvil/internal/machinelog": "the machine record's Event and Sink (a leaf)",
 		"github.com/anvilproj/anvil/internal/macaddr":    "the one MAC type, the machine record.s key (a leaf)",

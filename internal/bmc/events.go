@@ -52,7 +52,7 @@ func (e *Executor) machines(ctx context.Context, j *model.Job) []macaddr.MAC {
 // record puts one line in the record of each of r's machines.
 func (r *jobRun) record(outcome, msg string) {
 	for _, mac := range r.macs {
-		r.e.cfg.Events.Record(machinelog.Event{Time: r.e.cfg.Now(), Service: machinelog.ServiceBMC, MAC: mac,
+		r.e.cfg.Events.Record(machinelog.Event{Time: r.e.cfg.Clock.Now(), Service: machinelog.ServiceBMC, MAC: mac,
 			Outcome: outcome, Message: r.scrub(msg)})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
@@ -53,8 +54,9 @@ type Config struct {
 	Workers int
 	// RefGrace: see DefaultRefGrace. If 0, uses it.
 	RefGrace time.Duration
-	// Now stamps start and completion times. If nil, uses time.Now.
-	Now func() time.Time
+	// Clock stamps start and completion times and paces the waits for a
+	// Machine or Secret and for a power state. If nil, clock.Real.
+	Clock clock.Clock
 	// Logger receives one line per Job started and finished. If nil,
 	// uses slog.Default().
 	Logger *slog.Logger
@@ -95,9 +97,7 @@ func New(cfg Config) *Executor {
 	if cfg.RefGrace <= 0 {
 		cfg.RefGrace = DefaultRefGrace
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -228,7 +228,7 @@ func (e *Executor) runJob(ctx context.Context, ns, name string) {
 	if job.Finished() {
 		return
 	}
-	start := e.cfg.Now().UTC()
+	start := e.cfg.Clock.Now().UTC()
 	if err := e.updateJob(ctx, ns, name, func(j *model.Job) {
 		j.Status.StartTime = &start
 		j.Status.CompletionTime = nil
@@ -261,7 +261,7 @@ func (e *Executor) runJob(ctx context.Context, ns, name string) {
 
 // finishJob writes a Job's final conditions.
 func (e *Executor) finishJob(ctx context.Context, ns, name string, ok bool, msg string) error {
-	now := e.cfg.Now().UTC()
+	now := e.cfg.Clock.Now().UTC()
 	result := "failed"
 	if ok {
 		result = "completed"
@@ -320,13 +320,13 @@ func (r *jobRun) run(ctx context.Context) (string, bool) {
 func (r *jobRun) getWaiting(ctx context.Context, deadline time.Time, kind, ns, name string) (model.Object, error) {
 	for {
 		o, err := r.e.cfg.Store.Get(ctx, kind, ns, name)
-		if !errors.Is(err, store.ErrNotFound) || !time.Now().Before(deadline) {
+		if !errors.Is(err, store.ErrNotFound) || !r.e.cfg.Clock.Now().Before(deadline) {
 			return o, err
 		}
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(r.e.cfg.PollInterval):
+		case <-r.e.cfg.Clock.After(r.e.cfg.PollInterval):
 		}
 	}
 }
@@ -341,7 +341,7 @@ func (r *jobRun) resolve(ctx context.Context) (Conn, error) {
 	if mns != job.Namespace { // refused at apply too; a Job stored before that rule stops here
 		return Conn{}, fmt.Errorf("spec.machineRef: namespace %q: a Job drives the Machines of its own namespace (%q) only; no provider was tried", mns, job.Namespace)
 	}
-	deadline := time.Now().Add(e.cfg.RefGrace)
+	deadline := e.cfg.Clock.Now().Add(e.cfg.RefGrace)
 	o, err := r.getWaiting(ctx, deadline, model.KindMachine, mns, job.Spec.MachineRef.Name)
 	if errors.Is(err, store.ErrNotFound) {
 		return Conn{}, fmt.Errorf("spec.machineRef: Machine %s/%s does not exist (waited %s for it); no provider was tried", mns, job.Spec.MachineRef.Name, e.cfg.RefGrace)
@@ -439,7 +439,7 @@ func (r *jobRun) runTask(ctx context.Context, i int, a model.BMCAction, conn Con
 	tctx, cancel := context.WithTimeout(ctx, e.cfg.TaskTimeout)
 	defer cancel()
 	name := model.TaskName(r.job.Name, i)
-	start := e.cfg.Now().UTC()
+	start := e.cfg.Clock.Now().UTC()
 	task := &model.BMCTask{
 		ObjectMeta: model.ObjectMeta{Namespace: r.job.Namespace, Name: name, Labels: map[string]string{model.BMCJobLabel: r.job.Name}},
 		Spec:       model.TaskSpec{Task: a, Connection: r.machine.Spec.Connection},
@@ -452,7 +452,7 @@ func (r *jobRun) runTask(ctx context.Context, i int, a model.BMCAction, conn Con
 	if err != nil && tctx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("%w (the task's limit is %s)", err, e.cfg.TaskTimeout)
 	}
-	now := e.cfg.Now().UTC()
+	now := e.cfg.Clock.Now().UTC()
 	took := now.Sub(start).Round(time.Millisecond)
 	if err != nil {
 		msg := r.scrub(err.Error())
@@ -491,9 +491,9 @@ func (r *jobRun) act(ctx context.Context, a model.BMCAction, conn Conn) error {
 	switch {
 	case a.PowerAction != nil:
 		return r.power(ctx, *a.PowerAction)
-	case a.OneTimeBootDeviceAction != nil:
-		b := a.OneTimeBootDeviceAction
-		return r.session.SetBootDevice(ctx, b.Devices[0], b.EFIBoot, b.Persistent)
+	case a.OneTimeBootDeviceAction != nil || a.BootDevice != nil:
+		dev, efi, persistent, _ := a.BootDeviceOf()
+		return r.session.SetBootDevice(ctx, dev, efi, persistent)
 	case a.VirtualMediaAction != nil:
 		m, ok := r.session.(MediaSession)
 		if !ok {
@@ -535,7 +535,7 @@ func (r *jobRun) power(ctx context.Context, action string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("power %s sent, but the machine is still %s", action, st)
-		case <-time.After(r.e.cfg.PollInterval):
+		case <-r.e.cfg.Clock.After(r.e.cfg.PollInterval):
 		}
 	}
 }
@@ -554,7 +554,7 @@ func (r *jobRun) powerState(ctx context.Context, st string) {
 
 // contactable records whether the BMC answered.
 func (r *jobRun) contactable(ctx context.Context, ok bool, msg string) {
-	now := r.e.cfg.Now().UTC()
+	now := r.e.cfg.Clock.Now().UTC()
 	r.updateMachine(ctx, func(m *model.Machine) {
 		if !ok {
 			m.Status.PowerState = model.PowerUnknown

@@ -213,6 +213,15 @@ func TestJobAgainstSimulator(t *testing.T) {
 	if pid := sim.MachinePID(); pid != 0 {
 		t.Errorf("the stand-in machine (pid %d) runs after power off", pid)
 	}
+	// The newer spelling of a boot device task (customboot's actions
+	// use it) reaches the BMC the same way.
+	w.put(t, job("disk", "m1", model.BMCAction{BootDevice: &model.BootDeviceConfig{Device: model.BootDeviceDisk, Persistent: true}}))
+	if c := condition(w.wait(t, "disk").Status.Conditions, model.ConditionCompleted); c.Status != model.ConditionTrue {
+		t.Fatalf("bootDevice disk: %+v", c)
+	}
+	if got := sim.Boot(); got != "default" {
+		t.Errorf("simulator's boot device after bootDevice disk = %q, want default (ipmi_sim's word for the disk)", got)
+	}
 	if m := w.get(t, model.KindMachine, "m1").(*model.Machine); m.Status.PowerState != model.PowerOff {
 		t.Errorf("machine powerState = %q after off", m.Status.PowerState)
 	}

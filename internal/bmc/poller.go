@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -62,11 +63,9 @@ type PollConfig struct {
 	// Jitter is the fraction by which every wait is spread, up or down.
 	// If 0, uses DefaultPollJitter; negative means none.
 	Jitter float64
-	// Now is the clock that schedules polls and stamps conditions. If
-	// nil, uses the Executor's (time.Now).
-	Now func() time.Time
-	// After waits on that clock, as time.After. If nil, uses time.After.
-	After func(time.Duration) <-chan time.Time
+	// Clock schedules polls and stamps conditions. If nil, uses the
+	// Executor's.
+	Clock clock.Clock
 	// Rand returns a number in [0, 1) for the jitter. If nil, uses
 	// math/rand/v2.
 	Rand func() float64
@@ -136,11 +135,8 @@ func (e *Executor) Poller(cfg PollConfig) *Poller {
 	case cfg.Jitter < 0:
 		cfg.Jitter = 0
 	}
-	if cfg.Now == nil {
-		cfg.Now = e.cfg.Now
-	}
-	if cfg.After == nil {
-		cfg.After = time.After
+	if cfg.Clock == nil {
+		cfg.Clock = e.cfg.Clock
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
@@ -169,11 +165,11 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			p.e.log.Warn("bmc poll: cannot list machines", "err", err)
-			next = p.cfg.Now().Add(p.cfg.BusyRetry)
+			next = p.cfg.Clock.Now().Add(p.cfg.BusyRetry)
 		}
 		var due <-chan time.Time
 		if !next.IsZero() {
-			due = p.cfg.After(max(0, next.Sub(p.cfg.Now())))
+			due = p.cfg.Clock.After(max(0, next.Sub(p.cfg.Clock.Now())))
 		}
 		select {
 		case <-ctx.Done():
@@ -258,7 +254,7 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	now := p.cfg.Now()
+	now := p.cfg.Clock.Now()
 	// Machines due within the slack are polled now too: with the jitter
 	// spreading N Machines over the interval, waking for each one alone
 	// would list the store N times a round.
@@ -333,7 +329,7 @@ func (p *Poller) reschedule(key string, r pollResult) {
 		return
 	}
 	bmcPolls.WithLabelValues([...]string{"ok", "failed", "busy"}[r]).Inc()
-	now := p.cfg.Now()
+	now := p.cfg.Clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.sched[key]
@@ -442,7 +438,7 @@ func (p *Poller) read(ctx context.Context, prov Provider, conn Conn) (string, er
 // Machine's status, unless they are what it holds already: a poll that
 // finds nothing new writes nothing.
 func (p *Poller) record(ctx context.Context, m *model.Machine, state string, ok bool, msg string) {
-	now := p.cfg.Now().UTC()
+	now := p.cfg.Clock.Now().UTC()
 	err := retryConflict(func() error {
 		o, err := p.e.cfg.Store.Get(ctx, model.KindMachine, m.Namespace, m.Name)
 		if err != nil {

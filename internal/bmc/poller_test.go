@@ -14,6 +14,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/bmc/bmctest"
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store/bolt"
@@ -21,54 +22,11 @@ import (
 	"github.com/anvilproj/anvil/test/redfishsim"
 )
 
-// fakeClock is a clock the test moves: Now stands still until Advance,
-// and what After returns fires once the clock has passed its time.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []clockWaiter
-}
-
-type clockWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, clockWaiter{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.at.After(c.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.ch <- c.now
-	}
-	c.waiters = kept
+// newFakeClock is a clock the test moves: Now stands still until
+// Advance, and what After returns fires once the clock has passed its
+// time.
+func newFakeClock() *clock.Fake {
+	return clock.NewFake(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
 }
 
 // pollWorld is a store, a sealer, an Executor (running its Jobs when
@@ -76,7 +34,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 // test sweeps, or starts Run).
 type pollWorld struct {
 	*world
-	clock  *fakeClock
+	clock  *clock.Fake
 	poller *bmc.Poller
 }
 
@@ -95,11 +53,11 @@ func newPollWorld(t *testing.T, cfg bmc.PollConfig, jobs bool, providers ...bmc.
 	}
 	ex := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Providers: providers, Logger: logger,
 		TaskTimeout: 10 * time.Second, PollInterval: 5 * time.Millisecond, RefGrace: 200 * time.Millisecond})
-	clock := newFakeClock()
-	if cfg.Now == nil {
-		cfg.Now, cfg.After = clock.Now, clock.After
+	clk := newFakeClock()
+	if cfg.Clock == nil {
+		cfg.Clock = clk
 	}
-	w := &pollWorld{world: &world{st: st, sealer: sealer}, clock: clock, poller: ex.Poller(cfg)}
+	w := &pollWorld{world: &world{st: st, sealer: sealer}, clock: clk, poller: ex.Poller(cfg)}
 	if jobs {
 		w.run(t, ex.Run)
 	}
@@ -416,7 +374,7 @@ func TestPollNoWriteWhenUnchanged(t *testing.T) {
 func TestPollAndJobsOneSessionPerBMC(t *testing.T) {
 	b := newFakeBMCs()
 	b.hold = time.Millisecond
-	w := newPollWorld(t, bmc.PollConfig{Interval: 3 * time.Millisecond, Concurrency: 8, Now: time.Now}, true,
+	w := newPollWorld(t, bmc.PollConfig{Interval: 3 * time.Millisecond, Concurrency: 8, Clock: clock.Real}, true,
 		b.provider(model.ProviderIPMI), b.provider(model.ProviderRedfish))
 	w.put(t, secret("s", map[string]string{"username": "u", "password": "p"}))
 	rf := &model.ProviderOptions{PreferredOrder: []string{model.ProviderRedfish}}

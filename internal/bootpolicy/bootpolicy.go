@@ -13,7 +13,6 @@
 package bootpolicy
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/anvilproj/anvil/internal/agentcmdline"
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
@@ -107,7 +107,7 @@ type Policy struct {
 	mode       string
 	publicHTTP string
 	bootEnvURL string
-	baseArgs   []string // grpc_authority= … before the per-machine ones
+	agentArgs  agentcmdline.Params // the agent's arguments but the per-machine ones
 	consoleArg []string
 	extraArgs  []string
 	agentToken func(*model.Workflow) string
@@ -161,17 +161,13 @@ func New(cfg Config) (*Policy, error) {
 		return nil, fmt.Errorf("bootpolicy: gRPC authority %q: want host:port: %w", cfg.GRPCAuthority, err)
 	}
 
-	p.baseArgs = []string{
-		"grpc_authority=" + cfg.GRPCAuthority,
-		"", // worker_id=, per machine
-		"", // hw_addr=, per machine
-		fmt.Sprintf("tinkerbell_tls=%t", cfg.TLS),
-		fmt.Sprintf("tinkerbell_insecure_tls=%t", cfg.InsecureTLS),
+	p.agentArgs = agentcmdline.Params{
+		GRPCAuthority: cfg.GRPCAuthority,
+		TLS:           cfg.TLS,
+		InsecureTLS:   cfg.InsecureTLS,
+		SyslogHost:    cfg.SyslogHost,
+		Server:        p.publicHTTP,
 	}
-	if cfg.SyslogHost != "" {
-		p.baseArgs = append(p.baseArgs, "syslog_host="+cfg.SyslogHost)
-	}
-	p.baseArgs = append(p.baseArgs, "anvil.server="+p.publicHTTP)
 	console := cfg.Console
 	if console == nil {
 		console = DefaultConsole
@@ -180,14 +176,15 @@ func New(cfg Config) (*Policy, error) {
 		p.consoleArg = append(p.consoleArg, "console="+c)
 	}
 	p.extraArgs = append([]string(nil), cfg.ExtraKernelArgs...)
-	for _, list := range [][]string{p.baseArgs, p.consoleArg, p.extraArgs} {
-		for _, a := range list {
-			if a == "" {
-				continue
-			}
-			if err := ipxe.CheckArg(a); err != nil {
-				return nil, fmt.Errorf("bootpolicy: kernel argument: %w", err)
-			}
+	// The line without a machine's arguments: what is wrong with it is a
+	// flag's fault, found at start rather than at the first boot.
+	args, err := p.agentArgs.Build(p.consoleArg, p.extraArgs)
+	if err != nil {
+		return nil, fmt.Errorf("bootpolicy: kernel argument: %w", err)
+	}
+	for _, a := range args {
+		if err := ipxe.CheckArg(a); err != nil {
+			return nil, fmt.Errorf("bootpolicy: kernel argument: %w", err)
 		}
 	}
 	return p, nil
@@ -287,45 +284,22 @@ func (p *Policy) pick(objs []model.Object, what string, match func(*model.Interf
 	return nil, 0, nil
 }
 
-// compareActive orders a hardware's unfinished workflows as the workflow
-// engine does (internal/workflow): a running one first, then the oldest,
-// then by name.
-func compareActive(a, b *model.Workflow) int {
-	ar := a.Status.State == model.StateRunning
-	br := b.Status.State == model.StateRunning
-	if ar != br {
-		if ar {
-			return -1
-		}
-		return 1
-	}
-	if a.CreationTimestamp != nil && b.CreationTimestamp != nil {
-		if c := a.CreationTimestamp.Compare(*b.CreationTimestamp); c != 0 {
-			return c
-		}
-	}
-	return cmp.Compare(a.Name, b.Name)
-}
-
 // activeWorkflow returns the workflow the machine should boot into: of the
-// workflows on hw (same namespace), those not final, not disabled and not
-// waiting for another (the engine's Waiting condition), the one the engine
-// would run first. Nil if none.
+// workflows on hw (same namespace) not waiting for another (the engine's
+// Waiting condition), the active one (model.ActiveWorkflow, the rule the
+// engine follows). Nil if none.
 func (p *Policy) activeWorkflow(ctx context.Context, hw *model.Hardware) (*model.Workflow, error) {
 	objs, err := p.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, hw.Name)
 	if err != nil {
 		return nil, fmt.Errorf("find workflows of hardware %s: %w", hw.Key(), err)
 	}
-	var best *model.Workflow
+	var ws []*model.Workflow
 	for _, o := range objs {
 		w, ok := o.(*model.Workflow)
-		if !ok || w.Namespace != hw.Namespace || w.Status.State.IsFinal() ||
-			model.BoolValue(w.Spec.Disabled, false) || workflow.FindCondition(&w.Status, workflow.ConditionWaiting) != nil {
+		if !ok || w.Namespace != hw.Namespace || workflow.FindCondition(&w.Status, workflow.ConditionWaiting) != nil {
 			continue
 		}
-		if best == nil || compareActive(w, best) < 0 {
-			best = w
-		}
+		ws = append(ws, w)
 	}
-	return best, nil
+	return model.ActiveWorkflow(ws), nil
 }

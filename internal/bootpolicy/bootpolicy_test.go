@@ -355,18 +355,28 @@ func TestScript(t *testing.T) {
 			h.Spec.Interfaces[0].Netboot.OSIE = &model.OSIE{KernelParams: []string{"||"}}
 		}), wf("default", "w", "m1", "PENDING")}, req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
 			wantErr: ipxe.ErrUnsafe, wantErrText: "kernelParams[0]"},
+		// The agent's arguments are refused by agentcmdline first (a value
+		// the kernel command line cannot carry), else by ipxe.CheckArg.
 		{name: "vlan_id injection", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
 			h.Spec.Interfaces[0].DHCP.VLANID = "5 ; shell"
 		}), wf("default", "w", "m1", "PENDING")}, req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
-			wantErr: ipxe.ErrUnsafe, wantErrText: "spec.interfaces[0].dhcp.vlan_id"},
+			wantErrText: `hardware default/m1: spec.interfaces[0].dhcp.vlan_id: "5 ; shell": want a VLAN ID from 1 to 4094`},
+		{name: "vlan_id out of range", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
+			h.Spec.Interfaces[0].DHCP.VLANID = "4095"
+		}), wf("default", "w", "m1", "PENDING")}, req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
+			wantErrText: `spec.interfaces[0].dhcp.vlan_id: "4095": want a VLAN ID`},
 		{name: "agentID injection", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
 			h.Spec.AgentID = "a\r\nsanboot"
 		}), wf("default", "w", "m1", "PENDING")}, req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
-			wantErr: ipxe.ErrUnsafe, wantErrText: "spec.agentID"},
+			wantErrText: `hardware default/m1: spec.agentID: worker_id="a\r\nsanboot": a line break at byte 1`},
+		{name: "agentID iPXE continues", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
+			h.Spec.AgentID = `a\`
+		}), wf("default", "w", "m1", "PENDING")}, req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
+			wantErr: ipxe.ErrUnsafe, wantErrText: "hardware default/m1: spec.agentID: "},
 		{name: "facility injection", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
 			h.Spec.Metadata = &model.HardwareMetadata{Facility: &model.MetadataFacility{FacilityCode: "x #"}}
 		}), wf("default", "w", "m1", "PENDING")}, req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
-			wantErr: ipxe.ErrUnsafe, wantErrText: "spec.metadata.facility.facility_code"},
+			wantErrText: "spec.metadata.facility.facility_code: facility=\"x #\": whitespace"},
 		{name: "osie.baseURL injection", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
 			h.Spec.Interfaces[0].Netboot.OSIE = &model.OSIE{BaseURL: "http://x/\nshell"}
 		}), wf("default", "w", "m1", "PENDING")}, req: httpboot.ScriptRequest{MAC: mustMAC(mac1)},
@@ -665,8 +675,8 @@ func TestDefaults(t *testing.T) {
 	if !slices.Equal(p.consoleArg, []string{"console=tty0", "console=ttyS0,115200"}) {
 		t.Errorf("console args = %q", p.consoleArg)
 	}
-	if slices.ContainsFunc(p.baseArgs, func(a string) bool { return strings.HasPrefix(a, "syslog_host=") }) {
-		t.Errorf("syslog_host= given with no SyslogHost: %q", p.baseArgs)
+	if p.agentArgs.SyslogHost != "" {
+		t.Errorf("syslog_host=%s given with no SyslogHost", p.agentArgs.SyslogHost)
 	}
 	p, err = New(Config{Store: openStore(t), PublicHTTP: "http://h", GRPCAuthority: "h:1", Console: []string{}})
 	if err != nil {

@@ -2,9 +2,11 @@ package bootpolicy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/anvilproj/anvil/internal/agentcmdline"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
 	"github.com/anvilproj/anvil/internal/model"
@@ -171,50 +173,65 @@ func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model
 	// The MAC that booted: Hook brings up (and puts vlan_id on) the
 	// interface with hw_addr=; the agent is that MAC unless the Hardware
 	// names it, as Smee does.
-	hwAddr := bootingMAC(r.MAC, hw, i).String()
-	worker, workerField := hw.Spec.AgentID, "spec.agentID"
-	if worker == "" {
-		worker, workerField = hwAddr, f+".dhcp.mac"
+	a := p.agentArgs
+	a.HWAddr = bootingMAC(r.MAC, hw, i).String()
+	a.WorkerID = hw.Spec.AgentID
+	// The Hardware field each per-machine argument comes from, for errors.
+	fields := map[string]string{
+		agentcmdline.ArgWorkerID: "spec.agentID",
+		agentcmdline.ArgVLANID:   f + ".dhcp.vlan_id",
+		agentcmdline.ArgFacility: "spec.metadata.facility.facility_code",
 	}
-	args := append([]string(nil), p.baseArgs...)
-	args[1] = "worker_id=" + worker
-	if err := ipxe.CheckArg(args[1]); err != nil {
-		return bad(workerField, err)
+	if a.WorkerID == "" {
+		a.WorkerID, fields[agentcmdline.ArgWorkerID] = a.HWAddr, f+".dhcp.mac"
 	}
-	args[2] = "hw_addr=" + hwAddr
-	args = append(args, p.consoleArg...)
-	if v := d.VLANID; v != "" {
-		a := "vlan_id=" + v
-		if err := ipxe.CheckArg(a); err != nil {
-			return bad(f+".dhcp.vlan_id", err)
-		}
-		args = append(args, a)
+	var err error
+	if a.VLANID, err = agentcmdline.ParseVLANID(d.VLANID); err != nil {
+		return bad(fields[agentcmdline.ArgVLANID], fmt.Errorf("%q: %w", d.VLANID, err))
 	}
-	if m := hw.Spec.Metadata; m != nil && m.Facility != nil && m.Facility.FacilityCode != "" {
-		a := "facility=" + m.Facility.FacilityCode
-		if err := ipxe.CheckArg(a); err != nil {
-			return bad("spec.metadata.facility.facility_code", err)
-		}
-		args = append(args, a)
+	if m := hw.Spec.Metadata; m != nil && m.Facility != nil {
+		a.Facility = m.Facility.FacilityCode
 	}
-	for j, a := range params {
-		if a == "" {
+	if p.agentToken != nil {
+		a.Token = p.agentToken(wf)
+	}
+	// The operator's arguments: the Hardware's, then anvil serve's.
+	var operator []string
+	for j, o := range params {
+		if o == "" {
 			continue
 		}
-		if err := ipxe.CheckArg(a); err != nil {
+		if err := ipxe.CheckArg(o); err != nil {
 			return bad(fmt.Sprintf("%s.netboot.osie.kernelParams[%d]", f, j), err)
 		}
-		args = append(args, a)
+		operator = append(operator, o)
 	}
-	args = append(args, p.extraArgs...)
-	if p.agentToken != nil {
-		// The token's alphabet (base64url) needs no quoting; checked all
-		// the same, as every argument is.
-		a := "anvil.token=" + p.agentToken(wf)
-		if err := ipxe.CheckArg(a); err != nil {
+	operator = append(operator, p.extraArgs...)
+	// argErr names where a bad argument's value came from: a Hardware
+	// field, or the workflow's token (base64url, which needs no quoting,
+	// but is checked all the same, as every argument is).
+	argErr := func(name string, err error) (*httpboot.Script, error) {
+		if name == agentcmdline.ArgToken {
 			return nil, fmt.Errorf("workflow %s: agent token: %w", wf.Key(), err)
 		}
-		args = append(args, a)
+		if field, ok := fields[name]; ok {
+			return bad(field, err)
+		}
+		return nil, fmt.Errorf("hardware %s: kernel argument: %w", key, err)
+	}
+	args, err := a.Build(p.consoleArg, operator)
+	if err != nil {
+		var ae *agentcmdline.ArgError
+		if errors.As(err, &ae) {
+			return argErr(ae.Name, err)
+		}
+		return nil, fmt.Errorf("hardware %s: %w", key, err)
+	}
+	for _, arg := range args {
+		if err := ipxe.CheckArg(arg); err != nil {
+			name, _, _ := strings.Cut(arg, "=")
+			return argErr(name, err)
+		}
 	}
 
 	reason := fmt.Sprintf("workflow %s is %s: boot environment", wf.Key(), stateOf(wf))

@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/wire"
 )
 
 func newJobCmd() *cobra.Command {
@@ -204,7 +205,7 @@ func newJobListCmd() *cobra.Command {
 			fmt.Fprintln(tw, "JOB\tSTATE\tDEVICE\tTEMPLATE\tCURRENT\tAGE")
 			for _, j := range jobs {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.GetJobId(), stateName(j.GetState()), orDash(j.GetDevice()),
-					j.GetTemplate(), orDash(currentOf(j)), humanAge(timeOf(j.GetCreated()), now))
+					j.GetTemplate(), orDash(currentOf(j)), humanAge(wire.TimeFromProto(j.GetCreated()), now))
 			}
 			return tw.Flush()
 		},
@@ -306,12 +307,12 @@ func describeJob(w io.Writer, j *v1.JobStatus, now time.Time) {
 		ts *timestamppb.Timestamp
 	}{{"Created", j.GetCreated()}, {"Started", j.GetStarted()}, {"Cancel requested", j.GetCancelRequested()}, {"Completed", j.GetCompleted()}} {
 		if t.ts != nil {
-			row(t.k, fmt.Sprintf("%s (%s ago)", t.ts.AsTime().Local().Format(time.DateTime), humanAge(timeOf(t.ts), now)))
+			row(t.k, fmt.Sprintf("%s (%s ago)", t.ts.AsTime().Local().Format(time.DateTime), humanAge(wire.TimeFromProto(t.ts), now)))
 		}
 	}
 	if cur := currentOf(j); cur != "" {
 		if p := j.GetProgress(); p != nil {
-			cur += "  " + formatProgress(progressOf(p))
+			cur += "  " + formatProgress(wire.ProgressFromProto(p))
 		}
 		row("Current", cur)
 	}
@@ -348,7 +349,7 @@ func describeJob(w io.Writer, j *v1.JobStatus, now time.Time) {
 		}
 		msg := a.GetMessage()
 		if model.ParseState(a.GetState()) == model.StateRunning && a.GetProgress() != nil {
-			msg = formatProgress(progressOf(a.GetProgress()))
+			msg = formatProgress(wire.ProgressFromProto(a.GetProgress()))
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", a.GetTask(), a.GetName(), orDash(a.GetState()), attempt, dur, oneLine(msg))
 	}
@@ -376,16 +377,4 @@ func currentOf(j *v1.JobStatus) string {
 		return ""
 	}
 	return j.GetCurrentTask() + "/" + j.GetCurrentAction()
-}
-
-func progressOf(p *v1.Progress) *model.Progress {
-	return &model.Progress{Bytes: p.GetBytes(), TotalBytes: p.GetTotalBytes(), BytesPerSec: p.GetBytesPerSec(), Percent: p.GetPercent()}
-}
-
-func timeOf(ts *timestamppb.Timestamp) *time.Time {
-	if ts == nil {
-		return nil
-	}
-	t := ts.AsTime()
-	return &t
 }

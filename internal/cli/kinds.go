@@ -6,8 +6,8 @@ import (
 	"connectrpc.com/connect"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
-	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/wire"
 )
 
 // kindOps reads and deletes objects of one kind, whichever service holds it.
@@ -26,20 +26,20 @@ func msgOf[T any](r *connect.Response[T]) *T {
 	return r.Msg
 }
 
-func decodeOne[M api.WireMessage](kind string, m M, err error) (model.Object, error) {
+func decodeOne[M wire.Message](kind string, m M, err error) (model.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.FromWire(kind, m)
+	return wire.Decode(kind, m)
 }
 
-func decodeAll[M api.WireMessage](kind string, items []M, err error) ([]model.Object, error) {
+func decodeAll[M wire.Message](kind string, items []M, err error) ([]model.Object, error) {
 	if err != nil {
 		return nil, err
 	}
 	out := make([]model.Object, 0, len(items))
 	for _, m := range items {
-		o, err := api.FromWire(kind, m)
+		o, err := wire.Decode(kind, m)
 		if err != nil {
 			return nil, err
 		}
@@ -194,13 +194,10 @@ func (c *clients) ops(kind string) kindOps {
 // secretFromWire is a Secret as the API shows it: metadata, type and the
 // names of its keys.
 func secretFromWire(m *v1.CredentialSecret) *model.Secret {
-	s := &model.Secret{TypeMeta: model.TypeMeta{APIVersion: model.CoreAPIVersion, Kind: model.KindSecret}, Type: m.GetType(), Keys: m.GetKeys()}
-	if md := m.GetMetadata(); md != nil {
-		s.Name, s.Namespace, s.UID, s.ResourceVersion, s.Labels, s.Annotations = md.GetName(), md.GetNamespace(), md.GetUid(), md.GetResourceVersion(), md.GetLabels(), md.GetAnnotations()
-		if ts := md.GetCreationTimestamp(); ts != nil {
-			t := ts.AsTime()
-			s.CreationTimestamp = &t
-		}
+	return &model.Secret{
+		TypeMeta:   model.TypeMeta{APIVersion: model.CoreAPIVersion, Kind: model.KindSecret},
+		ObjectMeta: wire.MetaFromProto(m.GetMetadata()),
+		Type:       m.GetType(),
+		Keys:       m.GetKeys(),
 	}
-	return s
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
-	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/wire"
 )
 
 // CreatedByLabel marks the BMC Jobs that power and bootdev create.
@@ -108,7 +108,7 @@ func runBMCJob(cmd *cobra.Command, f *bmcFlags, target, what string, task model.
 		ObjectMeta: model.ObjectMeta{Namespace: f.namespace, Name: jobName(machine, what), Labels: map[string]string{CreatedByLabel: "anvil-cli"}},
 		Spec:       model.JobSpec{MachineRef: model.ObjectReference{Name: machine, Namespace: f.namespace}, Tasks: []model.BMCAction{task}},
 	}
-	msg, err := api.ToWire(job)
+	msg, err := wire.ToParts(job)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/model"
-	"github.com/anvilproj/anvil/internal/workflow"
 )
 
 func newReprovisionCmd() *cobra.Command {
@@ -50,7 +49,7 @@ or the Template does not exist.`,
 			fmt.Fprintf(out, "hardware/%s: %s; its next network boot runs the workflow\n", args[0], netbootSummary(r.GetHardware()))
 			if bmc := bmcRefName(r.GetHardware()); bmc != "" {
 				fmt.Fprintf(out, "machine/%s: the BMC powers it off, sets a one-time PXE boot and powers it on before the workflow starts (job/%s)\n",
-					bmc, workflow.NetbootJobName(args[0]))
+					bmc, model.NetbootJobName(args[0]))
 			}
 			for _, w := range r.GetWarnings() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)

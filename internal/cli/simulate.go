@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
-	"github.com/anvilproj/anvil/internal/agent"
 	"github.com/anvilproj/anvil/internal/agentsim"
+	"github.com/anvilproj/anvil/internal/clientheader"
 )
 
 func newSimulateAgentCmd() *cobra.Command {
@@ -40,7 +40,7 @@ addresses.`,
 			}
 			out := cmd.ErrOrStderr()
 			res, err := agentsim.Run(ctx(cmd), agentsim.Config{
-				Client:        anvilv1connect.NewAgentServiceClient(c.http, c.server, agent.WithToken(agentTok)),
+				Client:        anvilv1connect.NewAgentServiceClient(c.http, c.server, clientheader.AgentToken(agentTok)),
 				AgentID:       agentID,
 				ActionTime:    actionTime,
 				ProgressSteps: progress,

@@ -10,9 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
-	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/model"
-	"github.com/anvilproj/anvil/internal/workflow"
+	"github.com/anvilproj/anvil/internal/wire"
 )
 
 // Exit codes of `anvil workflow watch`, so scripts can tell how a workflow
@@ -108,7 +107,7 @@ func watchOnce(cmd *cobra.Command, c *clients, ns, name, rv string, v *workflowV
 	last := ""
 	for stream.Receive() {
 		ev := stream.Msg()
-		o, err := api.FromWire(model.KindWorkflow, ev.GetWorkflow())
+		o, err := wire.Decode(model.KindWorkflow, ev.GetWorkflow())
 		if err != nil {
 			return nil, last, err
 		}
@@ -154,7 +153,7 @@ func (v *workflowView) update(wf *model.Workflow) {
 		for _, c := range wf.Status.Conditions {
 			// Say why a PENDING workflow does not start; the other
 			// conditions are for `describe`.
-			if c.Type == workflow.ConditionWaiting && c.Status == "True" && c.Message != "" {
+			if c.Type == model.WorkflowConditionWaiting && c.Status == "True" && c.Message != "" {
 				msg = " — " + c.Message
 			}
 		}

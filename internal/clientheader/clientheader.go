@@ -10,7 +10,17 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 )
+
+// AgentToken returns a client option that sends token (the per-workflow
+// agent token the boot script passes as anvil.token=) on every call, in
+// the header the server checks. An empty token sends nothing, for servers
+// that do not check agents. The agent and `anvil simulate-agent` use it.
+func AgentToken(token string) connect.ClientOption {
+	return Set(v1.AgentTokenHeader, token)
+}
 
 // Set returns a client option that sets header name to value on every
 // call. An empty value sets nothing, for servers that want none.

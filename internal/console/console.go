@@ -43,6 +43,10 @@ const DefaultPort = 2222
 const (
 	DefaultMaxConns         = 64
 	DefaultHandshakeTimeout = 10 * time.Second
+	// A BMC under load or rebooting drops a SOL session now and then;
+	// operators watching an install should not have to notice.
+	DefaultReattachFor  = 2 * time.Minute
+	DefaultReattachWait = 500 * time.Millisecond
 )
 
 // lookupTimeout bounds reading a login's Hardware and Machine.
@@ -55,7 +59,9 @@ type Config struct {
 	// HostKey is the server's SSH host key (HostKey). Required.
 	HostKey ssh.Signer
 	// Attach connects in and out to Machine m's serial console until ctx
-	// ends or in does (bmc.Executor.Console). Required.
+	// ends or in does (bmc.Executor.Console). Required. An error wrapping
+	// ErrLost says the console was attached and then lost: it is attached
+	// again while anybody watches (see ReattachFor).
 	Attach func(ctx context.Context, m *model.Machine, in io.Reader, out io.Writer) error
 	// Events receives the console's output, line by line, and its logins,
 	// for the machine's record. If nil, none.
@@ -69,7 +75,19 @@ type Config struct {
 	// HandshakeTimeout bounds a connection's SSH handshake and login. If
 	// 0, uses DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// ReattachFor is how long a lost console is tried again (each try
+	// after a wait doubling from ReattachWait to 8 s) before its sessions
+	// are told it ended; a console that stays attached that long again
+	// starts afresh. If 0, uses DefaultReattachFor.
+	ReattachFor time.Duration
+	// ReattachWait is the first wait; if 0, uses DefaultReattachWait.
+	ReattachWait time.Duration
 }
+
+// ErrLost marks an Attach error of a console that was attached and then
+// lost, which is attached again, as opposed to one that could not be
+// attached (a wrong password), which ends its sessions at once.
+var ErrLost = errors.New("console lost")
 
 // Server is the console's SSH server. Serve is called once.
 type Server struct {
@@ -92,6 +110,12 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.ReattachFor <= 0 {
+		cfg.ReattachFor = DefaultReattachFor
+	}
+	if cfg.ReattachWait <= 0 {
+		cfg.ReattachWait = DefaultReattachWait
 	}
 	return &Server{cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConns),
 		hubs: map[string]*hub{}, conns: map[net.Conn]struct{}{}}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,16 @@ type lab struct {
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
+	return newLabAttach(t, nil)
+}
+
+// attachFunc is console.Config.Attach.
+type attachFunc = func(context.Context, *model.Machine, io.Reader, io.Writer) error
+
+// newLabAttach is newLab with the BMC executor's Console wrapped by wrap
+// (when not nil), and lost consoles attached again after 10 ms, for 1 s.
+func newLabAttach(t *testing.T, wrap func(attachFunc) attachFunc) *lab {
+	t.Helper()
 	keygen := testtool.RequireBinary(t, "ssh-keygen", "openssh-client")
 	testtool.RequireBinary(t, "ssh", "openssh-client")
 	dir := t.TempDir()
@@ -113,7 +124,12 @@ func newLab(t *testing.T) *lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := console.New(console.Config{Store: l.st, HostKey: hostKey, Attach: ex.Console, Events: l.events, Logger: logger})
+	attach := attachFunc(ex.Console)
+	if wrap != nil {
+		attach = wrap(attach)
+	}
+	srv := console.New(console.Config{Store: l.st, HostKey: hostKey, Attach: attach, Events: l.events, Logger: logger,
+		ReattachWait: 10 * time.Millisecond, ReattachFor: time.Second})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -414,5 +430,50 @@ func TestHostKeyKept(t *testing.T) {
 	}
 	if _, err := console.HostKey(p); err == nil || !strings.Contains(err.Error(), p) {
 		t.Errorf("a corrupt host key: %v", err)
+	}
+}
+
+// TestSSHConsoleReattach: a console lost mid-stream (the BMC stopped
+// answering) is attached again while the operator watches, through
+// refusals while the BMC recovers; the operator is told, and the record
+// keeps each loss. A console lost for longer than ReattachFor ends the
+// session saying why.
+func TestSSHConsoleReattach(t *testing.T) {
+	var calls atomic.Int32
+	l := newLabAttach(t, func(bmcAttach attachFunc) attachFunc {
+		return func(ctx context.Context, m *model.Machine, in io.Reader, out io.Writer) error {
+			switch n := calls.Add(1); {
+			case n == 1:
+				_, _ = out.Write([]byte("first life\r\n"))
+				return fmt.Errorf("%w: the BMC stopped answering", console.ErrLost)
+			case n == 2:
+				return errors.New("activate serial over LAN: the console is already attached elsewhere")
+			case m.Name == "bmc-node3":
+				return fmt.Errorf("%w: the BMC is gone", console.ErrLost)
+			}
+			return bmcAttach(ctx, m, in, out)
+		}
+	})
+	s := l.ssh(t, "node1", l.key)
+	testtool.WaitFor(t, "the first life on the console", func() bool { return strings.Contains(s.stdout.String(), "first life") })
+	serial := l.machineConn(t)
+	show(t, serial, "second life\r\n", s)
+	for _, want := range []string{
+		"[anvil: console lost: the BMC stopped answering; attaching again in 10ms]",
+		"[anvil: console not back yet: activate serial over LAN: the console is already attached elsewhere; attaching again in 20ms]",
+	} {
+		if !strings.Contains(s.stdout.String(), want) {
+			t.Errorf("the operator was not told %q:\n%s", want, s.stdout)
+		}
+	}
+	if !strings.Contains(l.events.text(), "52:54:00:c0:00:01 console [lost] console lost: the BMC stopped answering") {
+		t.Errorf("the record lacks the loss:\n%s", l.events.text())
+	}
+	_ = s.cmd.Process.Kill()
+
+	// node3's BMC never comes back: after ReattachFor the session ends.
+	gone := l.ssh(t, "node3", l.key)
+	if code := gone.exit(t); code != 1 || !strings.Contains(gone.stderr.String(), "console of hardware/node3 ended: console lost: the BMC is gone") {
+		t.Errorf("exit %d, stderr:\n%s", code, gone.stderr)
 	}
 }

@@ -2,8 +2,11 @@ package console
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -19,6 +22,7 @@ const (
 	outcomeDetached = "detached"
 	outcomeRefused  = "refused"
 	outcomeFailed   = "failed"
+	outcomeLost     = "lost"
 )
 
 var (
@@ -86,7 +90,7 @@ func (s *Server) join(key string, h *model.Hardware, m *model.Machine) (*hub, *s
 		if prev != nil {
 			<-prev.done
 		}
-		err := s.cfg.Attach(ctx, m, inR, writerFunc(func(p []byte) (int, error) {
+		err := s.attachKept(ctx, h, hb, m, inR, writerFunc(func(p []byte) (int, error) {
 			s.broadcast(hb, p)
 			rec.Write(p)
 			return len(p), nil
@@ -108,6 +112,45 @@ func (s *Server) join(key string, h *model.Hardware, m *model.Machine) (*hub, *s
 	}()
 	return hb, sub
 }
+
+// attachKept attaches Machine m's console and, when it is lost, attaches
+// it again (telling the sessions) until ctx ends or ReattachFor passes
+// without success; it returns Attach's last error, nil when the console
+// was released.
+func (s *Server) attachKept(ctx context.Context, h *model.Hardware, hb *hub, m *model.Machine, in io.Reader, out io.Writer) error {
+	var lostAt time.Time
+	wait := s.cfg.ReattachWait
+	for {
+		start := time.Now()
+		err := s.cfg.Attach(ctx, m, in, out)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrLost) && (lostAt.IsZero() || time.Since(start) >= s.cfg.ReattachFor):
+			// A fresh loss: the first, or after a life as long as the
+			// patience (a console that flaps faster runs out of it).
+			lostAt, wait = time.Now(), s.cfg.ReattachWait
+		case lostAt.IsZero() || time.Since(lostAt) > s.cfg.ReattachFor:
+			return err // never attached, or lost for good
+		}
+		msg := fmt.Sprintf("%v; attaching again in %s", err, wait) // "console lost: …"
+		if !errors.Is(err, ErrLost) {
+			msg = fmt.Sprintf("console not back yet: %v; attaching again in %s", err, wait)
+		}
+		s.log.Warn("console: "+msg, "hardware", h.Namespace+"/"+h.Name)
+		s.record(h, outcomeLost, msg)
+		s.broadcast(hb, []byte("\r\n[anvil: "+msg+"]\r\n"))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxReattachWait)
+	}
+}
+
+// maxReattachWait caps the wait between two tries of a lost console.
+const maxReattachWait = 8 * time.Second
 
 // leave removes a session; the last one out releases the console.
 func (s *Server) leave(hb *hub, sub *subscriber) {

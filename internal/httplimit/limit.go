@@ -24,7 +24,7 @@
 // minimum average rate after a grace period, is cut — ending the request,
 // so its place in the limits is released.
 //
-// The Limiter is pure: time comes from Config.Now, so tests step a clock
+// The Limiter is pure: time comes from Config.Clock, so tests step a clock
 // instead of sleeping; the Pacer's rule is pure too, its deadlines the
 // network's. It knows nothing of Prometheus or of anvil's routes.
 package httplimit
@@ -34,6 +34,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // Limit names the limit that refused a request. The values are the limit
@@ -89,8 +91,8 @@ type Config struct {
 	// new addresses share one client's limits. If 0, uses
 	// DefaultMaxClients.
 	MaxClients int
-	// Now is the clock. If nil, uses time.Now.
-	Now func() time.Time
+	// Clock is the time the rates are measured on. If nil, clock.Real.
+	Clock clock.Clock
 }
 
 // Limiter decides which requests are admitted. It is safe for concurrent
@@ -147,14 +149,11 @@ func New(cfg Config) *Limiter {
 		clientBurst:       burstOf(cfg.ClientRate, cfg.ClientBurst),
 		clientConcurrency: max(cfg.ClientConcurrency, 0),
 		maxClients:        cfg.MaxClients,
-		now:               cfg.Now,
+		now:               clock.Or(cfg.Clock).Now,
 		clients:           map[netip.Addr]*client{},
 	}
 	if l.maxClients <= 0 {
 		l.maxClients = DefaultMaxClients
-	}
-	if l.now == nil {
-		l.now = time.Now
 	}
 	start := l.now()
 	l.all = bucket{tokens: l.burst, last: start}

@@ -5,14 +5,12 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // clock is a Config.Now that moves only when told.
-type clock struct{ t time.Time }
-
-func newClock() *clock                { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-func (c *clock) now() time.Time       { return c.t }
-func (c *clock) step(d time.Duration) { c.t = c.t.Add(d) }
+func newClock() *clock.Fake { return clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) }
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
@@ -158,11 +156,11 @@ func TestAcquire(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newClock()
-			tc.cfg.Now = clk.now
+			tc.cfg.Clock = clk
 			l := New(tc.cfg)
 			var held []Ticket
 			for i, s := range tc.steps {
-				clk.step(s.advance)
+				clk.Advance(s.advance)
 				if s.release > 0 {
 					for range s.release {
 						held[0].Release()
@@ -207,14 +205,14 @@ func TestAcquire(t *testing.T) {
 // often enough, exactly that many.
 func TestLongRunRate(t *testing.T) {
 	clk := newClock()
-	l := New(Config{Rate: 500, Burst: 100, Now: clk.now})
+	l := New(Config{Rate: 500, Burst: 100, Clock: clk})
 	admitted := 0
 	for range 10000 { // 10,000 requests, one per 0.1 ms: 10,000 req/s for 1 s
 		if tk, _, ok := l.Acquire(addr("10.0.0.1")); ok {
 			admitted++
 			tk.Release()
 		}
-		clk.step(100 * time.Microsecond)
+		clk.Advance(100 * time.Microsecond)
 	}
 	if want := 100 + 500; admitted < want-1 || admitted > want {
 		t.Errorf("admitted %d in 1 s at 500/s with a burst of 100; want %d", admitted, want)
@@ -227,7 +225,7 @@ func TestLongRunRate(t *testing.T) {
 // refilling is kept.
 func TestForgetsIdleClients(t *testing.T) {
 	clk := newClock()
-	l := New(Config{ClientRate: 1, ClientBurst: 30, ClientConcurrency: 4, Now: clk.now})
+	l := New(Config{ClientRate: 1, ClientBurst: 30, ClientConcurrency: 4, Clock: clk})
 	busy, _, _ := l.Acquire(addr("10.0.0.1")) // held across the sweep
 	for range 30 {
 		if tk, _, ok := l.Acquire(addr("10.0.0.2")); ok { // empties its bucket
@@ -239,7 +237,7 @@ func TestForgetsIdleClients(t *testing.T) {
 	if got := l.Clients(); got != 3 {
 		t.Fatalf("Clients = %d; want 3", got)
 	}
-	clk.step(sweepEvery)
+	clk.Advance(sweepEvery)
 	l.Acquire(addr("10.0.0.9")) // any request sweeps when it is time; held
 	// 10.0.0.3 refilled its one token in 1 s: forgotten. 10.0.0.2 needs
 	// 30 s: kept. 10.0.0.1 has a request in flight: kept.
@@ -247,7 +245,7 @@ func TestForgetsIdleClients(t *testing.T) {
 		t.Errorf("Clients after a sweep = %d; want 3 (10.0.0.1 in flight, 10.0.0.2 refilling, 10.0.0.9 new)", got)
 	}
 	busy.Release()
-	clk.step(sweepEvery)
+	clk.Advance(sweepEvery)
 	l.Acquire(addr("10.0.0.9"))
 	if got := l.Clients(); got != 2 {
 		t.Errorf("Clients after a second sweep = %d; want 2 (10.0.0.2 refilling, 10.0.0.9 in flight)", got)
@@ -268,7 +266,7 @@ func TestForgetsIdleClients(t *testing.T) {
 func TestSpoofedFlood(t *testing.T) {
 	clk := newClock()
 	const maxClients = 1000
-	l := New(Config{ClientRate: 1, ClientBurst: 5, MaxClients: maxClients, Now: clk.now})
+	l := New(Config{ClientRate: 1, ClientBurst: 5, MaxClients: maxClients, Clock: clk})
 	admitted := 0
 	for i := range 100000 {
 		if tk, _, ok := l.Acquire(ipN(i)); ok {
@@ -278,7 +276,7 @@ func TestSpoofedFlood(t *testing.T) {
 		if n := l.Clients(); n > maxClients {
 			t.Fatalf("after %d addresses: %d clients tracked; want at most %d", i+1, n, maxClients)
 		}
-		clk.step(10 * time.Microsecond) // 100,000 req/s, 1 s in all
+		clk.Advance(10 * time.Microsecond) // 100,000 req/s, 1 s in all
 	}
 	// The first 1000 addresses each get a bucket of 5; the other 99,000
 	// share one bucket of 5 that earns 1/s: a little over 1000 admitted,
@@ -286,7 +284,7 @@ func TestSpoofedFlood(t *testing.T) {
 	if admitted < maxClients || admitted > maxClients+10 {
 		t.Errorf("admitted %d of the flood; want about %d", admitted, maxClients+5)
 	}
-	clk.step(sweepEvery)
+	clk.Advance(sweepEvery)
 	tk, r, ok := l.Acquire(addr("192.0.2.1"))
 	if !ok {
 		t.Fatalf("a real client after the flood: %s; want admitted", r)
@@ -302,12 +300,12 @@ func TestSpoofedFlood(t *testing.T) {
 // push new clients into the shared bucket for long.
 func TestSweepWhenFull(t *testing.T) {
 	clk := newClock()
-	l := New(Config{ClientRate: 100, ClientBurst: 1, MaxClients: 10, Now: clk.now})
+	l := New(Config{ClientRate: 100, ClientBurst: 1, MaxClients: 10, Clock: clk})
 	for i := range 10 {
 		tk, _, _ := l.Acquire(ipN(i))
 		tk.Release()
 	}
-	clk.step(100 * time.Millisecond) // every bucket is full again
+	clk.Advance(100 * time.Millisecond) // every bucket is full again
 	for i := 10; i < 15; i++ {
 		tk, r, ok := l.Acquire(ipN(i))
 		if !ok {

@@ -182,6 +182,29 @@ type BMCAction struct {
 	PowerAction             *string                  `json:"powerAction,omitempty"`
 	OneTimeBootDeviceAction *OneTimeBootDeviceAction `json:"oneTimeBootDeviceAction,omitempty"`
 	VirtualMediaAction      *VirtualMediaAction      `json:"virtualMediaAction,omitempty"`
+	// BootDevice is the newer Tinkerbell spelling of a boot device task
+	// (bmc.tinkerbell.org Operations, used by customboot's actions).
+	BootDevice *BootDeviceConfig `json:"bootDevice,omitempty"`
+}
+
+// BootDeviceConfig sets the device of the next boot (of every boot when
+// persistent).
+type BootDeviceConfig struct {
+	Device     string `json:"device,omitempty"`
+	Persistent bool   `json:"persistent,omitempty"`
+	EFIBoot    bool   `json:"efiBoot,omitempty"`
+}
+
+// BootDeviceOf returns the boot device task a holds, in either spelling
+// (oneTimeBootDeviceAction or bootDevice), and whether it holds one.
+func (a BMCAction) BootDeviceOf() (device string, efi, persistent, ok bool) {
+	if b := a.OneTimeBootDeviceAction; b != nil && len(b.Devices) > 0 {
+		return b.Devices[0], b.EFIBoot, b.Persistent, true
+	}
+	if b := a.BootDevice; b != nil {
+		return b.Device, b.EFIBoot, b.Persistent, true
+	}
+	return "", false, false, false
 }
 
 // OneTimeBootDeviceAction sets the device of the next boot. Only the first
@@ -287,6 +310,15 @@ func (a BMCAction) Describe() string {
 		return s
 	case a.VirtualMediaAction != nil:
 		return "virtualMediaAction " + a.VirtualMediaAction.Kind
+	case a.BootDevice != nil:
+		s := "bootDevice " + a.BootDevice.Device
+		if a.BootDevice.EFIBoot {
+			s += " (efiBoot)"
+		}
+		if a.BootDevice.Persistent {
+			s += " (persistent)"
+		}
+		return s
 	}
 	return "empty action"
 }
@@ -408,6 +440,12 @@ func validateAction(a BMCAction, p string, add addFunc) {
 			}
 		}
 	}
+	if b := a.BootDevice; b != nil {
+		n++
+		if !contains(BootDevices, b.Device) {
+			add(p+".bootDevice.device", "%q is not a boot device (want one of %v)", b.Device, BootDevices)
+		}
+	}
 	if v := a.VirtualMediaAction; v != nil {
 		n++
 		if v.Kind != "CD" && v.Kind != "Floppy" {
@@ -416,7 +454,7 @@ func validateAction(a BMCAction, p string, add addFunc) {
 	}
 	switch n {
 	case 0:
-		add(p, "empty task: set one of powerAction, oneTimeBootDeviceAction, virtualMediaAction")
+		add(p, "empty task: set one of powerAction, oneTimeBootDeviceAction (or bootDevice), virtualMediaAction")
 	case 1:
 	default:
 		add(p, "a task holds exactly one action; split it into %d tasks", n)

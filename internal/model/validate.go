@@ -164,6 +164,17 @@ func validateWorkflow(w *Workflow, add addFunc) {
 		if b.ToggleAllowNetboot && w.Spec.HardwareRef == "" {
 			add("spec.bootOptions.toggleAllowNetboot", "needs spec.hardwareRef: it toggles that Hardware's allowPXE")
 		}
+		if c := b.CustombootConfig; c != nil {
+			if b.BootMode != "customboot" {
+				add("spec.bootOptions.custombootConfig", "is acted on with bootMode customboot only (bootMode is %q)", b.BootMode)
+			}
+			for i, a := range c.PreparingActions {
+				validateAction(a, fmt.Sprintf("spec.bootOptions.custombootConfig.preparingActions[%d]", i), add)
+			}
+			for i, a := range c.PostActions {
+				validateAction(a, fmt.Sprintf("spec.bootOptions.custombootConfig.postActions[%d]", i), add)
+			}
+		}
 	}
 }
 

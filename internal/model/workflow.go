@@ -42,6 +42,15 @@ type BootOptions struct {
 	ToggleAllowNetboot bool   `json:"toggleAllowNetboot,omitempty"`
 	BootMode           string `json:"bootMode,omitempty"`
 	ISOURL             string `json:"isoURL,omitempty"`
+	// CustombootConfig holds the BMC actions of bootMode customboot.
+	CustombootConfig *CustombootConfig `json:"custombootConfig,omitempty"`
+}
+
+// CustombootConfig is Tinkerbell's customboot: BMC actions run as one Job
+// before the workflow's first action, and as another after its success.
+type CustombootConfig struct {
+	PreparingActions []BMCAction `json:"preparingActions,omitempty"`
+	PostActions      []BMCAction `json:"postActions,omitempty"`
 }
 
 // State is the state of a workflow or of one of its actions: one of the
@@ -196,6 +205,20 @@ type Condition struct {
 	Reason  string     `json:"reason,omitempty"`
 	Message string     `json:"message,omitempty"`
 	Time    *time.Time `json:"time,omitempty"`
+}
+
+// WorkflowConditionWaiting is the Workflow condition that is True while
+// another workflow on the same Hardware is active; its message names that
+// workflow. The engine sets it; the boot policy, the API and the client
+// commands read it.
+const WorkflowConditionWaiting = "Waiting"
+
+// NetbootJobName is the name of the BMC Job that powers a Hardware off,
+// sets a one-time network boot and powers it on for a workflow of boot
+// mode netboot, as Tinkerbell names it. One name per Hardware: a new
+// workflow's Job replaces the previous one.
+func NetbootJobName(hardware string) string {
+	return "tink-controller-" + hardware + "-one-time-netboot"
 }
 
 // HistoryEvent is one entry of a workflow's history: a state change of the

@@ -49,13 +49,15 @@ type security struct {
 	verifier     *auth.Verifier
 }
 
-func (s *security) close() {
+// close closes the verifier and the audit log.
+func (s *security) close() error {
 	if s.verifier != nil {
 		s.verifier.Close()
 	}
 	if s.audit != nil {
 		s.audit.Close()
 	}
+	return nil
 }
 
 // setupSecurity opens the audit log and, unless cfg.InsecureNoAuth,

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 
 	"github.com/anvilproj/anvil/internal/auth"
@@ -23,6 +22,7 @@ import (
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/supervise"
 	"github.com/anvilproj/anvil/internal/syslog"
 	"github.com/anvilproj/anvil/internal/tftp"
 )
@@ -219,35 +219,38 @@ func syslogHost(cfg Config, public netip.Addr) string {
 	return public.String()
 }
 
-// serve runs every packet service until ctx ends; a service that fails
-// sends its error to errs.
-func (b *bootServices) serve(ctx context.Context, wg *sync.WaitGroup, errs chan<- error) {
-	// The policy's in-memory views: Hardware for DHCP's packet path,
-	// BootProfiles for the script path.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := b.policy.Run(ctx); err != nil {
-			errs <- fmt.Errorf("boot policy: %w", err)
-		}
-	}()
+// policyComponent keeps the policy's in-memory views current: Hardware
+// for DHCP's packet path, BootProfiles for the script path.
+func (b *bootServices) policyComponent() supervise.Component {
+	return supervise.Component{Name: "boot policy", Run: b.policy.Run}
+}
+
+// components are the packet services, each serving its socket until its
+// stop, which closes the socket.
+func (b *bootServices) components() []supervise.Component {
+	var cs []supervise.Component
 	for _, p := range b.packets {
-		b.log.Info("listening", "service", p.name, "addr", p.conn.LocalAddr().String(), "proto", "udp")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.serve(ctx, p.conn); err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("%s on %s: %w", p.name, p.conn.LocalAddr(), err)
-			}
-		}()
+		cs = append(cs, supervise.Component{
+			Name: fmt.Sprintf("%s on %s", p.name, p.conn.LocalAddr()),
+			Run: func(ctx context.Context) error {
+				b.log.Info("listening", "service", p.name, "addr", p.conn.LocalAddr().String(), "proto", "udp")
+				defer context.AfterFunc(ctx, func() { p.conn.Close() })()
+				if err := p.serve(ctx, p.conn); err != nil && ctx.Err() == nil {
+					return err
+				}
+				return nil
+			},
+		})
 	}
+	return cs
 }
 
 // close closes the sockets (which also ends Serve loops still reading).
-func (b *bootServices) close() {
+func (b *bootServices) close() error {
 	for _, p := range b.packets {
 		p.conn.Close()
 	}
+	return nil
 }
 
 // listenUDP opens a UDP socket on bind:port (def if port is 0) and turns the

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -8,8 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/clientip"
+	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/httplimit"
+	"github.com/anvilproj/anvil/internal/render"
 )
 
 // Defaults of the boot path's limits: `anvil serve`'s flag defaults. In
@@ -192,4 +199,63 @@ func limitBoot(l *httplimit.Limiter, next http.Handler) http.Handler {
 			bootLimited.WithLabelValues(string(ref.Limit)).Inc()
 		},
 	})
+}
+
+// handlers are the handlers of the HTTP listeners: the HTTP (and HTTPS)
+// port's, the metadata port's and the gRPC port's.
+type handlers struct{ http, metadata, grpc http.Handler }
+
+// newHandlers routes the API (services), /healthz, /readyz (ready says
+// whether the server is ready), /metrics, the boot routes and the metadata
+// routes. The public boot path (no token) goes through the limits; the
+// API, health and metrics do not, so a boot storm cannot starve them.
+// Every listener first learns who the client is (clientip, for the
+// limits, the services and audit) and accepts the path prefix.
+func newHandlers(cfg Config, set settings, services *api.Services, boot *bootServices, secrets render.SecretSource, ready func() error) handlers {
+	log := cfg.Logger
+	apiMux := http.NewServeMux()
+	services.Mount(apiMux, connect.WithInterceptors(metricsInterceptor{}))
+	httpMux := http.NewServeMux()
+	httpMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	httpMux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	httpMux.Handle("GET /metrics", promhttp.Handler())
+	httpMux.Handle("/", apiMux)
+
+	limiter := httplimit.New(bootLimits(cfg))
+	bootMux := http.NewServeMux()
+	boot.http.Register(bootMux)
+	boot.metadata.Register(bootMux)
+	registerConfigs(bootMux, boot, secrets, log)
+	clients := clientip.Resolver{Trusted: set.trusted}
+	outer := func(h http.Handler) http.Handler { return withPathPrefix(set.pathPrefix, clients.Handler(h)) }
+	log.Info("http routes", "path_prefix", set.pathPrefix, "boot_rate", cfg.BootRate, "boot_burst", cfg.BootBurst,
+		"boot_concurrency", cfg.BootConcurrency, "boot_client_rate", cfg.BootClientRate,
+		"boot_client_burst", cfg.BootClientBurst, "boot_client_concurrency", cfg.BootClientConcurrency,
+		"boot_stall_timeout", cfg.BootStallTimeout, "boot_min_send_rate", cfg.BootMinSendRate,
+		"boot_send_grace", cfg.BootSendGrace, "max_request_bytes", cfg.MaxRequestBytes)
+	return handlers{
+		// Smee's script paths (/auto.ipxe, /<mac>/auto.ipxe) become
+		// Anvil's before routing, so they are boot routes, limited and
+		// paced as the others.
+		http:     outer(httpboot.WithScriptAliases(bootRouter(bootMux, limitBoot(limiter, bootPacer(cfg, bootMux, log)), httpMux))),
+		metadata: outer(limitBoot(limiter, bootPacer(cfg, boot.metadata, log))),
+		grpc:     outer(apiMux),
+	}
+}
+
+// requestClientIP is the API's view of who calls: set by each listener's
+// clientip handler, the peer, or the client a trusted proxy forwarded for.
+func requestClientIP(ctx context.Context) string {
+	if c, ok := clientip.FromContext(ctx); ok && c.Addr.IsValid() {
+		return c.Addr.String()
+	}
+	return ""
 }

@@ -5,10 +5,12 @@
 // TLS), the network boot services and the metadata service (on the HTTP port
 // and its own), then shuts all of it down gracefully when its context ends.
 //
-// It owns the wiring and the lifecycle only — listeners, timeouts, start and
-// stop order. It must not implement request handling (internal/api),
-// workflow logic (internal/workflow) or storage (internal/store); later
-// services (DHCP, TFTP, …) are started here by the same pattern.
+// It owns the wiring only — what is opened, in which order, and which
+// long-lived components run in which stage (Run); the lifecycle of those
+// components, their ordered start and stop, is internal/supervise's. It
+// must not implement request handling (internal/api), workflow logic
+// (internal/workflow), storage (internal/store) or a protocol (dhcp, tftp,
+// …); a new long-lived service is one more component in a stage.
 package server
 
 import (
@@ -18,16 +20,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
+	"net/netip"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
-
-	"connectrpc.com/connect"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/anvilproj/anvil/internal/actions"
 	"github.com/anvilproj/anvil/internal/api"
@@ -35,13 +31,9 @@ import (
 	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/clientip"
-	"github.com/anvilproj/anvil/internal/httpboot"
-	"github.com/anvilproj/anvil/internal/httplimit"
-	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/oci"
-	"github.com/anvilproj/anvil/internal/secrets"
-	"github.com/anvilproj/anvil/internal/store/bolt"
+	"github.com/anvilproj/anvil/internal/supervise"
 	"github.com/anvilproj/anvil/internal/version"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -309,16 +301,104 @@ func (l Listeners) close() {
 // Run serves until ctx ends, then shuts down gracefully and returns nil; or
 // returns the error that kept it from starting or that ended a listener or
 // the engine early (after shutting the rest down).
+//
+// It is the wiring: it opens what the components need, in the order of
+// the stages below, so that a bad flag or a busy port fails before
+// anything runs; then a supervisor (internal/supervise) starts the
+// components stage by stage and, when ctx ends or one fails, stops them in
+// the reverse order: the transports (listeners stop accepting, in-flight
+// calls get ShutdownTimeout), the boot policy, the BMC executor, poller
+// and console, the engine, the machine record writer (it writes what is
+// queued); then what was opened closes, the stores last.
 func Run(ctx context.Context, cfg Config) (err error) {
 	defer cfg.Listeners.close() // serving or not; closing twice is harmless
+	set, err := settle(&cfg)
+	if err != nil {
+		return err
+	}
+	log := cfg.Logger
+	var res closers
+	defer func() { err = errors.Join(err, res.close()) }()
+	sup := &supervise.Supervisor{Logger: log}
+
+	// Stage 1: storage, and the writer of machine records into it.
+	st, logs, err := openStores(cfg, &res)
+	if err != nil {
+		return err
+	}
+	recorder := bootlog.New(bootlog.Config{Store: st, Logs: logs, Logger: log})
+	sup.Stage("machine records", supervise.Component{Name: "machine record writer",
+		Run: bestEffort(log, "machine record writer stopped", recorder.Run)})
+
+	// Stage 2: the sockets, the certificate they serve, what the API and
+	// the boot scripts need; all before anything runs.
+	tlsConf, err := newTLSConfig(cfg, log)
+	if err != nil {
+		return err
+	}
+	lns, err := openListeners(ctx, &cfg, tlsConf != nil, &res)
+	if err != nil {
+		return err
+	}
+	if err := buildBootEnv(ctx, cfg, log); err != nil {
+		return err
+	}
+	sec, err := setupSecurity(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	res.add(sec.close)
+	secretStore, sealer, err := openSecrets(cfg)
+	if err != nil {
+		return err
+	}
+	boot, err := newBootServices(cfg, set.trusted, st, recorder, sec.agentKey, log)
+	if err != nil {
+		return err
+	}
+	res.add(boot.close)
+
+	// Stage 3: the core: the workflow engine, then the BMC executor, its
+	// poller and the serial console (stopped before the engine).
+	engine := workflow.New(workflow.Config{Store: st, Logger: log, ISOURL: boot.isoURL})
+	sup.Stage("workflow engine", supervise.Component{Name: "workflow engine", Run: engine.Run})
+	bmcs, err := bmcComponents(cfg, st, sealer, recorder, &res)
+	if err != nil {
+		return err
+	}
+	sup.Stage("bmc", bmcs...)
+
+	// Stage 4: the transports: the API and the boot services over HTTP,
+	// DHCP, TFTP and syslog, with the boot policy's views under them.
+	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
+		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
+		MaxRequestBytes: cfg.MaxRequestBytes, Registries: set.registries, BootISO: boot.isoURL != nil,
+		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP})
+	h := newHandlers(cfg, set, services, boot, secretStore, sup.Ready)
+	sup.Stage("boot policy", boot.policyComponent())
+	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, services.Stop)...)...)
+	return sup.Run(ctx)
+}
+
+// settings are what settle derives from a Config.
+type settings struct {
+	trusted    []netip.Prefix // --trusted-proxies
+	pathPrefix string         // --path-prefix, normalized
+	registries oci.Settings   // how agents pull action images
+}
+
+// settle fills in cfg's defaults and checks what can be checked without
+// opening anything.
+func settle(cfg *Config) (settings, error) {
+	var set settings
 	if cfg.DataDir == "" {
-		return errors.New("no data directory (--data-dir)")
+		return set, errors.New("no data directory (--data-dir)")
 	}
 	if cfg.Bind == "" {
 		cfg.Bind = DefaultBind
 	}
 	if net.ParseIP(cfg.Bind) == nil {
-		return fmt.Errorf("--bind %q is not an IP address", cfg.Bind)
+		return set, fmt.Errorf("--bind %q is not an IP address", cfg.Bind)
 	}
 	if cfg.HTTPPort == 0 {
 		cfg.HTTPPort = DefaultHTTPPort
@@ -338,362 +418,41 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	log := cfg.Logger
-	trusted, err := clientip.ParseTrustedProxies(cfg.TrustedProxies)
-	if err != nil {
-		return fmt.Errorf("--trusted-proxies: %w", err)
+	var err error
+	if set.trusted, err = clientip.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
+		return set, fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	pathPrefix, err := normalizePathPrefix(cfg.PathPrefix)
-	if err != nil {
-		return err
+	if set.pathPrefix, err = normalizePathPrefix(cfg.PathPrefix); err != nil {
+		return set, err
 	}
-	registries, err := registrySettings(cfg)
-	if err != nil {
-		return err
+	if set.registries, err = registrySettings(*cfg); err != nil {
+		return set, err
 	}
 	if err := actions.CheckRuntime(cfg.ActionRuntime); err != nil {
-		return fmt.Errorf("--action-runtime: %w", err)
+		return set, fmt.Errorf("--action-runtime: %w", err)
 	}
-	logRegistrySettings(log, registries)
+	logRegistrySettings(cfg.Logger, set.registries)
 	if cfg.BootRate < 0 || cfg.BootBurst < 0 || cfg.BootConcurrency < 0 ||
 		cfg.BootClientRate < 0 || cfg.BootClientBurst < 0 || cfg.BootClientConcurrency < 0 ||
 		cfg.BootStallTimeout < 0 || cfg.BootMinSendRate < 0 || cfg.BootSendGrace < 0 {
-		return errors.New("--boot-* limits must not be negative (0 switches a limit off)")
+		return set, errors.New("--boot-* limits must not be negative (0 switches a limit off)")
 	}
 	if cfg.MaxRequestBytes < 0 {
-		return errors.New("--max-request-mib must not be negative")
+		return set, errors.New("--max-request-mib must not be negative")
 	}
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = api.DefaultMaxRequestBytes
 	}
-
-	// Stage 1: storage.
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	st, err := bolt.Open(filepath.Join(cfg.DataDir, storeFile), bolt.Options{Logger: log})
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
-	}
-	var storeOpen atomic.Bool
-	storeOpen.Store(true)
-	defer func() {
-		storeOpen.Store(false)
-		if cerr := st.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
-		}
-	}()
-	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, logsDir), Logger: log,
-		MaxOpenFiles: logHandles()})
-	if err != nil {
-		return fmt.Errorf("open log store: %w", err)
-	}
-	defer func() {
-		if cerr := logs.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("close log store: %w", cerr))
-		}
-	}()
-
-	// Stage 2: listeners, before anything runs, so a bad --bind or a busy
-	// port fails at once; and the certificate they serve.
-	tlsConf, err := newTLSConfig(cfg, log)
-	if err != nil {
-		return err
-	}
-	var lns []namedListener
-	defer func() {
-		for _, l := range lns {
-			l.ln.Close() // already closed by Shutdown when serving; harmless
-		}
-	}()
-	if !cfg.DisableHTTP {
-		ln, err := listen(ctx, cfg.Listeners.HTTP, cfg.Bind, &cfg.HTTPPort, "http")
-		if err != nil {
-			return err
-		}
-		lns = append(lns, namedListener{"http", ln})
-	}
-	if tlsConf != nil && !cfg.DisableHTTPS {
-		ln, err := listen(ctx, cfg.Listeners.HTTPS, cfg.Bind, &cfg.HTTPSPort, "https")
-		if err != nil {
-			return err
-		}
-		lns = append(lns, namedListener{"https", ln})
-	}
-	if !cfg.DisableGRPC {
-		ln, err := listen(ctx, cfg.Listeners.GRPC, cfg.Bind, &cfg.GRPCPort, "grpc")
-		if err != nil {
-			return err
-		}
-		lns = append(lns, namedListener{"grpc", ln})
-	}
-	if !cfg.DisableMetadata {
-		ln, err := listen(ctx, cfg.Listeners.Metadata, cfg.Bind, &cfg.MetadataPort, "metadata")
-		if err != nil {
-			return err
-		}
-		lns = append(lns, namedListener{"metadata", ln})
-	}
-
-	// Network boot: its sockets open here too. Machine events (what each
-	// service did for which machine) go to the machine record.
-	recorder := bootlog.New(bootlog.Config{Store: st, Logs: logs, Logger: log})
-	recorderCtx, stopRecorder := context.WithCancel(context.Background())
-	recorderDone := make(chan struct{})
-	go func() {
-		defer close(recorderDone)
-		if err := recorder.Run(recorderCtx); err != nil && !errors.Is(err, context.Canceled) {
-			log.Error("machine record writer stopped", "err", err)
-		}
-	}()
-	// Runs before the log store closes (defers run last-in first-out):
-	// what the services recorded until they stopped is written.
-	defer func() {
-		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := recorder.Flush(flushCtx); err != nil {
-			log.Warn("machine record: not every event was written", "err", err)
-		}
-		stopRecorder()
-		<-recorderDone
-	}()
-	if err := buildBootEnv(ctx, cfg, log); err != nil {
-		return err
-	}
-	sec, err := setupSecurity(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer sec.close()
-	secretStore, err := secrets.Open(secrets.Config{Dir: filepath.Join(cfg.DataDir, secretsDir)})
-	if err != nil {
-		return err
-	}
-	sealKey := cfg.SealKeyFile
-	if sealKey == "" {
-		sealKey = filepath.Join(cfg.DataDir, secretsDir, secrets.KeyFileName)
-	}
-	sealer, err := secrets.OpenSealer(sealKey, nil)
-	if err != nil {
-		return err
-	}
-	redfish, amt := bmc.Redfish{}, bmc.IntelAMT{}
-	if cfg.BMCCAFile != "" {
-		if redfish.RootCAs, err = bmc.LoadCAFile(cfg.BMCCAFile); err != nil {
-			return err
-		}
-		amt.RootCAs = redfish.RootCAs
-	}
-	boot, err := newBootServices(cfg, trusted, st, recorder, sec.agentKey, log)
-	if err != nil {
-		return err
-	}
-	defer boot.close()
-
-	// Stage 3: the workflow engine.
-	engine := workflow.New(workflow.Config{Store: st, Logger: log, ISOURL: boot.isoURL})
-	engineCtx, stopEngine := context.WithCancel(context.Background())
-	var engineRunning atomic.Bool
-	engineRunning.Store(true)
-	engineDone := make(chan error, 1)
-	go func() {
-		err := engine.Run(engineCtx)
-		engineRunning.Store(false)
-		engineDone <- err
-	}()
-	engineStopped := false
-	stopEngineAndWait := func() error {
-		if engineStopped {
-			return nil
-		}
-		engineStopped = true
-		stopEngine()
-		if err := <-engineDone; err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("workflow engine: %w", err)
-		}
-		return nil
-	}
-	defer func() { err = errors.Join(err, stopEngineAndWait()) }()
-
-	// The BMC job executor: runs Rufio-shaped Jobs against machines' BMCs.
-	// It stops with the engine, before the store closes.
-	if !cfg.DisableBMC {
-		executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: recorder,
-			Providers: []bmc.Provider{bmc.IPMI{}, redfish, amt}})
-		bmcCtx, stopBMC := context.WithCancel(context.Background())
-		bmcDone := make(chan struct{})
-		go func() {
-			defer close(bmcDone)
-			if err := executor.Run(bmcCtx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("bmc job executor stopped", "err", err)
-			}
-		}()
-		defer func() { stopBMC(); <-bmcDone }()
-		if cfg.BMCPollInterval > 0 {
-			// The poller shares the executor's per-BMC locks: a poll never
-			// overlaps a Job's session on the same BMC.
-			poller := executor.Poller(bmc.PollConfig{Interval: cfg.BMCPollInterval, Concurrency: cfg.BMCPollConcurrency})
-			pollDone := make(chan struct{})
-			go func() {
-				defer close(pollDone)
-				if err := poller.Run(bmcCtx); err != nil && !errors.Is(err, context.Canceled) {
-					log.Error("bmc power-state poller stopped", "err", err)
-				}
-			}()
-			defer func() { stopBMC(); <-pollDone }()
-		}
-		if cfg.ConsolePort != 0 {
-			stopConsole, err := startConsole(bmcCtx, cfg, st, executor, recorder, log)
-			if err != nil {
-				return err
-			}
-			defer func() { stopBMC(); stopConsole() }()
-		}
-	} else if cfg.ConsolePort != 0 {
-		log.Info("serial console off: it reaches machines through the BMC executor, which --no-bmc switches off")
-	}
-
-	// Stage 4: handlers.
-	var imageChecker api.ImageChecker
-	if !cfg.NoApplyImageCheck {
-		imageChecker = oci.NewChecker(oci.CheckerConfig{UserAgent: "anvil/" + version.Version})
-	}
-	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
-		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
-		MaxRequestBytes: cfg.MaxRequestBytes, Registries: registries, BootISO: boot.isoURL != nil, ImageChecker: imageChecker, ActionRuntime: cfg.ActionRuntime,
-		ClientIP: func(ctx context.Context) string {
-			// Set by each listener's clientip handler: the peer, or the
-			// client a trusted proxy forwarded for.
-			if c, ok := clientip.FromContext(ctx); ok && c.Addr.IsValid() {
-				return c.Addr.String()
-			}
-			return ""
-		}})
-	apiMux := http.NewServeMux()
-	services.Mount(apiMux, connect.WithInterceptors(metricsInterceptor{}))
-
-	var shuttingDown atomic.Bool
-	ready := func() error {
-		switch {
-		case shuttingDown.Load():
-			return errors.New("shutting down")
-		case !storeOpen.Load():
-			return errors.New("store closed")
-		case !engineRunning.Load():
-			return errors.New("workflow engine not running")
-		}
-		return nil
-	}
-	httpMux := http.NewServeMux()
-	httpMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	httpMux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	httpMux.Handle("GET /metrics", promhttp.Handler())
-	httpMux.Handle("/", apiMux)
-
-	// The public boot path (no token) goes through the limits; the API,
-	// health and metrics do not, so a boot storm cannot starve them.
-	// Every listener first learns who the client is (clientip, for the
-	// limits, the services and audit) and accepts the path prefix.
-	limiter := httplimit.New(bootLimits(cfg))
-	bootMux := http.NewServeMux()
-	boot.http.Register(bootMux)
-	boot.metadata.Register(bootMux)
-	registerConfigs(bootMux, boot, secretStore, log)
-	clients := clientip.Resolver{Trusted: trusted}
-	outer := func(h http.Handler) http.Handler { return withPathPrefix(pathPrefix, clients.Handler(h)) }
-	// Smee's script paths (/auto.ipxe, /<mac>/auto.ipxe) become Anvil's
-	// before routing, so they are boot routes, limited and paced as the others.
-	httpHandler := outer(httpboot.WithScriptAliases(bootRouter(bootMux, limitBoot(limiter, bootPacer(cfg, bootMux, log)), httpMux)))
-	metadataHandler := outer(limitBoot(limiter, bootPacer(cfg, boot.metadata, log)))
-	grpcHandler := outer(apiMux)
-	log.Info("http routes", "path_prefix", pathPrefix, "boot_rate", cfg.BootRate, "boot_burst", cfg.BootBurst,
-		"boot_concurrency", cfg.BootConcurrency, "boot_client_rate", cfg.BootClientRate,
-		"boot_client_burst", cfg.BootClientBurst, "boot_client_concurrency", cfg.BootClientConcurrency,
-		"boot_stall_timeout", cfg.BootStallTimeout, "boot_min_send_rate", cfg.BootMinSendRate,
-		"boot_send_grace", cfg.BootSendGrace, "max_request_bytes", cfg.MaxRequestBytes)
-
-	// Stage 5: serve.
-	serveErr := make(chan error, len(lns)+len(boot.packets)+1)
-	var servers []*http.Server
-	var wg sync.WaitGroup
-	for _, l := range lns {
-		var srv *http.Server
-		switch l.name {
-		case "http":
-			srv = newHTTPServer(httpHandler, true)
-		case "https":
-			srv = newTLSServer(httpHandler, tlsConf, true, log)
-		case "metadata":
-			srv = newHTTPServer(metadataHandler, true)
-		default: // grpc
-			if grpcTLS(cfg) {
-				srv = newTLSServer(grpcHandler, tlsConf, false, log)
-			} else {
-				srv = newHTTPServer(grpcHandler, false)
-			}
-		}
-		servers = append(servers, srv)
-		log.Info("listening", "service", l.name, "addr", l.ln.Addr().String())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := serve(srv, l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- fmt.Errorf("%s listener %s: %w", l.name, l.ln.Addr(), err)
-			}
-		}()
-	}
-
-	bootCtx, stopBoot := context.WithCancel(context.Background())
-	defer stopBoot()
-	boot.serve(bootCtx, &wg, serveErr)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
-	case runErr = <-serveErr:
-		log.Error("listener failed; shutting down", "err", runErr)
-	case runErr = <-engineDone:
-		engineStopped = true
-		stopEngine()
-		if runErr == nil {
-			runErr = errors.New("workflow engine stopped unexpectedly")
-		}
-		runErr = fmt.Errorf("workflow engine: %w", runErr)
-		log.Error("workflow engine failed; shutting down", "err", runErr)
-	}
-
-	// Stage 6: graceful shutdown, in reverse: stop taking calls and let
-	// in-flight ones finish (bounded), then stop the engine; the deferred
-	// closes of the stores run last.
-	shuttingDown.Store(true)
-	stopBoot()
-	boot.close()
-	services.Stop()
-	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	for _, srv := range servers {
-		if err := srv.Shutdown(shutCtx); err != nil {
-			log.Warn("in-flight calls did not finish in time; closing their connections", "err", err)
-			srv.Close()
-		}
-	}
-	wg.Wait()
-	log.Info("listeners stopped")
-	return runErr
+	return set, nil
 }
 
-type namedListener struct {
-	name string
-	ln   net.Listener
+// imageChecker looks up the action images of applied Templates in their
+// registries, unless cfg.NoApplyImageCheck.
+func imageChecker(cfg Config) api.ImageChecker {
+	if cfg.NoApplyImageCheck {
+		return nil
+	}
+	return oci.NewChecker(oci.CheckerConfig{UserAgent: "anvil/" + version.Version})
 }
 
 // newHTTPServer returns a server for h. With http1 it speaks HTTP/1.1 and

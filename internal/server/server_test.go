@@ -23,6 +23,7 @@ import (
 	tinkproto "github.com/anvilproj/anvil/api/proto"
 	"github.com/anvilproj/anvil/api/proto/tinkprotoconnect"
 	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/testtool"
 )
 
 // listenLocal returns a listener on a free 127.0.0.1 port, for
@@ -267,6 +268,17 @@ func TestServe(t *testing.T) {
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Error("/healthz still answers after shutdown")
 	}
+	// The stages stop in the reverse of the wiring: nothing that serves
+	// calls outlives the engine, nothing that records outlives the
+	// machine record writer.
+	last := -1
+	for _, stage := range []string{"stage=transports", `stage="boot policy"`, "stage=bmc", `stage="workflow engine"`, `stage="machine records"`} {
+		i := strings.Index(logs.String(), "msg=stopped "+stage)
+		if i < 0 || i < last {
+			t.Errorf("stage %s stopped at log offset %d (-1: never), before the one before it (%d); want the reverse of the start order:\n%s", stage, i, last, logs)
+		}
+		last = i
+	}
 }
 
 func TestRunErrors(t *testing.T) {
@@ -325,5 +337,46 @@ func TestDisableListeners(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "listening") {
 		t.Errorf("a listener was started:\n%s", logs)
+	}
+}
+
+// failingListener is a listener whose Accept fails once fail is closed,
+// as a listener whose socket broke.
+type failingListener struct {
+	net.Listener
+	fail chan struct{}
+}
+
+func (l failingListener) Accept() (net.Conn, error) {
+	<-l.fail
+	return nil, errors.New("accept: socket broke")
+}
+
+func TestListenerFailureEndsRun(t *testing.T) {
+	ln := failingListener{listenLocal(t), make(chan struct{})}
+	grpcLn := listenLocal(t)
+	logs := newSyncBuffer()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(context.Background(), Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true,
+			Listeners:   Listeners{HTTP: ln, GRPC: grpcLn},
+			DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
+			Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	}()
+	// The gRPC listener is the last component started.
+	testtool.WaitFor(t, "the gRPC listener to serve", func() bool {
+		return strings.Contains(logs.String(), "service=grpc addr=")
+	})
+	close(ln.fail)
+	err := testtool.Receive(t, errc, "Run's end after its HTTP listener failed")
+	want := "http listener " + ln.Addr().String() + ": accept: socket broke"
+	if err == nil || err.Error() != want {
+		t.Errorf("Run = %v; want %q", err, want)
+	}
+	if !strings.Contains(logs.String(), `msg=stopped stage="machine records"`) {
+		t.Errorf("the other components were not stopped:\n%s", logs)
+	}
+	if _, err := net.Dial("tcp", grpcLn.Addr().String()); err == nil {
+		t.Error("the gRPC port still accepts after Run returned")
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
@@ -108,31 +108,13 @@ func TestRefusalLimiterBounded(t *testing.T) {
 	}
 }
 
-// testClock is a Now that moves only when told.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // TestRefusalFlood: a flood of bad requests from one address is answered
 // and counted in full, but becomes DefaultRefusalBurst events and then a
 // summary, not one event per request.
 func TestRefusalFlood(t *testing.T) {
 	const flood = 200
-	clk := &testClock{now: lt0}
-	srv := startServer(t, Config{FS: fixture(), Now: clk.Now})
+	clk := clock.NewFake(lt0)
+	srv := startServer(t, Config{FS: fixture(), Clock: clk})
 	refused := counterValue(t, transfersTotal.WithLabelValues(OutcomeRefused))
 	suppressed := counterValue(t, suppressedTotal)
 
@@ -155,7 +137,7 @@ func TestRefusalFlood(t *testing.T) {
 
 	// A second later the source has a token: the summary comes first,
 	// then the refusal.
-	clk.Add(DefaultRefusalEvery)
+	clk.Advance(DefaultRefusalEvery)
 	c.sendTo(srv.addr, rrq("../etc/shadow", "octet"))
 	if _, _, err := c.recv(5 * time.Second); err != nil {
 		t.Fatalf("no answer: %v", err)
@@ -188,8 +170,8 @@ func TestRefusalFlood(t *testing.T) {
 // TestRefusalFloodSummaryAtStop: refusals still unreported when Serve ends
 // are summarized then.
 func TestRefusalFloodSummaryAtStop(t *testing.T) {
-	clk := &testClock{now: lt0}
-	srv := startServer(t, Config{FS: fixture(), Now: clk.Now, RefusalBurst: 1})
+	clk := clock.NewFake(lt0)
+	srv := startServer(t, Config{FS: fixture(), Clock: clk, RefusalBurst: 1})
 	for range 4 {
 		// A client port each: a request from the port of a transfer
 		// still ending would be taken for a retransmission.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/lograte"
 	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
@@ -101,9 +102,11 @@ type Config struct {
 	// records every refusal.
 	RefusalBurst int
 	RefusalEvery time.Duration
-	// Now stamps Events and drives the refusal limiter. If nil, uses
-	// time.Now. (Retransmission timeouts use the sockets' deadlines.)
-	Now func() time.Time
+	// Clock stamps Events and drives the refusal limiter. If nil,
+	// clock.Real. Retransmission timeouts are socket read deadlines, which
+	// the kernel's poller measures on the wall clock, so they do not
+	// follow it.
+	Clock clock.Clock
 }
 
 // Server is a read-only TFTP server. Create it with New; it is safe for
@@ -153,10 +156,7 @@ func New(cfg Config) (*Server, error) {
 	if s.events == nil {
 		s.events = machinelog.Discard
 	}
-	s.now = cfg.Now
-	if s.now == nil {
-		s.now = time.Now
-	}
+	s.now = clock.Or(cfg.Clock).Now
 	s.malformedLog = lograte.New(lograte.DefaultEvery, s.now)
 	switch {
 	case cfg.RefusalEvery < 0:

@@ -78,11 +78,3 @@ var (
 	// TIMEOUT.
 	ErrEnded = errors.New("workflow already ended")
 )
-
-// Clock is the engine's source of time; tests inject a fake.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine after d. Stop on the result
-	// cancels it.
-	AfterFunc(d time.Duration, f func()) interface{ Stop() bool }
-}

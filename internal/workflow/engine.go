@@ -1,7 +1,6 @@
 package workflow
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/tmplbudget"
@@ -20,8 +20,9 @@ import (
 // Config configures an Engine.
 type Config struct {
 	Store store.Store
-	// Clock is the engine's time source; nil means the real clock.
-	Clock  Clock
+	// Clock is the engine's time source: timeouts, requeues, long polls
+	// and every timestamp it writes. If nil, clock.Real.
+	Clock  clock.Clock
 	Logger *slog.Logger
 	// MaxWait caps how long GetAction waits for work; 0 means 30s.
 	MaxWait time.Duration
@@ -61,7 +62,7 @@ const errorRequeueDelay = time.Second
 // reports. Workflows are identified by "namespace/name".
 type Engine struct {
 	store   store.Store
-	clock   Clock
+	clock   clock.Clock
 	log     *slog.Logger
 	maxWait time.Duration
 	// reportSlots is a semaphore bounding reports in progress.
@@ -104,14 +105,7 @@ type seenWorkflow struct {
 
 type deadlineTimer struct {
 	at time.Time
-	t  interface{ Stop() bool }
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-func (realClock) AfterFunc(d time.Duration, f func()) interface{ Stop() bool } {
-	return time.AfterFunc(d, f)
+	t  clock.Timer
 }
 
 // New returns an Engine. GetAction and ReportActionStatus work without Run;
@@ -119,7 +113,7 @@ func (realClock) AfterFunc(d time.Duration, f func()) interface{ Stop() bool } {
 func New(cfg Config) *Engine {
 	e := &Engine{
 		store:   cfg.Store,
-		clock:   cfg.Clock,
+		clock:   clock.Or(cfg.Clock),
 		log:     cfg.Logger,
 		maxWait: cfg.MaxWait,
 		budget:  cfg.RenderBudget,
@@ -132,9 +126,6 @@ func New(cfg Config) *Engine {
 		warned:  map[string]bool{},
 
 		rendering: map[string]context.CancelCauseFunc{},
-	}
-	if e.clock == nil {
-		e.clock = realClock{}
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -426,10 +417,13 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 
 	// (e) bootMode netboot through the BMC, once this workflow is the
 	// active one on its hardware: another's machine is not powered off.
-	if !final && !disabled && waitingFor == "" && (wantsBMCNetboot(wf) || wantsISOBoot(wf)) {
+	if !final && !disabled && waitingFor == "" && (wantsBMCNetboot(wf) || wantsISOBoot(wf) || customboot(wf) != nil) {
 		job := e.netbootJob
-		if wantsISOBoot(wf) {
+		switch {
+		case wantsISOBoot(wf):
 			job = e.isoMountJob
+		case customboot(wf) != nil:
+			job = e.custombootPreparingJob
 		}
 		c, err := job(ctx, wf, now)
 		if err != nil {
@@ -440,9 +434,14 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 			final = st.State.IsFinal()
 		}
 	}
-	// (f) isoboot: the CD comes out once the workflow has succeeded.
-	if st.State == model.StateSuccess && wantsISOBoot(wf) {
-		c, err := e.isoEjectJob(ctx, wf, now)
+	// (f) isoboot: the CD comes out once the workflow has succeeded;
+	// customboot: its post actions run.
+	if st.State == model.StateSuccess && (wantsISOBoot(wf) || customboot(wf) != nil) {
+		job := e.isoEjectJob
+		if customboot(wf) != nil {
+			job = e.custombootPostJob
+		}
+		c, err := job(ctx, wf, now)
 		if err != nil {
 			return err
 		}
@@ -513,69 +512,26 @@ func (e *Engine) cancelRendering(key string) {
 	}
 }
 
-// contenders returns the workflows of wf's namespace on wf's hardware that
-// are neither final nor disabled (wf itself as given, not as stored), the
-// active one first: a RUNNING one, else the oldest by creationTimestamp, then
-// name.
-func (e *Engine) contenders(ctx context.Context, wf *model.Workflow) ([]*model.Workflow, error) {
-	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
-	if err != nil {
-		return nil, err
-	}
-	var out []*model.Workflow
-	self := false
-	for _, o := range objs {
-		w := o.(*model.Workflow)
-		if w.Namespace != wf.Namespace {
-			continue
-		}
-		if w.Name == wf.Name {
-			w, self = wf, true
-		}
-		if w.Status.State.IsFinal() || model.BoolValue(w.Spec.Disabled, false) {
-			continue
-		}
-		out = append(out, w)
-	}
-	if !self && !wf.Status.State.IsFinal() && !model.BoolValue(wf.Spec.Disabled, false) {
-		out = append(out, wf)
-	}
-	slices.SortFunc(out, compareActive)
-	return out, nil
-}
-
-func compareActive(a, b *model.Workflow) int {
-	ar, br := a.Status.State == model.StateRunning, b.Status.State == model.StateRunning
-	if ar != br {
-		if ar {
-			return -1
-		}
-		return 1
-	}
-	var at, bt time.Time
-	if a.CreationTimestamp != nil {
-		at = *a.CreationTimestamp
-	}
-	if b.CreationTimestamp != nil {
-		bt = *b.CreationTimestamp
-	}
-	if c := at.Compare(bt); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Name, b.Name)
-}
-
 // activeSibling returns the name of the workflow wf waits for, or "" when wf
-// is the active one on its hardware.
+// is the active one on its hardware (model.ActiveWorkflow, which the boot
+// policy asks too) among the workflows of wf's namespace on wf's hardware,
+// wf itself as given, not as stored.
 func (e *Engine) activeSibling(ctx context.Context, wf *model.Workflow) (string, error) {
-	c, err := e.contenders(ctx, wf)
+	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
 	if err != nil {
 		return "", err
 	}
-	if len(c) == 0 || c[0].Name == wf.Name {
-		return "", nil
+	ws := []*model.Workflow{wf}
+	for _, o := range objs {
+		w := o.(*model.Workflow)
+		if w.Namespace == wf.Namespace && w.Name != wf.Name {
+			ws = append(ws, w)
+		}
 	}
-	return c[0].Name, nil
+	if a := model.ActiveWorkflow(ws); a != nil && a.Name != wf.Name {
+		return a.Name, nil
+	}
+	return "", nil
 }
 
 // enqueueSiblings queues the unfinished workflows on wf's hardware, so that
@@ -805,7 +761,7 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 		return nil, err
 	}
 	if len(cands) > 1 {
-		slices.SortFunc(cands, compareActive)
+		slices.SortFunc(cands, model.CompareActive)
 	}
 	now := e.clock.Now()
 	for _, w := range cands {

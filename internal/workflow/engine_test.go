@@ -5,96 +5,19 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/tmplbudget"
 )
 
-// fakeClock's timers fire only when the test advances time.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	f       func()
-	stopped bool
-	fired   bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) interface{ Stop() bool } {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	if d <= 0 {
-		t.fired = true
-		go f()
-		return t
-	}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	if t.fired || t.stopped {
-		return false
-	}
-	t.stopped = true
-	return true
-}
-
-// Advance moves time forward and fires the timers that are due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*fakeTimer
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		switch {
-		case t.stopped || t.fired:
-		case !t.at.After(c.now):
-			t.fired = true
-			due = append(due, t)
-		default:
-			kept = append(kept, t)
-		}
-	}
-	c.timers = kept
-	c.mu.Unlock()
-	for _, t := range due {
-		go t.f()
-	}
-}
-
-// hasTimerAt reports whether a live timer is due at `at`.
-func (c *fakeClock) hasTimerAt(at time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range c.timers {
-		if !t.stopped && !t.fired && t.at.Equal(at) {
-			return true
-		}
-	}
-	return false
-}
+// newFakeClock is a clock whose timers fire only when the test advances
+// time.
+func newFakeClock() *clock.Fake { return clock.NewFake(t0) }
 
 type env struct {
 	t      *testing.T
@@ -102,7 +25,7 @@ type env struct {
 	isoURL func(*model.Hardware) string // the engine's ISOURL
 	path   string
 	store  *bolt.Store
-	clock  *fakeClock
+	clock  *clock.Fake
 	engine *Engine
 	cancel context.CancelFunc
 	done   chan error
@@ -358,7 +281,7 @@ func TestEngineServerSideTimeout(t *testing.T) {
 	e.waitWorkflow("wf", "rendered", rendered)
 	e.runAction(mac, "stream-image", "") // RUNNING, then the agent goes silent
 	deadline := t0.Add(600 * time.Second)
-	e.waitUntil("action deadline timer", func() bool { return e.clock.hasTimerAt(deadline) })
+	e.waitUntil("action deadline timer", func() bool { return e.clock.PendingAt(deadline) })
 	e.clock.Advance(599 * time.Second)
 	if s := e.workflow("wf").Status.State; s != model.StateRunning {
 		t.Fatalf("state before deadline %s", s)
@@ -399,7 +322,7 @@ tasks:
 		na, _ := e.engine.GetAction(context.Background(), mac, 30*time.Second)
 		got <- na
 	}()
-	e.waitUntil("retry timer", func() bool { return e.clock.hasTimerAt(t0.Add(2 * time.Second)) })
+	e.waitUntil("retry timer", func() bool { return e.clock.PendingAt(t0.Add(2 * time.Second)) })
 	e.clock.Advance(2 * time.Second)
 	na := <-got
 	if na == nil || na.Name != "flaky" || na.Attempt != 2 {
@@ -408,7 +331,7 @@ tasks:
 	e.report(mac, na, model.StateRunning)
 	e.report(mac, na, model.StateSuccess)
 	e.runAction(mac, "slow", "")
-	e.waitUntil("global deadline timer", func() bool { return e.clock.hasTimerAt(t0.Add(100 * time.Second)) })
+	e.waitUntil("global deadline timer", func() bool { return e.clock.PendingAt(t0.Add(100 * time.Second)) })
 	e.clock.Advance(98 * time.Second)
 	w := e.waitWorkflow("wf", "TIMEOUT", stateIs(model.StateTimeout))
 	if h := w.Status.History; !strings.Contains(h[len(h)-1].Message, "global timeout of 100s exceeded") {
@@ -425,7 +348,7 @@ func TestEngineGetActionLongPoll(t *testing.T) {
 		_, err := e.engine.GetAction(ctx, "nobody", 5*time.Second)
 		errc <- err
 	}()
-	e.waitUntil("long-poll timer", func() bool { return e.clock.hasTimerAt(t0.Add(5 * time.Second)) })
+	e.waitUntil("long-poll timer", func() bool { return e.clock.PendingAt(t0.Add(5 * time.Second)) })
 	e.clock.Advance(5 * time.Second)
 	if err := <-errc; !errors.Is(err, ErrNoAction) {
 		t.Fatalf("err %v", err)
@@ -439,7 +362,7 @@ func TestEngineGetActionLongPoll(t *testing.T) {
 		}
 		got <- na
 	}()
-	e.waitUntil("long-poll timer", func() bool { return e.clock.hasTimerAt(t0.Add(35 * time.Second)) })
+	e.waitUntil("long-poll timer", func() bool { return e.clock.PendingAt(t0.Add(35 * time.Second)) })
 	e.create(loadYAML[model.Template](t, "testdata/template.yaml"), testHardware(t), testWorkflow("wf", "rack1-node07"))
 	select {
 	case na := <-got:

@@ -125,23 +125,10 @@ func (e *Engine) isoMountJob(ctx context.Context, wf *model.Workflow, now time.T
 func (e *Engine) isoEjectJob(ctx context.Context, wf *model.Workflow, now time.Time) (bool, error) {
 	st := &wf.Status
 	bj := isoEjectJob(wf)
-	if c := FindCondition(st, ConditionBootJobSetupComplete); c != nil && c.Message == ejectCreated(bj.name) {
-		return e.followBootJob(ctx, wf, bj, now)
-	}
-	if FindCondition(st, ConditionBootJobComplete) == nil {
+	bj.tasks = []model.BMCAction{{VirtualMediaAction: &model.VirtualMediaAction{Kind: "CD"}}}
+	bj.created = "iso-eject job " + bj.name + " created: the virtual CD is ejected"
+	if c := FindCondition(st, ConditionBootJobSetupComplete); (c == nil || c.Message != bj.created) && FindCondition(st, ConditionBootJobComplete) == nil {
 		return false, nil // no mount Job completed (made before this rule, or no BMC): nothing inserted
 	}
-	hw, err := e.bmcHardware(ctx, wf)
-	if hw == nil || err != nil {
-		return false, err
-	}
-	bj.tasks = []model.BMCAction{{VirtualMediaAction: &model.VirtualMediaAction{Kind: "CD"}}}
-	bj.created = ejectCreated(bj.name)
-	return e.putBootJob(ctx, wf, hw, bj, now)
-}
-
-// ejectCreated is the setup message of an iso-eject Job; it tells the
-// eject's conditions from the mount's (upstream shares the types).
-func ejectCreated(name string) string {
-	return "iso-eject job " + name + " created: the virtual CD is ejected"
+	return e.afterSuccessJob(ctx, wf, bj, now)
 }

@@ -73,13 +73,6 @@ var (
 	isoConds     = jobConds{ConditionBootJobSetupComplete, ConditionBootJobRunning, ConditionBootJobComplete, ConditionBootJobFailed}
 )
 
-// NetbootJobName is the name of the netboot Job of a Hardware, as
-// Tinkerbell names it. One name per Hardware: a new workflow's Job
-// replaces the previous one.
-func NetbootJobName(hardware string) string {
-	return "tink-controller-" + hardware + "-one-time-netboot"
-}
-
 // wantsBMCNetboot reports whether wf asks for the netboot boot mode.
 func wantsBMCNetboot(wf *model.Workflow) bool {
 	b := wf.Spec.BootOptions
@@ -123,8 +116,8 @@ func (e *Engine) netbootJob(ctx context.Context, wf *model.Workflow, now time.Ti
 		}
 		return e.createNetbootJob(ctx, wf, now)
 	}
-	return e.followBootJob(ctx, wf, bootJob{name: NetbootJobName(wf.Spec.HardwareRef), what: "netboot job", conds: netbootConds,
-		done: fmt.Sprintf("netboot job %s completed: the machine is powered on to boot from the network", NetbootJobName(wf.Spec.HardwareRef))}, now)
+	return e.followBootJob(ctx, wf, bootJob{name: model.NetbootJobName(wf.Spec.HardwareRef), what: "netboot job", conds: netbootConds,
+		done: fmt.Sprintf("netboot job %s completed: the machine is powered on to boot from the network", model.NetbootJobName(wf.Spec.HardwareRef))}, now)
 }
 
 // followBootJob reads bj (set up earlier) and records its end on wf. It
@@ -211,7 +204,7 @@ func (e *Engine) createNetbootJob(ctx context.Context, wf *model.Workflow, now t
 	if efi {
 		boot += " (efiBoot)"
 	}
-	name := NetbootJobName(hw.Name)
+	name := model.NetbootJobName(hw.Name)
 	return e.putBootJob(ctx, wf, hw, bootJob{name: name, what: "netboot job", conds: netbootConds,
 		tasks: []model.BMCAction{
 			{PowerAction: &off},

@@ -56,7 +56,7 @@ func TestEngineNetbootJob(t *testing.T) {
 	e := newEnv(t)
 	e.create(loadYAML[model.Template](t, "testdata/template.yaml"), bmcHardware(t), netbootWorkflow("wf"))
 	e.waitWorkflow("wf", "netboot job set up", hasCondition(ConditionNetbootJobSetupComplete))
-	name := NetbootJobName("rack1-node07")
+	name := model.NetbootJobName("rack1-node07")
 	if name != "tink-controller-rack1-node07-one-time-netboot" {
 		t.Fatalf("job name %s", name)
 	}
@@ -96,7 +96,7 @@ func TestEngineNetbootJobFailed(t *testing.T) {
 	e := newEnv(t)
 	e.create(loadYAML[model.Template](t, "testdata/template.yaml"), bmcHardware(t), netbootWorkflow("wf"))
 	e.waitWorkflow("wf", "netboot job set up", hasCondition(ConditionNetbootJobSetupComplete))
-	name := NetbootJobName("rack1-node07")
+	name := model.NetbootJobName("rack1-node07")
 	msg := "task 0 (powerAction off), provider ipmitool: open session with 10.0.0.57:623: the BMC did not answer"
 	e.endJob(name, model.ConditionFailed, msg)
 	w := e.waitWorkflow("wf", "FAILED", stateIs(model.StateFailed))
@@ -117,7 +117,7 @@ func TestEngineNetbootJobFailed(t *testing.T) {
 // too), and a Job deleted while the workflow waits fails the workflow.
 func TestEngineNetbootJobReplacesOld(t *testing.T) {
 	e := newEnv(t)
-	name := NetbootJobName("rack1-node07")
+	name := model.NetbootJobName("rack1-node07")
 	off := model.PowerActionOff
 	old := &model.Job{TypeMeta: model.TypeMeta{APIVersion: model.BMCAPIVersion, Kind: model.KindJob},
 		ObjectMeta: model.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{LabelWorkflow: "earlier"}},
@@ -147,7 +147,7 @@ func TestEngineNetbootWithoutBMC(t *testing.T) {
 	if c := FindCondition(&w.Status, ConditionNetbootJobSetupComplete); c != nil {
 		t.Fatalf("a netboot job was set up without a BMC: %+v", c)
 	}
-	if _, err := e.store.Get(context.Background(), model.KindJob, "default", NetbootJobName("rack1-node07")); err == nil {
+	if _, err := e.store.Get(context.Background(), model.KindJob, "default", model.NetbootJobName("rack1-node07")); err == nil {
 		t.Fatal("a Job exists")
 	}
 }
@@ -158,7 +158,7 @@ func TestEngineNetbootWithoutBMC(t *testing.T) {
 func TestCreateNetbootJobAdoptsOwn(t *testing.T) {
 	e := newEnv(t)
 	e.create(bmcHardware(t))
-	name := NetbootJobName("rack1-node07")
+	name := model.NetbootJobName("rack1-node07")
 	off := model.PowerActionOff
 	e.create(&model.Job{TypeMeta: model.TypeMeta{APIVersion: model.BMCAPIVersion, Kind: model.KindJob},
 		ObjectMeta: model.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"marker": "first"},

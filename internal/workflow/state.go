@@ -32,8 +32,9 @@ const (
 	// template's error text when rendering failed.
 	ConditionTemplateRendered = "TemplateRendered"
 	// ConditionWaiting: True while another workflow on the same hardware is
-	// active; the message names it.
-	ConditionWaiting = "Waiting"
+	// active; the message names it. Clients read it too, so the model
+	// holds its name.
+	ConditionWaiting = model.WorkflowConditionWaiting
 	// ConditionAllowNetboot: records the toggleAllowNetboot changes made to
 	// the Hardware (True: allowPXE set at start; False: cleared on success).
 	ConditionAllowNetboot = "AllowNetboot"

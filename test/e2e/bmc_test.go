@@ -312,7 +312,15 @@ func bmcInstall(t *testing.T, how, name, mac, ip string) {
 		record := a.cli(t, "logs", "hardware/"+name)
 		assertRecord(t, record, "console", markerInstalled)
 		assertRecord(t, record, "console", `ssh user "`+name+`" from`, "attached through machine/"+machine)
-		t.Logf("ssh console: %d bytes, banner %q", len(op.stdout.String()), strings.TrimSpace(op.stderr.String()))
+		var lines []string
+		for _, l := range strings.Split(record, "\n") {
+			if strings.Contains(l, "  console ") {
+				lines = append(lines, l)
+			}
+		}
+		t.Logf("ssh console: %d bytes, banner %q, its end:\n%s\nthe record's %d console lines, first and last:\n%s\n…\n%s", len(op.stdout.String()),
+			strings.TrimSpace(op.stderr.String()), tail(op.stdout.String(), 6), len(lines),
+			strings.Join(lines[:min(4, len(lines))], "\n"), strings.Join(lines[max(0, len(lines)-4):], "\n"))
 	}
 	if os.Getenv("ANVIL_E2E_SERIAL") != "" {
 		t.Logf("serial console:\n%s", serial)

@@ -1,0 +1,231 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/anvilproj/anvil/internal/bmc"
+	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/machinelog"
+	"github.com/anvilproj/anvil/internal/secrets"
+	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/store/bolt"
+	"github.com/anvilproj/anvil/internal/supervise"
+)
+
+// What Run opens before anything runs, and the components the supervisor
+// runs, one function each, in the order Run wires them.
+
+// closeGrace is how long an HTTP listener's stop may take beyond
+// Config.ShutdownTimeout: closing the connections that outlived it.
+const closeGrace = 5 * time.Second
+
+// closers are what Run opened; they are closed in reverse order when it
+// returns, after every component has stopped.
+type closers []func() error
+
+func (c *closers) add(f func() error) { *c = append(*c, f) }
+
+// close closes everything, the last opened first, and joins their errors.
+func (c closers) close() error {
+	var errs []error
+	for i := len(c) - 1; i >= 0; i-- {
+		errs = append(errs, c[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// openStores creates the data directory and opens the store and the log
+// store in it.
+func openStores(cfg Config, res *closers) (*bolt.Store, *logstore.Store, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, nil, fmt.Errorf("data directory: %w", err)
+	}
+	st, err := bolt.Open(filepath.Join(cfg.DataDir, storeFile), bolt.Options{Logger: cfg.Logger})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open store: %w", err)
+	}
+	res.add(func() error { return wrapClose("close store", st.Close()) })
+	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, logsDir), Logger: cfg.Logger,
+		MaxOpenFiles: logHandles()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open log store: %w", err)
+	}
+	res.add(func() error { return wrapClose("close log store", logs.Close()) })
+	return st, logs, nil
+}
+
+func wrapClose(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+type namedListener struct {
+	name string
+	ln   net.Listener
+}
+
+// openListeners opens the TCP listeners that are on (HTTPS only with tls)
+// or takes the caller's (Config.Listeners), setting cfg's ports to theirs.
+func openListeners(ctx context.Context, cfg *Config, tls bool, res *closers) ([]namedListener, error) {
+	var lns []namedListener
+	for _, l := range []struct {
+		name  string
+		on    bool
+		given net.Listener
+		port  *int
+	}{
+		{"http", !cfg.DisableHTTP, cfg.Listeners.HTTP, &cfg.HTTPPort},
+		{"https", tls && !cfg.DisableHTTPS, cfg.Listeners.HTTPS, &cfg.HTTPSPort},
+		{"grpc", !cfg.DisableGRPC, cfg.Listeners.GRPC, &cfg.GRPCPort},
+		{"metadata", !cfg.DisableMetadata, cfg.Listeners.Metadata, &cfg.MetadataPort},
+	} {
+		if !l.on {
+			continue
+		}
+		ln, err := listen(ctx, l.given, cfg.Bind, l.port, l.name)
+		if err != nil {
+			return nil, err
+		}
+		res.add(func() error { ln.Close(); return nil }) // closed by Shutdown when served; harmless
+		lns = append(lns, namedListener{l.name, ln})
+	}
+	return lns, nil
+}
+
+// openSecrets opens the generated secrets of boot profile templates and
+// the sealer of the v1 Secrets.
+func openSecrets(cfg Config) (*secrets.Store, *secrets.Sealer, error) {
+	secretStore, err := secrets.Open(secrets.Config{Dir: filepath.Join(cfg.DataDir, secretsDir)})
+	if err != nil {
+		return nil, nil, err
+	}
+	sealKey := cfg.SealKeyFile
+	if sealKey == "" {
+		sealKey = filepath.Join(cfg.DataDir, secretsDir, secrets.KeyFileName)
+	}
+	sealer, err := secrets.OpenSealer(sealKey, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return secretStore, sealer, nil
+}
+
+// bestEffort returns run for a component whose failure is logged (msg)
+// but does not stop the server: the BMC executor, the poller, the serial
+// console and the machine record writer are extras, and provisioning
+// goes on without them. It then waits for its stop like any other.
+func bestEffort(log *slog.Logger, msg string, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error(msg, "err", err)
+		}
+		<-ctx.Done()
+		return nil
+	}
+}
+
+// bmcComponents are the BMC job executor, which runs Rufio-shaped Jobs
+// against machines' BMCs, its power-state poller and the serial console
+// (which reaches machines through it): none with cfg.DisableBMC. The
+// console's listener opens here, so that a busy port fails at start.
+func bmcComponents(cfg Config, st store.Store, sealer *secrets.Sealer, events machinelog.Sink, res *closers) ([]supervise.Component, error) {
+	log := cfg.Logger
+	redfish, amt := bmc.Redfish{}, bmc.IntelAMT{}
+	if cfg.BMCCAFile != "" {
+		var err error
+		if redfish.RootCAs, err = bmc.LoadCAFile(cfg.BMCCAFile); err != nil {
+			return nil, err
+		}
+		amt.RootCAs = redfish.RootCAs
+	}
+	if cfg.DisableBMC {
+		if cfg.ConsolePort != 0 {
+			log.Info("serial console off: it reaches machines through the BMC executor, which --no-bmc switches off")
+		}
+		return nil, nil
+	}
+	executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: events,
+		Providers: []bmc.Provider{bmc.IPMI{}, redfish, amt}})
+	cs := []supervise.Component{{Name: "bmc job executor", Run: bestEffort(log, "bmc job executor stopped", executor.Run)}}
+	if cfg.BMCPollInterval > 0 {
+		// The poller shares the executor's per-BMC locks: a poll never
+		// overlaps a Job's session on the same BMC.
+		poller := executor.Poller(bmc.PollConfig{Interval: cfg.BMCPollInterval, Concurrency: cfg.BMCPollConcurrency})
+		cs = append(cs, supervise.Component{Name: "bmc power-state poller", Run: bestEffort(log, "bmc power-state poller stopped", poller.Run)})
+	}
+	if cfg.ConsolePort != 0 {
+		console, err := consoleComponent(cfg, st, executor, events, res)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, console)
+	}
+	return cs, nil
+}
+
+// httpServers are the components serving lns, each with its handler.
+// stopping ends the API's long-lived calls when shutdown starts.
+func httpServers(cfg Config, lns []namedListener, h handlers, tlsConf *tls.Config, stopping func()) []supervise.Component {
+	var cs []supervise.Component
+	for _, l := range lns {
+		var srv *http.Server
+		switch l.name {
+		case "http":
+			srv = newHTTPServer(h.http, true)
+		case "https":
+			srv = newTLSServer(h.http, tlsConf, true, cfg.Logger)
+		case "metadata":
+			srv = newHTTPServer(h.metadata, true)
+		default: // grpc
+			if grpcTLS(cfg) {
+				srv = newTLSServer(h.grpc, tlsConf, false, cfg.Logger)
+			} else {
+				srv = newHTTPServer(h.grpc, false)
+			}
+		}
+		cs = append(cs, serveHTTP(l, srv, stopping, cfg.ShutdownTimeout, cfg.Logger))
+	}
+	return cs
+}
+
+// serveHTTP is the component serving srv on l. Asked to stop, it ends the
+// API's watches and long polls (stopping), stops accepting and gives the
+// calls in flight up to timeout before closing their connections.
+func serveHTTP(l namedListener, srv *http.Server, stopping func(), timeout time.Duration, log *slog.Logger) supervise.Component {
+	return supervise.Component{
+		Name:        fmt.Sprintf("%s listener %s", l.name, l.ln.Addr()),
+		StopTimeout: timeout + closeGrace,
+		Run: func(ctx context.Context) error {
+			log.Info("listening", "service", l.name, "addr", l.ln.Addr().String())
+			served := make(chan error, 1)
+			go func() { served <- serve(srv, l.ln) }()
+			select {
+			case err := <-served:
+				return err
+			case <-ctx.Done():
+			}
+			stopping()
+			shutCtx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			if err := srv.Shutdown(shutCtx); err != nil {
+				log.Warn("in-flight calls did not finish in time; closing their connections", "service", l.name, "err", err)
+				srv.Close()
+			}
+			if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}
+}
