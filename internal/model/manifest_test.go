@@ -349,3 +349,28 @@ func TestDuplicateMACInOtherSpelling(t *testing.T) {
 		t.Errorf("Validate(the same MAC in two spellings) = %v; want an error on spec.interfaces[1].dhcp.mac", err)
 	}
 }
+
+// TestInterfaceMAC: an interface's MAC is its dhcp.mac read as an address,
+// and the zero MAC when there is none or it is not one (Validate refuses
+// the latter, so lookups never see it).
+func TestInterfaceMAC(t *testing.T) {
+	tests := []struct {
+		name  string
+		iface Interface
+		want  string
+	}{
+		{"no dhcp", Interface{}, ""},
+		{"no mac", Interface{DHCP: &DHCP{}}, ""},
+		{"not a MAC", Interface{DHCP: &DHCP{MAC: "node07"}}, ""},
+		{"eight bytes", Interface{DHCP: &DHCP{MAC: "02:00:5e:10:00:00:00:01"}}, ""},
+		{"hyphens, upper case", Interface{DHCP: &DHCP{MAC: "3C-EC-EF-12-34-07"}}, "3c:ec:ef:12:34:07"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.iface.MAC()
+			if m.String() != tc.want || m.IsValid() != (tc.want != "") {
+				t.Errorf("MAC() = %q (valid %t); want %q", m, m.IsValid(), tc.want)
+			}
+		})
+	}
+}
