@@ -21,6 +21,7 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzGrubDefault \
 	./internal/agentcmdline:FuzzParse \
 	./internal/agentcmdline:FuzzBuild \
+	./internal/macaddr:FuzzParse \
 	./internal/untar:FuzzEntryPath \
 	./internal/untar:FuzzExtract \
 	./internal/oci:FuzzParseSettings \

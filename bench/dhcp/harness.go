@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/dhcp"
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // harness serves DHCP with internal/dhcp over an in-memory map of the bench
@@ -40,7 +41,7 @@ func harness(args []string) {
 	hosts := make(mapBackend, *clients)
 	for i := range *clients {
 		mac, ip := leaseFor(i)
-		hosts[[6]byte(mac)] = &dhcp.Host{
+		hosts[mac] = &dhcp.Host{
 			Name: "default/bench", IP: ip, Netmask: net.CIDRMask(prefixLen, 32),
 			Gateway: netip.MustParseAddr(serverAddr), Hostname: "bench", LeaseTime: time.Hour, AllowPXE: true,
 		}
@@ -68,13 +69,11 @@ func harness(args []string) {
 	}
 }
 
-type mapBackend map[[6]byte]*dhcp.Host
+type mapBackend map[macaddr.MAC]*dhcp.Host
 
-func (m mapBackend) Lookup(_ context.Context, mac net.HardwareAddr) (*dhcp.Host, error) {
-	if len(mac) == 6 {
-		if h := m[[6]byte(mac)]; h != nil {
-			return h, nil
-		}
+func (m mapBackend) Lookup(_ context.Context, mac macaddr.MAC) (*dhcp.Host, error) {
+	if h := m[mac]; h != nil {
+		return h, nil
 	}
 	return nil, dhcp.ErrUnknownHost
 }

@@ -55,6 +55,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"golang.org/x/sys/unix"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // The bench network.
@@ -64,8 +66,8 @@ const (
 	prefixLen  = 16
 	serverIf   = "vs"
 	clientIf   = "vc"
-	firstLease = "10.88.1.0" // client i gets firstLease + i
-	macBase    = "00:0c:01:00:00:00"
+	firstLease = "10.88.1.0"         // client i gets firstLease + i
+	macBase    = "00:0c:01:00:00:00" // perfdhcp's -b mac=, and leaseFor's base
 	anvilHTTP  = "http://" + serverAddr + ":7080"
 )
 
@@ -490,8 +492,8 @@ func firstLine(s string) string {
 
 // leaseFor returns client i's MAC (macBase + i, byte-wise, as perfdhcp
 // counts) and reserved address.
-func leaseFor(i int) (net.HardwareAddr, netip.Addr) {
-	mac, _ := net.ParseMAC(macBase)
+func leaseFor(i int) (macaddr.MAC, netip.Addr) {
+	mac := macaddr.MustParse(macBase).Bytes()
 	carry := i
 	for j := len(mac) - 1; j >= 0 && carry > 0; j-- {
 		s := int(mac[j]) + carry&0xff
@@ -501,7 +503,7 @@ func leaseFor(i int) (net.HardwareAddr, netip.Addr) {
 	base := netip.MustParseAddr(firstLease).As4()
 	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
 	v += uint32(i)
-	return mac, netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	return macaddr.From(mac), netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // netns is the bench topology.
@@ -611,7 +613,7 @@ func (n *netns) waitDHCP(ctx context.Context, clients int, timeout time.Duration
 		if err := srv.alive(); err != nil {
 			return err
 		}
-		disc, err := dhcpv4.NewDiscovery(mac, dhcpv4.WithRelay(net.ParseIP(clientAddr)))
+		disc, err := dhcpv4.NewDiscovery(mac.HardwareAddr(), dhcpv4.WithRelay(net.ParseIP(clientAddr)))
 		if err != nil {
 			return err
 		}

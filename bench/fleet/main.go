@@ -401,7 +401,7 @@ type agentOut struct {
 }
 
 func (o *agentOut) failed() bool {
-	return o.err != nil || o.res.WorkflowState != model.StateSuccess || o.res.Actions != actionsPerWorkflow
+	return o.err != nil || model.ParseState(o.res.WorkflowState) != model.StateSuccess || o.res.Actions != actionsPerWorkflow
 }
 
 func countBad(outs []agentOut) int {

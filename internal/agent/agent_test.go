@@ -370,7 +370,7 @@ func TestRebootAfterSuccessIsDurable(t *testing.T) {
 	if res.WorkflowState != "SUCCESS" {
 		t.Fatalf("Run = %+v; want SUCCESS\n%s", res, con)
 	}
-	if got, _ := stateAtReboot.Load().(string); got != model.StateSuccess {
+	if got, _ := stateAtReboot.Load().(model.State); got != model.StateSuccess {
 		t.Errorf("when the machine went down the stored workflow was %q; want SUCCESS", got)
 	}
 }

@@ -47,7 +47,7 @@ func TestCancelStopsAfterCurrentAction(t *testing.T) {
 		"img-reboot":   succeed(),
 	})
 	res, con := runAgent(t, srv, fa)
-	if res.WorkflowState != model.StateCancelled || res.Actions != 1 {
+	if res.WorkflowState != string(model.StateCancelled) || res.Actions != 1 {
 		t.Fatalf("Run = %+v; want CANCELLED after 1 action\nconsole:\n%s", res, con)
 	}
 	if fa.count("hostname") != 0 || fa.count("reboot") != 0 {
@@ -90,7 +90,7 @@ func TestCancelBeforeActionStarts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := a.Run(ctx)
-	if err != nil || res.WorkflowState != model.StateCancelled || res.Actions != 0 {
+	if err != nil || res.WorkflowState != string(model.StateCancelled) || res.Actions != 0 {
 		t.Fatalf("Run = %+v, %v; want CANCELLED with no action run\n%s", res, err, con)
 	}
 	if n := fa.count("write"); n != 0 {

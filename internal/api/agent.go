@@ -86,7 +86,7 @@ func (s *Services) pollAction(ctx context.Context, agentID string, wait time.Dur
 }
 
 // actionStates maps the wire's ActionState to the model's states.
-var actionStates = map[v1.ActionState]string{
+var actionStates = map[v1.ActionState]model.State{
 	v1.ActionState_ACTION_STATE_PENDING: model.StatePending,
 	v1.ActionState_ACTION_STATE_RUNNING: model.StateRunning,
 	v1.ActionState_ACTION_STATE_SUCCESS: model.StateSuccess,
@@ -130,7 +130,7 @@ func (a agentService) ReportActionStatus(ctx context.Context, req *connect.Reque
 	if err != nil {
 		return nil, s.toConnect(fmt.Errorf("report on workflow %s action %q: %w", r.WorkflowID, r.ActionName, err))
 	}
-	return connect.NewResponse(&v1.ReportActionStatusResponse{WorkflowState: wfState}), nil
+	return connect.NewResponse(&v1.ReportActionStatusResponse{WorkflowState: string(wfState)}), nil
 }
 
 // StreamLogs appends the streamed lines to the log store in batches. Lines

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/labels"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/wire"
@@ -98,7 +99,7 @@ func (j jobService) ProvisionDevice(ctx context.Context, req *connect.Request[v1
 	if err != nil {
 		return nil, err
 	}
-	macs, err := s.checkProvisionable(ctx, hw, m.GetTemplate())
+	mac, err := s.checkProvisionable(ctx, hw, m.GetTemplate())
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +111,7 @@ func (j jobService) ProvisionDevice(ctx context.Context, req *connect.Request[v1
 	if len(name) > maxJobNameHardware {
 		name = strings.TrimRight(name[:maxJobNameHardware], "-.")
 	}
-	wf := newProvisionWorkflow(hw, name+"-"+suffix, m.GetTemplate(), macs[0], m.GetParameters())
+	wf := newProvisionWorkflow(hw, name+"-"+suffix, m.GetTemplate(), mac, m.GetParameters())
 	wf.Annotations = map[string]string{annotationDeviceID: m.GetDeviceId()}
 	if key != "" {
 		wf.Labels = map[string]string{labelIdempotencyKey: idempotencyDigest(key)}
@@ -362,7 +363,7 @@ func deviceNotFound(ns, id string) error {
 
 // findDevices returns the Hardware id names in namespace ns (every
 // namespace when ns is empty): those named id, else those with the MAC id
-// (any spelling model.CanonicalMAC accepts), else those with the instance
+// (any spelling macaddr.Parse reads), else those with the instance
 // ID id. The first kind of match wins.
 func (s *Services) findDevices(ctx context.Context, ns, id string) ([]*model.Hardware, error) {
 	st := s.cfg.Store
@@ -396,8 +397,8 @@ func (s *Services) findDevices(ctx context.Context, ns, id string) ([]*model.Har
 	if hws := inNS(objs); len(hws) > 0 {
 		return hws, nil
 	}
-	if mac, ok := model.CanonicalMAC(id); ok {
-		objs, err := st.ByIndex(ctx, model.KindHardware, store.IndexMAC, mac)
+	if mac, err := macaddr.Parse(id); err == nil {
+		objs, err := st.ByIndex(ctx, model.KindHardware, store.IndexMAC, mac.String())
 		if err != nil {
 			return nil, err
 		}
@@ -439,7 +440,7 @@ func jobNameSuffix(key string) (string, error) {
 // jobState maps a Workflow's state to its job's (the table is in
 // jobs.proto's JobState).
 func jobState(wf *model.Workflow) v1.JobState {
-	switch model.NormalizeState(wf.Status.State) {
+	switch wf.Status.State {
 	case "":
 		return v1.JobState_JOB_STATE_ACCEPTED
 	case model.StatePending:
@@ -470,7 +471,7 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 	out := &v1.JobStatus{
 		JobId:           jobID(wf),
 		State:           jobState(wf),
-		WorkflowState:   st.State,
+		WorkflowState:   string(st.State),
 		Device:          wf.Namespace + "/" + wf.Spec.HardwareRef,
 		Template:        wf.Spec.TemplateRef,
 		Created:         wire.TimeToProto(wf.CreationTimestamp),
@@ -494,7 +495,7 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 		for _, t := range st.Tasks {
 			for _, a := range t.Actions {
 				out.Actions = append(out.Actions, &v1.ActionResult{
-					Task: t.Name, Name: a.Name, State: a.State, Attempt: int32(a.Attempt),
+					Task: t.Name, Name: a.Name, State: string(a.State), Attempt: int32(a.Attempt),
 					Started: wire.TimeToProto(a.ExecutionStart), Ended: wire.TimeToProto(a.ExecutionStop),
 					Message: a.Message, Progress: wire.ProgressToProto(a.Progress),
 				})
@@ -507,7 +508,7 @@ func jobStatus(wf *model.Workflow, withActions bool) *v1.JobStatus {
 // jobMessage says why a job is where it is.
 func jobMessage(wf *model.Workflow) string {
 	st := &wf.Status
-	state := model.NormalizeState(st.State)
+	state := st.State
 	if state == model.StateSuccess {
 		// Not the last history line: after SUCCESS the engine may still
 		// record what it did next (toggleAllowNetboot), which is not why
@@ -515,9 +516,9 @@ func jobMessage(wf *model.Workflow) string {
 		// when it is read.
 		return "every action succeeded"
 	}
-	if model.IsFinal(state) {
+	if state.IsFinal() {
 		for i := len(st.History) - 1; i >= 0; i-- {
-			if h := st.History[i]; h.Type == workflow.HistoryWorkflow && model.NormalizeState(h.State) == state && h.Message != "" {
+			if h := st.History[i]; h.Type == workflow.HistoryWorkflow && h.State == state && h.Message != "" {
 				return h.Message
 			}
 		}
@@ -540,7 +541,7 @@ func jobMessage(wf *model.Workflow) string {
 		}
 		return msg
 	case state == model.StateRunning && cs != nil:
-		return fmt.Sprintf("action %q of task %q is %s", cs.ActionName, cs.TaskName, model.NormalizeState(cs.State))
+		return fmt.Sprintf("action %q of task %q is %s", cs.ActionName, cs.TaskName, cs.State)
 	case state == model.StatePending && len(st.Tasks) > 0:
 		return fmt.Sprintf("waiting for agent %s to ask for work (the machine's next network boot)", st.Tasks[0].AgentID)
 	}

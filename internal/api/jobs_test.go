@@ -506,7 +506,7 @@ func TestCancelJob(t *testing.T) {
 			!strings.HasSuffix(s.GetMessage(), "; reason: by anonymous: test") {
 			t.Fatalf("CancelJob = %v; want CANCELLING, waiting for write", s)
 		}
-		if ws := e.reportAction(t, agent, a, v1.ActionState_ACTION_STATE_SUCCESS, nil); ws != model.StateCancelled {
+		if ws := e.reportAction(t, agent, a, v1.ActionState_ACTION_STATE_SUCCESS, nil); ws != string(model.StateCancelled) {
 			t.Fatalf("end report answered %q; want CANCELLED", ws)
 		}
 		_, err := e.ag.GetAction(ctx, connect.NewRequest(&v1.GetActionRequest{AgentId: agent}))
@@ -534,11 +534,11 @@ func TestCancelJob(t *testing.T) {
 		a := e.nextAction(t, agent)
 		e.reportAction(t, agent, a, v1.ActionState_ACTION_STATE_RUNNING, nil)
 		s := cancel(t, e, id, true)
-		if s.GetState() != v1.JobState_JOB_STATE_CANCELLED || s.GetActions()[0].GetState() != model.StateCancelled {
+		if s.GetState() != v1.JobState_JOB_STATE_CANCELLED || s.GetActions()[0].GetState() != string(model.StateCancelled) {
 			t.Fatalf("forced CancelJob = %v; want the job and its running action CANCELLED", s)
 		}
 		// The agent's late end report is acknowledged with CANCELLED.
-		if ws := e.reportAction(t, agent, a, v1.ActionState_ACTION_STATE_SUCCESS, nil); ws != model.StateCancelled {
+		if ws := e.reportAction(t, agent, a, v1.ActionState_ACTION_STATE_SUCCESS, nil); ws != string(model.StateCancelled) {
 			t.Errorf("late end report answered %q; want CANCELLED", ws)
 		}
 	})

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -15,6 +14,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -69,9 +69,9 @@ func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogs
 			lines, err = l.machineLines(hw, tail)
 		}
 	case m.GetMac() != "":
-		mac, perr := net.ParseMAC(m.GetMac())
+		mac, perr := macaddr.Parse(m.GetMac())
 		if perr != nil {
-			return nil, invalid("mac %q: %v", m.GetMac(), perr)
+			return nil, invalid("mac: %v", perr)
 		}
 		hw, lines, err = l.machineBy(ctx, store.IndexMAC, mac.String(), tail)
 	case m.GetIp() != "":
@@ -172,7 +172,7 @@ func (l logService) machineLines(hw *model.Hardware, tail int) ([]logstore.Line,
 		lines = append(lines, more...)
 	}
 	for _, mac := range hw.MACs() {
-		more, err := logs.ReadMachine(mac, tail)
+		more, err := logs.ReadMachine(mac.String(), tail)
 		if err != nil {
 			return nil, err
 		}

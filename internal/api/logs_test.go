@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/bootlog"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
@@ -26,13 +26,7 @@ func TestMachineLogs(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	mac := func(s string) net.HardwareAddr {
-		m, err := net.ParseMAC(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	mac := macaddr.MustParse
 
 	rec := bootlog.New(bootlog.Config{Store: e.st, Logs: e.ls, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	runCtx, stop := context.WithCancel(ctx)

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -72,7 +73,7 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 		return nil, s.toConnect(err)
 	}
 	hw := obj.(*model.Hardware)
-	macs, err := s.checkProvisionable(ctx, hw, m.GetTemplate())
+	mac, err := s.checkProvisionable(ctx, hw, m.GetTemplate())
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 	if name == "" {
 		name = hw.Name + "-" + s.cfg.Now().UTC().Format(reprovisionNameTime)
 	}
-	wf := newProvisionWorkflow(hw, name, m.GetTemplate(), macs[0], nil)
+	wf := newProvisionWorkflow(hw, name, m.GetTemplate(), mac, nil)
 	if err := model.Validate(wf); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("workflow %s/%s is invalid (choose another name with --name):\n%w", ns, name, err))
 	}
@@ -113,12 +114,12 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 // newProvisionWorkflow is the Workflow Reprovision and ProvisionDevice
 // create: the template run on hw with hardwareMap (device_1 set to mac),
 // toggleAllowNetboot on.
-func newProvisionWorkflow(hw *model.Hardware, name, template, mac string, hardwareMap map[string]string) *model.Workflow {
+func newProvisionWorkflow(hw *model.Hardware, name, template string, mac macaddr.MAC, hardwareMap map[string]string) *model.Workflow {
 	hm := make(map[string]string, len(hardwareMap)+1)
 	for k, v := range hardwareMap {
 		hm[k] = v
 	}
-	hm[hardwareMapDevice] = mac
+	hm[hardwareMapDevice] = mac.String()
 	return &model.Workflow{
 		TypeMeta:   model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindWorkflow},
 		ObjectMeta: model.ObjectMeta{Namespace: hw.Namespace, Name: name},
@@ -133,26 +134,26 @@ func newProvisionWorkflow(hw *model.Hardware, name, template, mac string, hardwa
 
 // checkProvisionable checks that a new workflow from template may start on
 // hw: the Template exists in hw's namespace, hw has a MAC (the worker), and
-// no unfinished workflow is on hw. It returns hw's MACs. Call it holding
+// no unfinished workflow is on hw. It returns hw's first MAC. Call it holding
 // reprovisionMu, and create the workflow before letting go.
-func (s *Services) checkProvisionable(ctx context.Context, hw *model.Hardware, template string) ([]string, error) {
+func (s *Services) checkProvisionable(ctx context.Context, hw *model.Hardware, template string) (macaddr.MAC, error) {
 	ns := hw.Namespace
 	if _, err := s.cfg.Store.Get(ctx, model.KindTemplate, ns, template); errors.Is(err, store.ErrNotFound) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %s/%s not found (anvil get templates -n %s lists them)", ns, template, ns))
+		return macaddr.MAC{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %s/%s not found (anvil get templates -n %s lists them)", ns, template, ns))
 	} else if err != nil {
-		return nil, s.toConnect(err)
+		return macaddr.MAC{}, s.toConnect(err)
 	}
 	macs := hw.MACs()
 	if len(macs) == 0 {
-		return nil, connect.NewError(connect.CodeFailedPrecondition,
+		return macaddr.MAC{}, connect.NewError(connect.CodeFailedPrecondition,
 			fmt.Errorf("hardware %s has no interface with a MAC: a workflow's worker is the machine's first MAC", hw.Key()))
 	}
 	if busy, err := unfinishedWorkflows(ctx, s.cfg.Store, hw); err != nil {
-		return nil, s.toConnect(err)
+		return macaddr.MAC{}, s.toConnect(err)
 	} else if len(busy) > 0 {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, busyError(hw, busy))
+		return macaddr.MAC{}, connect.NewError(connect.CodeFailedPrecondition, busyError(hw, busy))
 	}
-	return macs, nil
+	return macs[0], nil
 }
 
 // enableNetboot sets allowPXE on every interface of hw for the new
@@ -186,7 +187,7 @@ func unfinishedWorkflows(ctx context.Context, st store.Indexer, hw *model.Hardwa
 	var out []*model.Workflow
 	for _, o := range objs {
 		w, ok := o.(*model.Workflow)
-		if !ok || w.Namespace != hw.Namespace || model.IsFinal(w.Status.State) || model.BoolValue(w.Spec.Disabled, false) {
+		if !ok || w.Namespace != hw.Namespace || w.Status.State.IsFinal() || model.BoolValue(w.Spec.Disabled, false) {
 			continue
 		}
 		out = append(out, w)
@@ -197,7 +198,7 @@ func unfinishedWorkflows(ctx context.Context, st store.Indexer, hw *model.Hardwa
 func busyError(hw *model.Hardware, busy []*model.Workflow) error {
 	var names, cancels, deletes []string
 	for _, w := range busy {
-		state := model.NormalizeState(w.Status.State)
+		state := w.Status.State
 		if state == "" {
 			state = "not yet started"
 		}

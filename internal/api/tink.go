@@ -104,7 +104,7 @@ func envList(env map[string]string) []string {
 
 // tinkStates maps the wire's StateType to the model's states: an agent
 // reports an action's start (RUNNING) and its end.
-var tinkStates = map[tinkproto.ActionStatusRequest_StateType]string{
+var tinkStates = map[tinkproto.ActionStatusRequest_StateType]model.State{
 	tinkproto.ActionStatusRequest_RUNNING: model.StateRunning,
 	tinkproto.ActionStatusRequest_SUCCESS: model.StateSuccess,
 	tinkproto.ActionStatusRequest_FAILED:  model.StateFailed,

@@ -20,6 +20,7 @@ func TestImports(t *testing.T) {
 		"github.com/anvilproj/anvil/internal/clock":      "the one source of time (a leaf)",
 		"github.com/anvilproj/anvil/internal/store":      "the Store interface (no implementation)",
 		"github.com/anvilproj/anvil/internal/machinelog": "the machine record's Event and Sink (a leaf)",
+		"github.com/anvilproj/anvil/internal/macaddr":    "the one MAC type, the machine record.s key (a leaf)",
 		"github.com/anvilproj/anvil/internal/bmc/wsman":  "the WS-Management client of the Intel AMT provider",
 	}
 	for _, imp := range pkg.Imports {

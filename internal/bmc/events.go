@@ -2,9 +2,9 @@ package bmc
 
 import (
 	"context"
-	"net"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -24,7 +24,7 @@ const recordTimeout = 2 * time.Second
 // whose spec.bmcRef names the Job's Machine: the records the Job's
 // progress goes to (the recorder files an event by its MAC). Read once per
 // Job; an error leaves the Job's progress out of the records, not the Job.
-func (e *Executor) machines(ctx context.Context, j *model.Job) []net.HardwareAddr {
+func (e *Executor) machines(ctx context.Context, j *model.Job) []macaddr.MAC {
 	if e.cfg.Events == nil {
 		return nil
 	}
@@ -36,16 +36,14 @@ func (e *Executor) machines(ctx context.Context, j *model.Job) []net.HardwareAdd
 		e.log.Warn("bmc job: cannot find its machines for their records", "job", ns+"/"+j.Name, "err", err)
 		return nil
 	}
-	var out []net.HardwareAddr
+	var out []macaddr.MAC
 	for _, o := range objs {
 		h := o.(*model.Hardware)
 		if h.Spec.BMCRef == nil || h.Spec.BMCRef.Name != j.Spec.MachineRef.Name {
 			continue
 		}
 		if macs := h.MACs(); len(macs) > 0 {
-			if mac, err := net.ParseMAC(macs[0]); err == nil {
-				out = append(out, mac)
-			}
+			out = append(out, macs[0])
 		}
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/clock"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -214,7 +215,7 @@ type jobRun struct {
 	provider Provider
 	password string // scrubbed from every message
 	session  Session
-	macs     []net.HardwareAddr // the machines whose records get the Job's progress
+	macs     []macaddr.MAC // the machines whose records get the Job's progress
 }
 
 // runJob runs the Job's tasks and writes its outcome.

@@ -234,12 +234,11 @@ func New(cfg Config) *Recorder {
 // machinelog.Sink: it never blocks and does no I/O; when the queue is full
 // (or Run has returned) the event is dropped and counted in
 // anvil_machine_events_dropped_total. An event without a time is stamped
-// now. e.MAC is copied: the caller may reuse its buffer.
+// now.
 func (r *Recorder) Record(e machinelog.Event) {
 	if e.Time.IsZero() {
 		e.Time = r.cfg.Now()
 	}
-	e.MAC = slices.Clone(e.MAC)
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.stopped {
@@ -375,9 +374,8 @@ func (r *Recorder) line(e machinelog.Event) (l logstore.Line, record string, ok 
 	// learned address by the events' times (it is what the machines did).
 	now := r.cfg.Now()
 	ip := e.IP.Unmap()
-	mac := ""
-	if len(e.MAC) > 0 {
-		mac = e.MAC.String()
+	mac := e.MAC.String()
+	if mac != "" {
 		if ip.IsValid() && !notOwnAddress(e) {
 			r.learn(ip, mac, e.Time)
 		}
@@ -521,7 +519,7 @@ type repeat struct {
 // repeatWindow ago (and counts it); otherwise it notes e as written and, if
 // repeats were left out before it, says so in e's message.
 func (r *Recorder) repeated(e *machinelog.Event) bool {
-	key := e.Service + "|" + string(e.MAC) + "|" + e.IP.String() + "|" + e.Outcome + "|" + e.Message
+	key := e.Service + "|" + e.MAC.String() + "|" + e.IP.String() + "|" + e.Outcome + "|" + e.Message
 	if p, ok := r.repeats[key]; ok {
 		if e.Time.Sub(p.written) < repeatWindow {
 			p.skipped++

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store/bolt"
@@ -31,13 +31,7 @@ var (
 	macNew = mustMAC("02:00:00:00:00:99")
 )
 
-func mustMAC(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
+func mustMAC(s string) macaddr.MAC { return macaddr.MustParse(s) }
 
 // clock is a settable Now.
 type clock struct {
@@ -387,12 +381,11 @@ func TestConcurrentRecord(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mac := net.HardwareAddr{2, 0, 0, 0, 0, byte(w)}
+			mac := macaddr.From([6]byte{2, 0, 0, 0, 0, byte(w)})
 			for i := 0; i < per; i++ {
 				// Distinct texts: identical ones would be folded.
 				r.Record(machinelog.Event{Service: "dhcp", MAC: mac07, Message: fmt.Sprintf("known %d/%d", w, i)})
 				r.Record(machinelog.Event{Service: "dhcp", MAC: mac, Message: fmt.Sprintf("unknown %d", i)})
-				mac[5] = byte(w) // the caller may reuse its buffer
 			}
 		}()
 	}
@@ -402,7 +395,7 @@ func TestConcurrentRecord(t *testing.T) {
 		t.Errorf("node07 record has %d lines; want %d", len(got), writers*per)
 	}
 	for w := 0; w < writers; w++ {
-		mac := net.HardwareAddr{2, 0, 0, 0, 0, byte(w)}
+		mac := macaddr.From([6]byte{2, 0, 0, 0, 0, byte(w)})
 		if got, _ := e.logs.ReadMachine(mac.String(), 0); len(got) != per {
 			t.Errorf("%s record has %d lines; want %d", mac, len(got), per)
 		}
@@ -416,9 +409,9 @@ func TestConcurrentRecord(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	e := newEnv(b)
 	const fleet = 10000
-	macs := make([]net.HardwareAddr, fleet)
+	macs := make([]macaddr.MAC, fleet)
 	for i := range macs {
-		macs[i] = net.HardwareAddr{0x3c, 0xec, 0xef, 0, byte(i >> 8), byte(i)}
+		macs[i] = macaddr.From([6]byte{0x3c, 0xec, 0xef, 0, byte(i >> 8), byte(i)})
 		e.hardware(b, fmt.Sprintf("node%05d", i), macs[i].String(), "")
 	}
 	r := e.start(b, Config{Now: time.Now})

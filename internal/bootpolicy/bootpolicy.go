@@ -27,6 +27,7 @@ import (
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/workflow"
@@ -233,21 +234,15 @@ func (p *Policy) hwWarn(hw *model.Hardware, field, problem string) {
 
 // byMAC returns the Hardware with an interface of that MAC and the index of
 // the interface, or nil.
-func (p *Policy) byMAC(ctx context.Context, mac net.HardwareAddr) (*model.Hardware, int, error) {
-	// The index holds MACs in canonical form, however the Hardware spells
-	// them (model.CanonicalMAC); net.HardwareAddr.String is that form.
+func (p *Policy) byMAC(ctx context.Context, mac macaddr.MAC) (*model.Hardware, int, error) {
+	// The index holds MACs in canonical form (MAC.String), however the
+	// Hardware spells them.
 	canon := mac.String()
 	objs, err := p.store.ByIndex(ctx, model.KindHardware, store.IndexMAC, canon)
 	if err != nil {
 		return nil, 0, fmt.Errorf("find hardware by MAC %s: %w", canon, err)
 	}
-	return p.pick(objs, "MAC "+canon, func(iface *model.Interface) bool {
-		if iface.DHCP == nil {
-			return false
-		}
-		m, err := net.ParseMAC(iface.DHCP.MAC)
-		return err == nil && string(m) == string(mac)
-	})
+	return p.pick(objs, "MAC "+canon, func(iface *model.Interface) bool { return iface.MAC() == mac })
 }
 
 // byIP returns the Hardware with an interface of that IP address and the

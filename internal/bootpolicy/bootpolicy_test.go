@@ -2,6 +2,7 @@ package bootpolicy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store/bolt"
@@ -120,26 +122,31 @@ func nic(mac, ip string, allowPXE *bool) model.Interface {
 // with applies fn to a Hardware and returns it, for table literals.
 func with(h *model.Hardware, fn func(*model.Hardware)) *model.Hardware { fn(h); return h }
 
-func wf(ns, name, hwName, state string, fn ...func(*model.Workflow)) *model.Workflow {
+// wf returns a Workflow in state (in either spelling), decoded from its
+// JSON as every Workflow that enters Anvil is (the API, a manifest, the
+// store's file): Tinkerbell's STATE_ spelling is read there.
+func wf(ns, name, hwName string, state model.State, fn ...func(*model.Workflow)) *model.Workflow {
 	w := &model.Workflow{ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name},
 		Spec: model.WorkflowSpec{TemplateRef: "tpl", HardwareRef: hwName}, Status: model.WorkflowStatus{State: state}}
 	for _, f := range fn {
 		f(w)
 	}
-	return w
+	b, err := json.Marshal(w)
+	if err != nil {
+		panic(err)
+	}
+	o, err := model.Decode(model.KindWorkflow, b)
+	if err != nil {
+		panic(err)
+	}
+	return o.(*model.Workflow)
 }
 
 func waiting(w *model.Workflow) {
 	w.Status.Conditions = append(w.Status.Conditions, model.Condition{Type: workflow.ConditionWaiting, Status: "True"})
 }
 
-func mustMAC(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
+func mustMAC(s string) macaddr.MAC { return macaddr.MustParse(s) }
 
 // kernelLine returns the tokens of the script's kernel command, without the
 // "|| goto" that follows.
@@ -419,7 +426,7 @@ func TestScript(t *testing.T) {
 				req.Source = netip.MustParseAddr(tc.source)
 			}
 			if tc.noMAC {
-				req.MAC = nil
+				req.MAC = macaddr.MAC{}
 			}
 			s, err := p.Script(t.Context(), req)
 			if tc.wantErr != nil || tc.wantErrText != "" {

@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"net"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/anvilproj/anvil/internal/dhcp"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -23,8 +23,8 @@ import (
 type hostCache struct {
 	mu     sync.RWMutex
 	synced bool
-	byMAC  map[string][]cachedHost // string(net.HardwareAddr) -> claimants, by ns/name
-	macsOf map[string][]string     // Hardware key -> its MACs in byMAC
+	byMAC  map[macaddr.MAC][]cachedHost // claimants, by ns/name
+	macsOf map[string][]macaddr.MAC     // Hardware key -> its MACs in byMAC
 }
 
 type cachedHost struct {
@@ -35,13 +35,13 @@ type cachedHost struct {
 // get returns the host for mac and whether the cache can answer at all.
 // When two Hardware claim a MAC, the first by namespace/name wins, as in
 // the store path.
-func (c *hostCache) get(mac net.HardwareAddr) (h *dhcp.Host, synced bool) {
+func (c *hostCache) get(mac macaddr.MAC) (h *dhcp.Host, synced bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if !c.synced {
 		return nil, false
 	}
-	if hs := c.byMAC[string(mac)]; len(hs) > 0 {
+	if hs := c.byMAC[mac]; len(hs) > 0 {
 		return hs[0].host, true
 	}
 	return nil, true
@@ -51,7 +51,7 @@ func (c *hostCache) get(mac net.HardwareAddr) (h *dhcp.Host, synced bool) {
 func (c *hostCache) reset(p *Policy, objs []model.Object) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.byMAC, c.macsOf = map[string][]cachedHost{}, map[string][]string{}
+	c.byMAC, c.macsOf = map[macaddr.MAC][]cachedHost{}, map[string][]macaddr.MAC{}
 	for _, o := range objs {
 		if hw, ok := o.(*model.Hardware); ok {
 			c.setLocked(p, hw)
@@ -76,15 +76,10 @@ func (c *hostCache) remove(key string) {
 func (c *hostCache) setLocked(p *Policy, hw *model.Hardware) {
 	key := hw.Key()
 	for i := range hw.Spec.Interfaces {
-		iface := &hw.Spec.Interfaces[i]
-		if iface.DHCP == nil {
+		m := hw.Spec.Interfaces[i].MAC()
+		if !m.IsValid() {
 			continue
 		}
-		mac, err := net.ParseMAC(iface.DHCP.MAC)
-		if err != nil {
-			continue
-		}
-		m := string(mac)
 		if slices.Contains(c.macsOf[key], m) {
 			continue // the first interface with a MAC wins, as in pick
 		}

@@ -3,6 +3,7 @@ package bootpolicy
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
@@ -106,8 +107,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // TestMACSpellings: a MAC written in the Hardware with hyphens, upper case or
 // Cisco's dots is found by DHCP (from the store and from memory) and by the
-// script route, and the boot environment's worker_id is the canonical form
-// the agent reports as.
+// script route (by MAC and by source address), and the boot environment's
+// worker_id and hw_addr are the canonical form the agent reports as.
 func TestMACSpellings(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -135,6 +136,15 @@ func TestMACSpellings(t *testing.T) {
 			}
 			if !slices.Contains(kernelLine(s.Body), "worker_id="+asked) {
 				t.Errorf("Script(%s) kernel line %v; want worker_id=%s", asked, kernelLine(s.Body), asked)
+			}
+			// Asked by source address only, the MAC is the interface's as
+			// written, read once: the kernel line has it in canonical form.
+			s, err = p.Script(t.Context(), httpboot.ScriptRequest{Source: netip.MustParseAddr("10.0.0.11")})
+			if err != nil {
+				t.Fatalf("Script(10.0.0.11) = %v", err)
+			}
+			if l := kernelLine(s.Body); !slices.Contains(l, "worker_id="+asked) || !slices.Contains(l, "hw_addr="+asked) {
+				t.Errorf("Script(10.0.0.11) kernel line %v; want worker_id= and hw_addr=%s", l, asked)
 			}
 
 			ctx, cancel := context.WithCancel(t.Context())

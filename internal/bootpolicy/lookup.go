@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/dhcp"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -24,10 +25,10 @@ import (
 // false, as in Tinkerbell: a machine netboots only when its Hardware says so.
 //
 // The returned Host is shared: callers must not modify it.
-func (p *Policy) Lookup(ctx context.Context, mac net.HardwareAddr) (*dhcp.Host, error) {
+func (p *Policy) Lookup(ctx context.Context, mac macaddr.MAC) (*dhcp.Host, error) {
 	if h, synced := p.hosts.get(mac); synced {
 		if h == nil {
-			return nil, fmt.Errorf("%w: %s", dhcp.ErrUnknownHost, strings.ToLower(mac.String()))
+			return nil, fmt.Errorf("%w: %s", dhcp.ErrUnknownHost, mac)
 		}
 		return h, nil
 	}
@@ -36,7 +37,7 @@ func (p *Policy) Lookup(ctx context.Context, mac net.HardwareAddr) (*dhcp.Host, 
 		return nil, err
 	}
 	if hw == nil {
-		return nil, fmt.Errorf("%w: %s", dhcp.ErrUnknownHost, strings.ToLower(mac.String()))
+		return nil, fmt.Errorf("%w: %s", dhcp.ErrUnknownHost, mac)
 	}
 	return p.host(hw, i), nil
 }

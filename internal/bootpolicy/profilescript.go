@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -57,15 +57,12 @@ func (d *ProfileData) ConfigURL(name string) (string, error) {
 
 // profileData builds the template data of interface i of hw. mac is the
 // booting interface's MAC when the request carried it.
-func (p *Policy) profileData(hw *model.Hardware, i int, mac net.HardwareAddr, bp *model.BootProfile) *ProfileData {
+func (p *Policy) profileData(hw *model.Hardware, i int, mac macaddr.MAC, bp *model.BootProfile) *ProfileData {
 	d := hw.Spec.Interfaces[i].DHCP
-	if len(mac) == 0 {
-		mac, _ = net.ParseMAC(d.MAC) // it parsed when the interface was matched, or the IP matched
-	}
 	data := &ProfileData{
 		Hardware:  hw,
 		Labels:    hw.Labels,
-		MAC:       strings.ToLower(mac.String()),
+		MAC:       bootingMAC(mac, hw, i).String(),
 		ServerURL: p.publicHTTP,
 		spec:      &bp.Spec,
 	}
@@ -92,19 +89,16 @@ func (p *Policy) profileData(hw *model.Hardware, i int, mac net.HardwareAddr, bp
 
 // ConfigData is the template data of hw's interface with mac for profile
 // bp: what its kernel arguments saw, for rendering its configs.
-func (p *Policy) ConfigData(hw *model.Hardware, mac net.HardwareAddr, bp *model.BootProfile) *ProfileData {
+func (p *Policy) ConfigData(hw *model.Hardware, mac macaddr.MAC, bp *model.BootProfile) *ProfileData {
 	i := 0
-	for j, iface := range hw.Spec.Interfaces {
-		if iface.DHCP == nil {
-			continue
-		}
-		if m, err := net.ParseMAC(iface.DHCP.MAC); err == nil && string(m) == string(mac) {
+	for j := range hw.Spec.Interfaces {
+		if hw.Spec.Interfaces[j].MAC() == mac {
 			i = j
 			break
 		}
 	}
 	if i >= len(hw.Spec.Interfaces) || hw.Spec.Interfaces[i].DHCP == nil {
-		return &ProfileData{Hardware: hw, Labels: hw.Labels, MAC: strings.ToLower(mac.String()), ServerURL: p.publicHTTP,
+		return &ProfileData{Hardware: hw, Labels: hw.Labels, MAC: mac.String(), ServerURL: p.publicHTTP,
 			Vars: map[string]any{}, spec: &bp.Spec}
 	}
 	return p.profileData(hw, i, mac, bp)
@@ -186,13 +180,13 @@ func (p *Policy) selectFor(ctx context.Context, hw *model.Hardware) (*Selection,
 // wraps ErrProfileConflict and names the profiles; a store failure is
 // returned as it is. The returned objects are copies, the caller's to keep.
 // This is the API the config renderer (/configs/<mac>/<name>) builds on.
-func (p *Policy) ProfileFor(ctx context.Context, mac net.HardwareAddr) (*model.Hardware, *model.BootProfile, error) {
+func (p *Policy) ProfileFor(ctx context.Context, mac macaddr.MAC) (*model.Hardware, *model.BootProfile, error) {
 	hw, _, err := p.byMAC(ctx, mac)
 	if err != nil {
 		return nil, nil, err
 	}
 	if hw == nil {
-		return nil, nil, fmt.Errorf("%w: no Hardware has MAC %s", ErrNoProfile, strings.ToLower(mac.String()))
+		return nil, nil, fmt.Errorf("%w: no Hardware has MAC %s", ErrNoProfile, mac)
 	}
 	sel, _, err := p.selectFor(ctx, hw)
 	if err != nil {
@@ -232,4 +226,14 @@ func (p *Policy) profileRefusal(hw *model.Hardware, err error) error {
 	p.warnOnce("profile "+hw.Key()+"@"+hw.ResourceVersion+" "+err.Error(),
 		"bootpolicy: refusing a script: "+err.Error(), "hardware", hw.Key())
 	return fmt.Errorf("%w: %v", httpboot.ErrNoScript, err)
+}
+
+// bootingMAC is the MAC of the interface that booted: the request's (the
+// script URL's) when it carried one, else that of interface i of hw, the
+// one its source address matched.
+func bootingMAC(req macaddr.MAC, hw *model.Hardware, i int) macaddr.MAC {
+	if req.IsValid() {
+		return req
+	}
+	return hw.Spec.Interfaces[i].MAC()
 }

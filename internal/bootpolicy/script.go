@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 
 	"github.com/anvilproj/anvil/internal/agentcmdline"
@@ -45,8 +44,8 @@ func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboo
 		who string
 	)
 	switch {
-	case len(r.MAC) > 0:
-		who = "MAC " + strings.ToLower(r.MAC.String())
+	case r.MAC.IsValid():
+		who = "MAC " + r.MAC.String()
 		hw, i, err = p.byMAC(ctx, r.MAC)
 	case r.Source.IsValid():
 		ip := r.Source.Unmap().String()
@@ -130,8 +129,8 @@ func localBoot(reason string) *httpboot.Script {
 
 // stateOf is the workflow's state for a reason; a workflow the engine has
 // not rendered yet has none and is about to be PENDING.
-func stateOf(wf *model.Workflow) string {
-	if s := model.NormalizeState(wf.Status.State); s != "" {
+func stateOf(wf *model.Workflow) model.State {
+	if s := wf.Status.State; s != "" {
 		return s
 	}
 	return model.StatePending
@@ -174,12 +173,8 @@ func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model
 	// The MAC that booted: Hook brings up (and puts vlan_id on) the
 	// interface with hw_addr=; the agent is that MAC unless the Hardware
 	// names it, as Smee does.
-	mac := r.MAC
-	if len(mac) == 0 {
-		mac, _ = net.ParseMAC(d.MAC) // it parsed when the interface was matched, or the IP matched
-	}
 	a := p.agentArgs
-	a.HWAddr = strings.ToLower(mac.String())
+	a.HWAddr = bootingMAC(r.MAC, hw, i).String()
 	a.WorkerID = hw.Spec.AgentID
 	// The Hardware field each per-machine argument comes from, for errors.
 	fields := map[string]string{

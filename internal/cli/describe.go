@@ -123,7 +123,7 @@ func describeWorkflow(w io.Writer, x *model.Workflow, history int, now time.Time
 	describeMeta(w, &x.ObjectMeta, now)
 	st := &x.Status
 	fmt.Fprintf(w, "Template:    %s\nHardware:    %s\nState:       %s\n", x.Spec.TemplateRef, orDash(x.Spec.HardwareRef),
-		orDash(model.NormalizeState(st.State)))
+		orDash(st.State))
 	if st.StartTime != nil {
 		fmt.Fprintf(w, "Started:     %s\nDuration:    %s\n", st.StartTime.Format(time.RFC3339), workflowDuration(x, now))
 	}
@@ -172,7 +172,7 @@ func writeActionTable(w io.Writer, x *model.Workflow, now time.Time) {
 	for _, t := range x.Status.Tasks {
 		for _, a := range t.Actions {
 			msg := a.Message
-			if model.NormalizeState(a.State) == model.StateRunning && a.Progress != nil {
+			if a.State == model.StateRunning && a.Progress != nil {
 				msg = formatProgress(a.Progress)
 			}
 			attempt := "-"
@@ -182,7 +182,7 @@ func writeActionTable(w io.Writer, x *model.Workflow, now time.Time) {
 					attempt += fmt.Sprintf("/%d", a.Retries+1)
 				}
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", t.Name, a.Name, orDash(model.NormalizeState(a.State)), attempt,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", t.Name, a.Name, orDash(a.State), attempt,
 				actionDuration(&a, now), oneLine(msg))
 		}
 	}

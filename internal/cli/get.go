@@ -267,7 +267,7 @@ func tableRow(o model.Object, wide bool, now time.Time) []string {
 			current = orDash(joinNonEmpty("/", cs.TaskName, cs.ActionName))
 			agent = orDash(cs.AgentID)
 		}
-		state := orDash(model.NormalizeState(x.Status.State))
+		state := orDash(x.Status.State)
 		actions := fmt.Sprintf("%d/%d", done, total)
 		if wide {
 			return []string{meta.Name, x.Spec.TemplateRef, orDash(x.Spec.HardwareRef), state, actions, current, agent,
@@ -294,7 +294,7 @@ func actionCounts(w *model.Workflow) (done, total int) {
 	for _, t := range w.Status.Tasks {
 		for _, a := range t.Actions {
 			total++
-			if model.NormalizeState(a.State) == model.StateSuccess {
+			if a.State == model.StateSuccess {
 				done++
 			}
 		}
@@ -329,11 +329,11 @@ func humanAge(t *time.Time, now time.Time) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-func orDash(s string) string {
+func orDash[S ~string](s S) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return string(s)
 }
 
 func joinNonEmpty(sep string, parts ...string) string {

@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/inventory"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -152,7 +153,7 @@ func manifestOf(hws []*model.Hardware) (string, error) {
 // Hardware: one already on the server under another name or namespace.
 // DHCP answers a MAC with one Hardware, so which would win is a guess.
 func checkMACsElsewhere(cmd *cobra.Command, c *clients, hws []*model.Hardware) error {
-	owner := map[string]string{} // canonical MAC -> namespace/name importing it
+	owner := map[macaddr.MAC]string{} // MAC -> namespace/name importing it
 	for _, hw := range hws {
 		for _, m := range hw.MACs() {
 			owner[m] = hw.Key()

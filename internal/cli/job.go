@@ -348,7 +348,7 @@ func describeJob(w io.Writer, j *v1.JobStatus, now time.Time) {
 			dur = now.Sub(a.GetStarted().AsTime()).Round(100*time.Millisecond).String() + "…"
 		}
 		msg := a.GetMessage()
-		if a.GetState() == model.StateRunning && a.GetProgress() != nil {
+		if model.ParseState(a.GetState()) == model.StateRunning && a.GetProgress() != nil {
 			msg = formatProgress(wire.ProgressFromProto(a.GetProgress()))
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", a.GetTask(), a.GetName(), orDash(a.GetState()), attempt, dur, oneLine(msg))

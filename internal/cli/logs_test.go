@@ -22,6 +22,7 @@ import (
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/syslog"
@@ -162,9 +163,9 @@ func (s *recordingServer) syslogFrom(t *testing.T, ip netip.Addr, datagrams ...s
 	}
 }
 
-func mac(t *testing.T, s string) net.HardwareAddr {
+func mac(t *testing.T, s string) macaddr.MAC {
 	t.Helper()
-	m, err := net.ParseMAC(s)
+	m, err := macaddr.Parse(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +331,7 @@ func TestLogsErrors(t *testing.T) {
 		{name: "two selections", args: []string{"logs", "rack1-node07", "--mac", "3c:ec:ef:12:34:07"}, want: "name a workflow or a hardware"},
 		{name: "agent without ID", args: []string{"logs", "--agent", "--mac", "3c:ec:ef:12:34:07"}, want: "--agent needs"},
 		{name: "unknown and follow", args: []string{"logs", "--unknown", "-f"}, want: "cannot --follow"},
-		{name: "bad MAC", args: []string{"logs", "--mac", "zz"}, want: `mac "zz"`},
+		{name: "bad MAC", args: []string{"logs", "--mac", "zz"}, want: `mac: "zz" is not a MAC address`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

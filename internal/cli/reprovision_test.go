@@ -41,7 +41,7 @@ func allowPXE(t *testing.T, srv, hw string) []bool {
 }
 
 // waitState polls a workflow until its state is want.
-func waitState(t *testing.T, srv, name, want string) model.Workflow {
+func waitState(t *testing.T, srv, name string, want model.State) model.Workflow {
 	t.Helper()
 	for i := 0; ; i++ {
 		w := getObject[model.Workflow](t, srv, "workflow", name)

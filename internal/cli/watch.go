@@ -117,7 +117,7 @@ func watchOnce(cmd *cobra.Command, c *clients, ns, name, rv string, v *workflowV
 			return nil, last, connect.NewError(connect.CodeNotFound, fmt.Errorf("workflow %s/%s was deleted", ns, name))
 		}
 		v.update(wf)
-		if model.IsFinal(wf.Status.State) {
+		if wf.Status.State.IsFinal() {
 			return wf, last, nil
 		}
 	}
@@ -131,12 +131,12 @@ func watchOnce(cmd *cobra.Command, c *clients, ns, name, rv string, v *workflowV
 // workflowView prints what changed between two versions of a workflow.
 type workflowView struct {
 	out     io.Writer
-	state   string
+	state   model.State
 	actions map[string]actionSeen
 }
 
 type actionSeen struct {
-	state   string
+	state   model.State
 	attempt int
 	bytes   int64
 }
@@ -147,7 +147,7 @@ func (v *workflowView) update(wf *model.Workflow) {
 	if v.actions == nil {
 		v.actions = map[string]actionSeen{}
 	}
-	state := model.NormalizeState(wf.Status.State)
+	state := wf.Status.State
 	if state != v.state {
 		msg := ""
 		for _, c := range wf.Status.Conditions {
@@ -163,7 +163,7 @@ func (v *workflowView) update(wf *model.Workflow) {
 	for _, t := range wf.Status.Tasks {
 		for _, a := range t.Actions {
 			key := t.Name + "/" + a.Name
-			seen := actionSeen{state: model.NormalizeState(a.State), attempt: a.Attempt}
+			seen := actionSeen{state: a.State, attempt: a.Attempt}
 			if a.Progress != nil {
 				seen.bytes = a.Progress.Bytes
 			}
@@ -215,7 +215,7 @@ func progressBar(p *model.Progress) string {
 func (v *workflowView) finish(wf *model.Workflow) error {
 	fmt.Fprintln(v.out)
 	writeActionTable(v.out, wf, time.Now())
-	state := model.NormalizeState(wf.Status.State)
+	state := wf.Status.State
 	fmt.Fprintf(v.out, "\nworkflow %s/%s ended %s after %s\n", wf.Namespace, wf.Name, state, workflowDuration(wf, time.Now()))
 	switch state {
 	case model.StateSuccess:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"time"
 
@@ -189,11 +188,7 @@ func (s *Server) record(h *model.Hardware, outcome, msg string) {
 	if len(macs) == 0 {
 		return
 	}
-	mac, err := net.ParseMAC(macs[0])
-	if err != nil {
-		return
-	}
-	s.cfg.Events.Record(machinelog.Event{Service: machinelog.ServiceConsole, MAC: mac, Outcome: outcome, Message: msg})
+	s.cfg.Events.Record(machinelog.Event{Service: machinelog.ServiceConsole, MAC: macs[0], Outcome: outcome, Message: msg})
 }
 
 type writerFunc func([]byte) (int, error)

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // ErrUnknownHost is returned by a Backend for a MAC it does not know.
@@ -16,17 +18,18 @@ var ErrUnknownHost = errors.New("no Hardware with this MAC")
 // Implementations must be safe for concurrent use and fast: Lookup runs on
 // the packet path.
 type Backend interface {
-	// Lookup returns the host for mac, or an error wrapping
+	// Lookup returns the host for mac (always a valid MAC: the server
+	// answers only Ethernet clients), or an error wrapping
 	// ErrUnknownHost. Other errors are the backend's failures: the server
 	// logs them and does not answer.
-	Lookup(ctx context.Context, mac net.HardwareAddr) (*Host, error)
+	Lookup(ctx context.Context, mac macaddr.MAC) (*Host, error)
 }
 
 // BackendFunc adapts a function to a Backend.
-type BackendFunc func(ctx context.Context, mac net.HardwareAddr) (*Host, error)
+type BackendFunc func(ctx context.Context, mac macaddr.MAC) (*Host, error)
 
 // Lookup calls f(ctx, mac).
-func (f BackendFunc) Lookup(ctx context.Context, mac net.HardwareAddr) (*Host, error) {
+func (f BackendFunc) Lookup(ctx context.Context, mac macaddr.MAC) (*Host, error) {
 	return f(ctx, mac)
 }
 

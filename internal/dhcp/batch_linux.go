@@ -10,6 +10,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"golang.org/x/sys/unix"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // On Linux, Serve reads and writes a *net.UDPConn in batches (recvmmsg,
@@ -121,7 +123,7 @@ func (s *Server) batchWorker(ctx context.Context, uc *net.UDPConn, port int) err
 	out := newMmsgs(batchSize, 1500)
 	type sentInfo struct {
 		to    netip.AddrPort
-		mac   net.HardwareAddr
+		mac   macaddr.MAC
 		reply dhcpv4.MessageType
 	}
 	info := make([]sentInfo, batchSize)

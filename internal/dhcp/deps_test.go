@@ -22,6 +22,7 @@ func TestDependencies(t *testing.T) {
 		module + "internal/ipxe",               // binary names and URL paths
 		module + "internal/machinelog",         // the events it emits
 		module + "internal/lograte",            // the malformed-packet log limit the packet loops share
+		module + "internal/macaddr",            // the one MAC type, chaddr converted once
 	}
 	tests := []struct {
 		dir   string

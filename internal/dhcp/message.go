@@ -11,9 +11,9 @@ import (
 func (d *Decision) Message() string {
 	b := make([]byte, 0, 160)
 	b = append(b, msgTypeUpper(d.Type)...)
-	if len(d.MAC) > 0 {
+	if d.MAC.IsValid() {
 		b = append(b, " from "...)
-		b = appendMAC(b, d.MAC)
+		b, _ = d.MAC.AppendText(b) // never fails
 	}
 	if d.Client != "" {
 		b = append(b, " ("...)
@@ -65,17 +65,6 @@ func (d *Decision) Message() string {
 		b = append(b, d.Reason...)
 	}
 	return string(b)
-}
-
-func appendMAC(b []byte, mac []byte) []byte {
-	const hex = "0123456789abcdef"
-	for i, x := range mac {
-		if i > 0 {
-			b = append(b, ':')
-		}
-		b = append(b, hex[x>>4], hex[x&0xf])
-	}
-	return b
 }
 
 // msgTypeUpper names t the way RFC 2131 writes it: DISCOVER, OFFER, ….

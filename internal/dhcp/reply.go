@@ -13,6 +13,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // Outcomes: what the server did with one packet. They are the outcome label
@@ -48,8 +49,9 @@ type Decision struct {
 	// Reason says why, when there is more to say than the outcome: why
 	// there is no answer, no boot file, or a NAK.
 	Reason string
-	// MAC is the client's hardware address (chaddr).
-	MAC net.HardwareAddr
+	// MAC is the client's hardware address (chaddr); the zero MAC when
+	// chaddr is not an Ethernet address.
+	MAC macaddr.MAC
 	// IP is the address offered or acknowledged, else the one the client
 	// asked about (requested address or ciaddr); zero if none.
 	IP netip.Addr
@@ -78,7 +80,10 @@ func (s *Server) Reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 // in new memory if sc is nil. With sc, the reply is valid until sc's next
 // use.
 func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrPort, port int, sc *scratch) (*dhcpv4.DHCPv4, netip.AddrPort, Decision) {
-	d := Decision{Type: req.MessageType(), MAC: req.ClientHWAddr, IP: addr4(req.ClientIPAddr)}
+	// chaddr becomes a MAC here, once: the Backend, the boot file's URL,
+	// the log and the machine's record all take this value.
+	mac, ethernet := macaddr.FromBytes(req.ClientHWAddr)
+	d := Decision{Type: req.MessageType(), MAC: mac, IP: addr4(req.ClientIPAddr)}
 	no := func(outcome, reason string) (*dhcpv4.DHCPv4, netip.AddrPort, Decision) {
 		d.Outcome, d.Reason = outcome, reason
 		return nil, netip.AddrPort{}, d
@@ -92,6 +97,10 @@ func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 		return no(OutcomeMalformed, "no client hardware address")
 	case req.HopCount > MaxHops:
 		return no(OutcomeIgnored, "relayed through more than "+strconv.Itoa(MaxHops)+" hops")
+	case !ethernet:
+		// No Hardware can have it (a Hardware interface's MAC is six
+		// bytes), and no script URL can name it.
+		return no(OutcomeIgnored, "client hardware address of "+strconv.Itoa(len(req.ClientHWAddr))+" bytes, not an Ethernet MAC")
 	}
 	c := classify(req)
 	d.Firmware, d.Client = c.firmware, c.kind()
@@ -137,7 +146,7 @@ func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 	if proxy && !c.netboot() {
 		return no(OutcomeNotPXEClient, "not a PXE, HTTP boot or iPXE client ("+string(s.mode)+" mode answers only those)")
 	}
-	host, err := s.backend.Lookup(ctx, req.ClientHWAddr)
+	host, err := s.backend.Lookup(ctx, mac)
 	switch {
 	case errors.Is(err, ErrUnknownHost):
 		host = nil
@@ -427,7 +436,7 @@ func (s *Server) bootOptions(resp *dhcpv4.DHCPv4, v *values, req *dhcpv4.DHCPv4,
 		}
 		d.BootServer = h.TFTPServer
 	case c.ipxe != "":
-		resp.BootFileName = s.httpBase + ipxe.ScriptPath(req.ClientHWAddr)
+		resp.BootFileName = s.httpBase + ipxe.ScriptPath(d.MAC)
 		resp.ServerIPAddr = s.serverID
 	default:
 		binary := ipxe.BinaryFor(c.firmware)

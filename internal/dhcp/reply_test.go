@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/dhcp/dhcptest"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // The test network: Anvil at 10.0.0.1, machines in 10.0.0.0/24, a relay at
@@ -39,13 +40,7 @@ var (
 	macUnknown   = mustMAC("52:54:00:ff:ff:ff")
 )
 
-func mustMAC(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
+func mustMAC(s string) macaddr.MAC { return macaddr.MustParse(s) }
 
 func testBackend() *dhcptest.Backend {
 	b := &dhcptest.Backend{}
@@ -106,7 +101,7 @@ var (
 // packet describes a request to build.
 type packet struct {
 	typ        dhcpv4.MessageType
-	mac        net.HardwareAddr
+	mac        macaddr.MAC
 	fw         firmware
 	userClass  string // option 77 as iPXE sends it (a bare string)
 	giaddr     string
@@ -119,11 +114,13 @@ type packet struct {
 	opReply    bool
 	noMsgType  bool
 	noHardware bool
+	// longHardware: chaddr is 16 bytes (hlen 16), the first six the MAC.
+	longHardware bool
 }
 
 func (p packet) build(t testing.TB) *dhcpv4.DHCPv4 {
 	t.Helper()
-	mods := []dhcpv4.Modifier{dhcpv4.WithHwAddr(p.mac)}
+	mods := []dhcpv4.Modifier{dhcpv4.WithHwAddr(p.mac.HardwareAddr())}
 	if !p.noMsgType {
 		mods = append(mods, dhcpv4.WithMessageType(p.typ))
 	}
@@ -166,6 +163,9 @@ func (p packet) build(t testing.TB) *dhcpv4.DHCPv4 {
 	}
 	if p.noHardware {
 		req.ClientHWAddr = nil
+	}
+	if p.longHardware {
+		req.ClientHWAddr = append(p.mac.HardwareAddr(), make([]byte, 10)...)
 	}
 	// What the server sees is what came off the wire.
 	parsed, err := dhcpv4.FromBytes(req.ToBytes())
@@ -607,6 +607,14 @@ func TestReply(t *testing.T) {
 			want: expect{outcome: dhcp.OutcomeMalformed},
 		},
 		{
+			// Not Ethernet: no Hardware can have it, even one whose MAC is
+			// its first six bytes.
+			name: "16-byte hardware address is ignored",
+			mode: dhcp.ModeAutoProxy,
+			in:   packet{typ: dhcpv4.MessageTypeDiscover, mac: macM1, fw: fwBIOS, longHardware: true},
+			want: expect{outcome: dhcp.OutcomeIgnored},
+		},
+		{
 			name: "off answers nothing",
 			mode: dhcp.ModeOff,
 			in:   packet{typ: dhcpv4.MessageTypeDiscover, mac: macM1, fw: fwBIOS},
@@ -669,7 +677,7 @@ func TestReplyBackendError(t *testing.T) {
 func TestReplyMatrix(t *testing.T) {
 	type hostCase struct {
 		name    string
-		mac     net.HardwareAddr
+		mac     macaddr.MAC
 		known   bool
 		allow   bool
 		ip      string

@@ -15,6 +15,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	"github.com/anvilproj/anvil/internal/lograte"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
@@ -306,7 +307,7 @@ func (s *Server) process(ctx context.Context, sc *scratch, pkt []byte, from neti
 }
 
 // sent counts a reply sent, or logs why it could not be.
-func (s *Server) sent(ctx context.Context, mac net.HardwareAddr, reply dhcpv4.MessageType, to netip.AddrPort, err error) {
+func (s *Server) sent(ctx context.Context, mac macaddr.MAC, reply dhcpv4.MessageType, to netip.AddrPort, err error) {
 	if err != nil {
 		sendErrors.Inc()
 		s.log.LogAttrs(ctx, slog.LevelWarn, "dhcp: sending reply failed", slog.String("mac", mac.String()),
@@ -348,7 +349,7 @@ func (s *Server) record(ctx context.Context, d *Decision, from, to netip.AddrPor
 		}
 		s.log.LogAttrs(ctx, level, msg, attrs...)
 	}
-	if s.events != nil && len(d.MAC) > 0 {
+	if s.events != nil && d.MAC.IsValid() {
 		s.events.Record(machinelog.Event{
 			Time:    s.now(),
 			Service: machinelog.ServiceDHCP,

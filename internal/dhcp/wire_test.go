@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // FuzzWire checks that Serve's packet path reads and writes packets exactly
@@ -41,7 +43,7 @@ func FuzzWire(f *testing.F) {
 	f.Add(b[:241])
 	f.Add(b[:100])
 
-	b0 := backendFunc(func(mac net.HardwareAddr) *Host {
+	b0 := backendFunc(func(macaddr.MAC) *Host {
 		return &Host{Name: "h", IP: netip.MustParseAddr("10.0.0.5"), Netmask: net.CIDRMask(24, 32),
 			Gateway: netip.MustParseAddr("10.0.0.1"), Hostname: "h", Domain: "d", LeaseTime: time.Hour, AllowPXE: true,
 			Routes: []Route{{Dest: netip.MustParsePrefix("10.1.0.0/16"), Router: netip.MustParseAddr("10.0.0.2")}}}
@@ -83,9 +85,9 @@ func FuzzWire(f *testing.F) {
 	})
 }
 
-type backendFunc func(net.HardwareAddr) *Host
+type backendFunc func(macaddr.MAC) *Host
 
-func (f backendFunc) Lookup(_ context.Context, mac net.HardwareAddr) (*Host, error) {
+func (f backendFunc) Lookup(_ context.Context, mac macaddr.MAC) (*Host, error) {
 	if h := f(mac); h != nil {
 		return h, nil
 	}
@@ -99,7 +101,7 @@ func BenchmarkServePath(b *testing.B) {
 	host := &Host{Name: "default/m1", IP: netip.MustParseAddr("10.88.1.1"), Netmask: net.CIDRMask(16, 32),
 		Gateway: netip.MustParseAddr("10.88.0.1"), Hostname: "m1", LeaseTime: time.Hour, AllowPXE: true}
 	s, err := New(Config{ServerIP: netip.MustParseAddr("10.88.0.1"), HTTPBase: "http://10.88.0.1:7080",
-		Backend: backendFunc(func(net.HardwareAddr) *Host { return host })})
+		Backend: backendFunc(func(macaddr.MAC) *Host { return host })})
 	if err != nil {
 		b.Fatal(err)
 	}

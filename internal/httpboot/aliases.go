@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // Smee, Tinkerbell's boot server, also serves a machine's script at the
@@ -30,14 +31,14 @@ func ScriptAlias(path string) (string, bool) {
 	if rest == "" {
 		return ipxe.ScriptPrefix + ipxe.ScriptName, true
 	}
-	mac := rest[1:] // rest starts with '/': path does
-	if rest[0] != '/' || strings.Contains(mac, "/") {
+	if rest[0] != '/' || strings.Contains(rest[1:], "/") { // rest starts with '/': path does
 		return "", false
 	}
-	if _, err := parseMAC(mac); err != nil {
+	m, err := macaddr.Parse(rest[1:])
+	if err != nil {
 		return "", false
 	}
-	return ipxe.ScriptPrefix + mac + "/" + ipxe.ScriptName, true
+	return ipxe.ScriptPath(m), true
 }
 
 // WithScriptAliases serves Smee's script paths (ScriptAlias) as Anvil's

@@ -17,6 +17,7 @@ func TestImports(t *testing.T) {
 		"github.com/anvilproj/anvil/internal/clientip":   "the client's address behind trusted proxies",
 		"github.com/anvilproj/anvil/internal/ipxe":       "binary names and URL paths",
 		"github.com/anvilproj/anvil/internal/machinelog": "the per-machine record",
+		"github.com/anvilproj/anvil/internal/macaddr":    "the one MAC type, parsed from the URL once",
 	}
 	for _, imp := range pkg.Imports {
 		if strings.HasPrefix(imp, "github.com/anvilproj/anvil/") && allowed[imp] == "" {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
@@ -43,9 +43,9 @@ const (
 	ISOName   = "anvil.iso"
 )
 
-// ISOPath returns the URL path of the boot ISO of the machine with mac
-// (any spelling parseMAC accepts), e.g. "/iso/52:54:00:12:34:56/anvil.iso".
-func ISOPath(mac string) string { return ISOPrefix + strings.ToLower(mac) + "/" + ISOName }
+// ISOPath returns the URL path of the boot ISO of the machine with mac,
+// e.g. "/iso/52:54:00:12:34:56/anvil.iso".
+func ISOPath(mac macaddr.MAC) string { return ISOPrefix + mac.String() + "/" + ISOName }
 
 // Routes, as registered on the mux (with "GET ", which also serves HEAD)
 // and as the "route" label of the metrics.
@@ -171,7 +171,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET "+routeAssets, h.serveAssets)
 	mux.HandleFunc("GET "+routeISO, func(w http.ResponseWriter, r *http.Request) {
-		if _, err := parseMAC(r.PathValue("mac")); err != nil {
+		if _, err := macaddr.Parse(r.PathValue("mac")); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -188,7 +188,7 @@ type request struct {
 	r      *http.Request
 	route  string
 	start  time.Time
-	mac    net.HardwareAddr
+	mac    macaddr.MAC
 	src    netip.Addr
 	code   int
 	bytes  int64
@@ -210,7 +210,7 @@ func (h *Handler) finish(q *request) {
 		"method", q.r.Method, "path", q.r.URL.Path, "route", q.route, "code", q.code,
 		"bytes", q.bytes, "outcome", outcome, "source", q.src, "duration", time.Since(q.start),
 	}
-	if q.mac != nil {
+	if q.mac.IsValid() {
 		attrs = append(attrs, "mac", q.mac.String())
 	}
 	level := slog.LevelInfo
@@ -248,16 +248,6 @@ func sourceAddr(r *http.Request) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// parseMAC accepts a MAC in any case with ':' or '-' separators (iPXE's
-// ${mac} gives colons, ${mac:hexhyp} hyphens).
-func parseMAC(s string) (net.HardwareAddr, error) {
-	mac, err := net.ParseMAC(s)
-	if err != nil || len(mac) != 6 {
-		return nil, fmt.Errorf("%q is not a MAC address (want six hex bytes like 52:54:00:12:34:56)", s)
-	}
-	return mac, nil
-}
-
 // queryValue returns a short token-like query parameter (iPXE's
 // ${platform} is "efi" or "pcbios", ${buildarch} "x86_64", "i386",
 // "arm64", …), or "" when absent or anything else.
@@ -289,7 +279,9 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, route stri
 		body string
 	)
 	if byMAC {
-		mac, err := parseMAC(r.PathValue("mac"))
+		// iPXE's ${mac} gives colons, ${mac:hexhyp} hyphens: any
+		// spelling, parsed here once for the policy and the record.
+		mac, err := macaddr.Parse(r.PathValue("mac"))
 		if err != nil {
 			q.code, q.detail = http.StatusBadRequest, err.Error()
 			q.bytes = writeText(w, r, q.code, err.Error()+"\n")
@@ -367,7 +359,7 @@ func commas(n int64) string {
 func (h *Handler) Recorded(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := &request{r: r, route: route, start: time.Now(), src: sourceAddr(r)}
-		if m, err := net.ParseMAC(r.PathValue("mac")); err == nil {
+		if m, err := macaddr.Parse(r.PathValue("mac")); err == nil {
 			q.mac = m
 		}
 		cw := &countingWriter{ResponseWriter: w}

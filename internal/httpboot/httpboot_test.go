@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
@@ -59,7 +59,7 @@ func (r *recorder) count() int {
 	return len(r.events)
 }
 
-var mac1 = net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0xcd, 0xef}
+var mac1 = macaddr.MustParse("52:54:00:ab:cd:ef")
 
 // testScripter knows mac1 and the source 192.0.2.1; it fails for
 // 52:54:00:00:00:ee.
@@ -71,9 +71,9 @@ func testScripter(got *ScriptRequest) Scripter {
 		switch {
 		case r.MAC.String() == "52:54:00:00:00:ee":
 			return nil, errors.New("store: disk on fire")
-		case r.MAC.String() == mac1.String(), r.MAC == nil && r.Source == netip.MustParseAddr("192.0.2.1"):
+		case r.MAC.String() == mac1.String(), !r.MAC.IsValid() && r.Source == netip.MustParseAddr("192.0.2.1"):
 			return &Script{Body: "#!ipxe\nexit\n", Reason: "workflow default/install is PENDING: boot environment"}, nil
-		case r.MAC == nil:
+		case !r.MAC.IsValid():
 			return nil, fmt.Errorf("%w: no Hardware has IP %s", ErrNoScript, r.Source)
 		}
 		return nil, fmt.Errorf("%w: no Hardware has MAC %s", ErrNoScript, r.MAC)
@@ -105,7 +105,7 @@ func TestScript(t *testing.T) {
 		name, method, target string
 		wantCode             int
 		wantBody             string // substring
-		wantMAC              net.HardwareAddr
+		wantMAC              macaddr.MAC
 		wantOutcome          string
 		wantMessage          string // substring
 	}{
@@ -113,13 +113,13 @@ func TestScript(t *testing.T) {
 			"GET /ipxe/script/52:54:00:ab:cd:ef/auto.ipxe: workflow default/install is PENDING: boot environment"},
 		{"upper case with hyphens", "GET", "/ipxe/script/52-54-00-AB-CD-EF/auto.ipxe", 200, "#!ipxe", mac1, OutcomeServed, "PENDING"},
 		{"upper case", "GET", "/ipxe/script/52:54:00:AB:CD:EF/auto.ipxe", 200, "#!ipxe", mac1, OutcomeServed, "PENDING"},
-		{"by IP", "GET", "/ipxe/script/auto.ipxe", 200, "#!ipxe", nil, OutcomeServed, "PENDING"},
+		{"by IP", "GET", "/ipxe/script/auto.ipxe", 200, "#!ipxe", macaddr.MAC{}, OutcomeServed, "PENDING"},
 		{"unknown MAC", "GET", "/ipxe/script/52:54:00:00:00:01/auto.ipxe", 404, "no Hardware has MAC 52:54:00:00:00:01",
-			net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}, OutcomeNotFound, "404: no script for this machine: no Hardware has MAC 52:54:00:00:00:01"},
+			macaddr.MustParse("52:54:00:00:00:01"), OutcomeNotFound, "404: no script for this machine: no Hardware has MAC 52:54:00:00:00:01"},
 		{"scripter fails", "GET", "/ipxe/script/52:54:00:00:00:ee/auto.ipxe", 500, "disk on fire",
-			net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xee}, OutcomeError, "500: store: disk on fire"},
-		{"bad MAC", "GET", "/ipxe/script/not-a-mac/auto.ipxe", 400, "is not a MAC address", nil, OutcomeBadRequest, "not a MAC"},
-		{"eight-byte MAC", "GET", "/ipxe/script/01:02:03:04:05:06:07:08/auto.ipxe", 400, "is not a MAC address", nil, OutcomeBadRequest, "not a MAC"},
+			macaddr.MustParse("52:54:00:00:00:ee"), OutcomeError, "500: store: disk on fire"},
+		{"bad MAC", "GET", "/ipxe/script/not-a-mac/auto.ipxe", 400, "is not a MAC address", macaddr.MAC{}, OutcomeBadRequest, "not a MAC"},
+		{"eight-byte MAC", "GET", "/ipxe/script/01:02:03:04:05:06:07:08/auto.ipxe", 400, "is not a MAC address", macaddr.MAC{}, OutcomeBadRequest, "not a MAC"},
 		{"HEAD", "HEAD", "/ipxe/script/52:54:00:ab:cd:ef/auto.ipxe", 200, "", mac1, OutcomeServed, "PENDING"},
 	}
 	for _, tc := range tests {
@@ -149,7 +149,7 @@ func TestScript(t *testing.T) {
 				t.Fatalf("recorded %d events; want exactly 1", rec.count()-before)
 			}
 			e := rec.last(t)
-			if e.Service != machinelog.ServiceHTTP || e.Outcome != tc.wantOutcome || e.MAC.String() != tc.wantMAC.String() ||
+			if e.Service != machinelog.ServiceHTTP || e.Outcome != tc.wantOutcome || e.MAC != tc.wantMAC ||
 				e.IP != netip.MustParseAddr("192.0.2.1") || !strings.Contains(e.Message, tc.wantMessage) || e.Time.IsZero() {
 				t.Errorf("event = %+v; want service http, outcome %s, MAC %v, IP 192.0.2.1, message containing %q",
 					e, tc.wantOutcome, tc.wantMAC, tc.wantMessage)
@@ -244,7 +244,7 @@ func TestBinary(t *testing.T) {
 	}
 	e := rec.last(t)
 	wantMsg := fmt.Sprintf("GET /ipxe/binary/undionly.kpxe: 200, %s bytes", commas(int64(len(want))))
-	if e.Message != wantMsg || e.Outcome != OutcomeServed || e.MAC != nil {
+	if e.Message != wantMsg || e.Outcome != OutcomeServed || e.MAC.IsValid() {
 		t.Errorf("event = %+v; want message %q, outcome served, no MAC", e, wantMsg)
 	}
 

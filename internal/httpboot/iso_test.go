@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // TestBootISO: /iso/<mac>/anvil.iso serves Config.BootISO whatever the
@@ -30,7 +32,7 @@ func TestBootISO(t *testing.T) {
 		b, _ := io.ReadAll(rec.Result().Body)
 		return rec.Code, b
 	}
-	if p := ISOPath("52:54:00:AB:CD:EF"); p != "/iso/52:54:00:ab:cd:ef/anvil.iso" {
+	if p := ISOPath(macaddr.MustParse("52:54:00:AB:CD:EF")); p != "/iso/52:54:00:ab:cd:ef/anvil.iso" {
 		t.Fatalf("ISOPath = %s", p)
 	}
 	for _, mac := range []string{"52:54:00:ab:cd:ef", "52-54-00-AB-CD-01"} {

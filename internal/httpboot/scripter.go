@@ -3,15 +3,16 @@ package httpboot
 import (
 	"context"
 	"errors"
-	"net"
 	"net/netip"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // ScriptRequest is what the handler knows about a script request.
 type ScriptRequest struct {
-	// MAC is from the URL path (/ipxe/script/<mac>/auto.ipxe); nil when the
-	// client asked by source IP only (/ipxe/script/auto.ipxe).
-	MAC net.HardwareAddr
+	// MAC is from the URL path (/ipxe/script/<mac>/auto.ipxe); the zero
+	// MAC when the client asked by source IP only (/ipxe/script/auto.ipxe).
+	MAC macaddr.MAC
 	// Source is the client's IP address (the TCP peer).
 	Source netip.Addr
 	// Platform and BuildArch are iPXE's ${platform} and ${buildarch} when

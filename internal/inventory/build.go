@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -83,7 +84,7 @@ func Build(source string, hosts []Host, opts Options) (*Result, error) {
 		host string
 		line int
 	}
-	macs, ips := map[string]seen{}, map[string]seen{}
+	macs, ips := map[macaddr.MAC]seen{}, map[string]seen{}
 	for _, h := range hosts {
 		fail := func(v string, format string, args ...any) {
 			line := h.Line
@@ -98,11 +99,13 @@ func Build(source string, hosts []Host, opts Options) (*Result, error) {
 			continue
 		}
 		d := hw.Spec.Interfaces[0].DHCP
-		mac, _ := model.CanonicalMAC(d.MAC)
-		if prev, dup := macs[mac]; dup {
-			fail(VarMAC, "mac %s is also host %s's (line %d)", d.MAC, prev.host, prev.line)
-		} else {
-			macs[mac] = seen{h.Name, h.VarLines[VarMAC]}
+		// A MAC that does not parse is validateHardware's to report.
+		if mac := hw.Spec.Interfaces[0].MAC(); mac.IsValid() {
+			if prev, dup := macs[mac]; dup {
+				fail(VarMAC, "mac %s is also host %s's (line %d)", d.MAC, prev.host, prev.line)
+			} else {
+				macs[mac] = seen{h.Name, h.VarLines[VarMAC]}
+			}
 		}
 		if d.IP != nil && d.IP.Address != "" {
 			ipVar := VarIP

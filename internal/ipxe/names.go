@@ -10,8 +10,7 @@
 package ipxe
 
 import (
-	"net"
-	"strings"
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // Firmware is the kind of network boot client, as told by DHCP option 93
@@ -86,8 +85,8 @@ const (
 
 // ScriptPath returns the URL path of mac's script, e.g.
 // "/ipxe/script/52:54:00:12:34:56/auto.ipxe".
-func ScriptPath(mac net.HardwareAddr) string {
-	return ScriptPrefix + strings.ToLower(mac.String()) + "/" + ScriptName
+func ScriptPath(mac macaddr.MAC) string {
+	return ScriptPrefix + mac.String() + "/" + ScriptName
 }
 
 // BinaryPath returns the URL path of the binary called name.

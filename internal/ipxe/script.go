@@ -3,11 +3,12 @@ package ipxe
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // How iPXE reads a script (src/image/script.c and src/core/exec.c), which is
@@ -321,12 +322,12 @@ func LocalBoot(reason string) string {
 // Unknown renders the script an unknown machine gets in auto-proxy mode: it
 // says that Anvil does not know the machine and how to add it, waits
 // UnknownWaitSeconds so someone at the console can read it, then leaves
-// iPXE so the firmware tries its next boot device. mac may be nil (the
-// machine asked by IP): the script then prints iPXE's own ${mac}.
-func Unknown(mac net.HardwareAddr, reason string) string {
+// iPXE so the firmware tries its next boot device. mac may be the zero MAC
+// (the machine asked by IP): the script then prints iPXE's own ${mac}.
+func Unknown(mac macaddr.MAC, reason string) string {
 	m := "${mac}" // expanded by iPXE: the MAC of the interface it booted from
-	if len(mac) > 0 {
-		m = strings.ToLower(mac.String())
+	if mac.IsValid() {
+		m = mac.String()
 	}
 	s := newScript(reason)
 	s.echo("this machine is not known to Anvil: " + reason)

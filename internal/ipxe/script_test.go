@@ -3,12 +3,13 @@ package ipxe
 import (
 	"errors"
 	"flag"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -109,7 +110,7 @@ func find(script, name string) []string {
 	return nil
 }
 
-var testMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
+var testMAC = macaddr.MustParse("52:54:00:12:34:56")
 
 func TestGolden(t *testing.T) {
 	bootEnv := func(p BootEnvParams) string {
@@ -149,7 +150,7 @@ func TestGolden(t *testing.T) {
 		{"custom-no-shebang.ipxe", Custom("echo hello\nshell\n", "hardware default/m1: netboot.ipxe.contents")},
 		{"localboot.ipxe", LocalBoot("no pending workflow for hardware default/m1: booting from local disk")},
 		{"unknown.ipxe", Unknown(testMAC, "no Hardware has MAC 52:54:00:12:34:56")},
-		{"unknown-by-ip.ipxe", Unknown(nil, "no Hardware has IP 10.0.0.9")},
+		{"unknown-by-ip.ipxe", Unknown(macaddr.MAC{}, "no Hardware has IP 10.0.0.9")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,9 +11,10 @@
 package machinelog
 
 import (
-	"net"
 	"net/netip"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // Service names used in Event.Service.
@@ -39,8 +40,8 @@ type Event struct {
 	// Service is one of the Service* constants.
 	Service string
 	// MAC identifies the machine when the protocol carries it (DHCP, the
-	// iPXE script route, per-MAC TFTP paths); nil otherwise.
-	MAC net.HardwareAddr
+	// iPXE script route, per-MAC TFTP paths); the zero MAC otherwise.
+	MAC macaddr.MAC
 	// IP is the machine's address as seen by the service (the packet's
 	// source; for DHCP the address offered, if any). Zero if unknown.
 	IP netip.Addr

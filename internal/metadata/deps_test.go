@@ -16,6 +16,7 @@ func TestImports(t *testing.T) {
 	allowed := map[string]string{
 		"github.com/anvilproj/anvil/internal/clientip":   "the caller's address (X-Forwarded-For from trusted proxies)",
 		"github.com/anvilproj/anvil/internal/machinelog": "the per-machine record",
+		"github.com/anvilproj/anvil/internal/macaddr":    "the one MAC type (a leaf)",
 		"github.com/anvilproj/anvil/internal/model":      "the Hardware it serves",
 	}
 	for _, imp := range pkg.Imports {

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/clientip"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 )
@@ -153,7 +153,7 @@ type request struct {
 	start   time.Time
 	route   string
 	src     netip.Addr
-	mac     net.HardwareAddr
+	mac     macaddr.MAC
 	hw      string // namespace/name, once known
 	code    int
 	outcome string
@@ -256,7 +256,7 @@ func (h *Handler) caller(w http.ResponseWriter, q *request) (*model.Hardware, bo
 	}
 	q.hw = hw.Key()
 	if i := ifaceOf(hw, src); i >= 0 {
-		q.mac, _ = net.ParseMAC(hw.Spec.Interfaces[i].DHCP.MAC)
+		q.mac = hw.Spec.Interfaces[i].MAC()
 	}
 	return hw, true
 }

@@ -364,7 +364,7 @@ func TestUnknownCaller(t *testing.T) {
 				!strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
 				t.Errorf("GET %s from an unknown IP = %d %q; want 404 saying %q", path, w.Code, w.Body, want)
 			}
-			if e := ev.last(t); e.Outcome != OutcomeUnknownIP || e.IP != netip.MustParseAddr("10.20.0.99") || e.MAC != nil {
+			if e := ev.last(t); e.Outcome != OutcomeUnknownIP || e.IP != netip.MustParseAddr("10.20.0.99") || e.MAC.IsValid() {
 				t.Errorf("event = %+v; want unknown-ip from 10.20.0.99", e)
 			}
 		})

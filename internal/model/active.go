@@ -10,7 +10,7 @@ import "cmp"
 // Contends reports whether w competes to be the active workflow on its
 // hardware: it is neither in a final state nor disabled.
 func Contends(w *Workflow) bool {
-	return !IsFinal(w.Status.State) && !BoolValue(w.Spec.Disabled, false)
+	return !w.Status.State.IsFinal() && !BoolValue(w.Spec.Disabled, false)
 }
 
 // CompareActive orders workflows of one hardware, the active one first:
@@ -55,7 +55,7 @@ func activeRank(w *Workflow) int {
 	switch {
 	case !Contends(w):
 		return 2
-	case NormalizeState(w.Status.State) == StateRunning:
+	case w.Status.State == StateRunning:
 		return 0
 	}
 	return 1

@@ -7,12 +7,15 @@ import (
 	"time"
 )
 
-// activeWF is a workflow for CompareActive: namespace/name, a state, a
-// creation time in minutes after t0 (-1: none), disabled or not.
-func activeWF(key, state string, minute int, disabled bool) *Workflow {
+// activeWF is a workflow for CompareActive: namespace/name, a state (in
+// either spelling: it is read as decoding reads it), a creation time in
+// minutes after t0 (-1: none), disabled or not.
+func activeWF(key string, state State, minute int, disabled bool) *Workflow {
 	w := &Workflow{}
 	w.Namespace, w.Name, _ = strings.Cut(key, "/")
-	w.Status.State = state
+	if err := w.Status.State.UnmarshalText([]byte(state)); err != nil {
+		panic(err)
+	}
 	if minute >= 0 {
 		ts := time.Date(2026, 1, 1, 0, minute, 0, 0, time.UTC)
 		w.CreationTimestamp = &ts
@@ -90,7 +93,7 @@ func TestCompareActive(t *testing.T) {
 func TestCompareActiveIsAnOrder(t *testing.T) {
 	var ws []*Workflow
 	for _, ns := range []string{"a", "b"} {
-		for i, state := range []string{StatePending, StateRunning, StateSuccess, ""} {
+		for i, state := range []State{StatePending, StateRunning, StateSuccess, ""} {
 			for _, minute := range []int{-1, 1, 2} {
 				ws = append(ws, activeWF(fmt.Sprintf("%s/w%d-%d", ns, i, minute+1), state, minute, false),
 					activeWF(fmt.Sprintf("%s/x%d-%d", ns, i, minute+1), state, minute, true))

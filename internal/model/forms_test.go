@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // parseFile parses a manifest file from testdata or examples.
@@ -191,7 +194,7 @@ func TestV1alpha2Hardware(t *testing.T) {
 	if h.APIVersion != APIVersion {
 		t.Errorf("stored apiVersion = %q; want %q", h.APIVersion, APIVersion)
 	}
-	if got := h.MACs(); !reflect.DeepEqual(got, []string{"3c:ec:ef:20:00:03", "3c:ec:ef:20:00:04"}) {
+	if got := h.MACs(); !slices.Equal(got, []macaddr.MAC{macaddr.MustParse("3c:ec:ef:20:00:03"), macaddr.MustParse("3c:ec:ef:20:00:04")}) {
 		t.Errorf("MACs = %v", got)
 	}
 	d := h.Spec.Interfaces[0].DHCP

@@ -3,9 +3,9 @@ package model
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/oci"
 )
 
@@ -180,32 +180,25 @@ type MetadataIP struct {
 	Management *bool  `json:"management,omitempty"`
 }
 
-// macLen is the length of an Ethernet (EUI-48) address, the only kind a
-// Hardware interface has.
-const macLen = 6
-
-// CanonicalMAC returns s in the one form Anvil compares MACs in: lower-case
-// hex pairs separated by colons ("3c:ec:ef:12:34:07"), and true. It accepts
-// every spelling net.ParseMAC does for a six-byte address: colons, hyphens
-// ("3C-EC-EF-12-34-07") and Cisco's dotted form ("3cec.ef12.3407"), in any
-// case. For anything else it returns s lower-cased and false.
-func CanonicalMAC(s string) (string, bool) {
-	hw, err := net.ParseMAC(strings.TrimSpace(s))
-	if err != nil || len(hw) != macLen {
-		return strings.ToLower(s), false
+// MAC returns the interface's dhcp.mac, or the zero MAC when it has none.
+// The Hardware keeps the MAC as the user wrote it (`get -o yaml` shows what
+// was applied); this is its one reading as an address, for every lookup and
+// comparison. A MAC that does not parse is the zero MAC too: Validate
+// refuses it, so no stored Hardware has one.
+func (i *Interface) MAC() macaddr.MAC {
+	if i.DHCP == nil || i.DHCP.MAC == "" {
+		return macaddr.MAC{}
 	}
-	return hw.String(), true // net.HardwareAddr.String is lower-case, colon-separated
+	m, _ := macaddr.Parse(i.DHCP.MAC) // the zero MAC on error, as documented
+	return m
 }
 
-// MACs returns the interfaces' MAC addresses in canonical form (see
-// CanonicalMAC), in order. The Hardware keeps each MAC as written: `get -o
-// yaml` shows what was applied; every lookup by MAC (the store's index,
-// field selectors, agent IDs) goes through this canonical form instead.
-func (h *Hardware) MACs() []string {
-	var out []string
-	for _, i := range h.Spec.Interfaces {
-		if i.DHCP != nil && i.DHCP.MAC != "" {
-			m, _ := CanonicalMAC(i.DHCP.MAC)
+// MACs returns the interfaces' MAC addresses (Interface.MAC), in order,
+// leaving out the interfaces without one.
+func (h *Hardware) MACs() []macaddr.MAC {
+	var out []macaddr.MAC
+	for i := range h.Spec.Interfaces {
+		if m := h.Spec.Interfaces[i].MAC(); m.IsValid() {
 			out = append(out, m)
 		}
 	}
@@ -230,8 +223,8 @@ func (h *Hardware) AgentIDs() []string {
 	if h.Spec.AgentID != "" {
 		out = append(out, h.Spec.AgentID)
 	}
-	if macs := h.MACs(); len(macs) > 0 && (len(out) == 0 || out[0] != macs[0]) {
-		out = append(out, macs[0])
+	if macs := h.MACs(); len(macs) > 0 && (len(out) == 0 || out[0] != macs[0].String()) {
+		out = append(out, macs[0].String())
 	}
 	return out
 }

@@ -5,11 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // specOf returns the "spec" of a YAML document as generic JSON.
@@ -111,7 +114,7 @@ spec:
 	if hw.ResourceVersion != "" || hw.UID != "" {
 		t.Errorf("server-set fields kept: rv=%q uid=%q", hw.ResourceVersion, hw.UID)
 	}
-	if got := hw.MACs(); len(got) != 1 || got[0] != "3c:ec:ef:12:34:07" {
+	if got := hw.MACs(); len(got) != 1 || got[0].String() != "3c:ec:ef:12:34:07" {
 		t.Errorf("MACs() = %v; want lower-cased", got)
 	}
 	if res.Docs[1].Index != 3 || res.Docs[1].Line != 8 {
@@ -306,33 +309,6 @@ func TestDeepCopy(t *testing.T) {
 	}
 }
 
-func TestCanonicalMAC(t *testing.T) {
-	tests := []struct {
-		name   string
-		in     string
-		want   string
-		wantOK bool
-	}{
-		{name: "canonical", in: "3c:ec:ef:12:34:07", want: "3c:ec:ef:12:34:07", wantOK: true},
-		{name: "upper case", in: "3C:EC:EF:12:34:07", want: "3c:ec:ef:12:34:07", wantOK: true},
-		{name: "hyphens", in: "3c-ec-ef-12-34-07", want: "3c:ec:ef:12:34:07", wantOK: true},
-		{name: "dotted", in: "3cec.ef12.3407", want: "3c:ec:ef:12:34:07", wantOK: true},
-		{name: "dotted upper case", in: "3CEC.EF12.3407", want: "3c:ec:ef:12:34:07", wantOK: true},
-		{name: "surrounding space", in: " 3c:ec:ef:12:34:07 ", want: "3c:ec:ef:12:34:07", wantOK: true},
-		{name: "too short", in: "3C:EC:EF:12:34", want: "3c:ec:ef:12:34", wantOK: false},
-		{name: "eight bytes", in: "02:00:5e:10:00:00:00:01", want: "02:00:5e:10:00:00:00:01", wantOK: false},
-		{name: "not a MAC", in: "Agent-1", want: "agent-1", wantOK: false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := CanonicalMAC(tc.in)
-			if got != tc.want || ok != tc.wantOK {
-				t.Errorf("CanonicalMAC(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.wantOK)
-			}
-		})
-	}
-}
-
 // TestMACsCanonicalKeepsSpelling: MACs() (what the store indexes) is
 // canonical, and the Hardware itself keeps the MAC as written, so `get -o
 // yaml` shows what was applied.
@@ -350,7 +326,7 @@ spec:
 		t.Fatal(err)
 	}
 	h := res.Docs[0].Object.(*Hardware)
-	if got, want := h.MACs(), []string{"52:54:00:aa:bb:01", "52:54:00:aa:bb:02"}; !reflect.DeepEqual(got, want) {
+	if got, want := h.MACs(), []macaddr.MAC{macaddr.MustParse("52:54:00:aa:bb:01"), macaddr.MustParse("52:54:00:aa:bb:02")}; !slices.Equal(got, want) {
 		t.Errorf("MACs() = %v; want %v", got, want)
 	}
 	if got, want := h.AgentIDs(), []string{"52:54:00:aa:bb:01"}; !reflect.DeepEqual(got, want) {
@@ -371,5 +347,30 @@ func TestDuplicateMACInOtherSpelling(t *testing.T) {
 	err := Validate(h)
 	if err == nil || !strings.Contains(err.Error(), "spec.interfaces[1].dhcp.mac") {
 		t.Errorf("Validate(the same MAC in two spellings) = %v; want an error on spec.interfaces[1].dhcp.mac", err)
+	}
+}
+
+// TestInterfaceMAC: an interface's MAC is its dhcp.mac read as an address,
+// and the zero MAC when there is none or it is not one (Validate refuses
+// the latter, so lookups never see it).
+func TestInterfaceMAC(t *testing.T) {
+	tests := []struct {
+		name  string
+		iface Interface
+		want  string
+	}{
+		{"no dhcp", Interface{}, ""},
+		{"no mac", Interface{DHCP: &DHCP{}}, ""},
+		{"not a MAC", Interface{DHCP: &DHCP{MAC: "node07"}}, ""},
+		{"eight bytes", Interface{DHCP: &DHCP{MAC: "02:00:5e:10:00:00:00:01"}}, ""},
+		{"hyphens, upper case", Interface{DHCP: &DHCP{MAC: "3C-EC-EF-12-34-07"}}, "3c:ec:ef:12:34:07"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.iface.MAC()
+			if m.String() != tc.want || m.IsValid() != (tc.want != "") {
+				t.Errorf("MAC() = %q (valid %t); want %q", m, m.IsValid(), tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/oci"
 )
 
@@ -66,7 +67,7 @@ func validateHardware(h *Hardware, add addFunc) {
 	if len(h.Spec.Interfaces) == 0 {
 		add("spec.interfaces", "at least one interface with dhcp.mac is required")
 	}
-	seenMAC := map[string]string{}
+	seenMAC := map[macaddr.MAC]string{}
 	for i, iface := range h.Spec.Interfaces {
 		p := fmt.Sprintf("spec.interfaces[%d]", i)
 		d := iface.DHCP
@@ -76,14 +77,13 @@ func validateHardware(h *Hardware, add addFunc) {
 		}
 		if d.MAC == "" {
 			add(p+".dhcp.mac", "missing MAC address")
-		} else if hw, err := net.ParseMAC(d.MAC); err != nil || len(hw) != 6 {
-			add(p+".dhcp.mac", "%q is not a MAC address (want six hex bytes like 3c:ec:ef:12:34:07)", d.MAC)
+		} else if mac, err := macaddr.Parse(d.MAC); err != nil {
+			add(p+".dhcp.mac", "%v", err)
 		} else {
-			norm := hw.String()
-			if prev, ok := seenMAC[norm]; ok {
+			if prev, ok := seenMAC[mac]; ok {
 				add(p+".dhcp.mac", "%s is also the MAC of %s", d.MAC, prev)
 			}
-			seenMAC[norm] = p
+			seenMAC[mac] = p
 		}
 		if d.IP != nil {
 			checkAddr(add, p+".dhcp.ip.address", d.IP.Address)

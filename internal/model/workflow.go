@@ -53,23 +53,62 @@ type CustombootConfig struct {
 	PostActions      []BMCAction `json:"postActions,omitempty"`
 }
 
-// Workflow and action states. Tinkerbell's older releases wrote them with a
-// STATE_ prefix; NormalizeState accepts both.
+// State is the state of a workflow or of one of its actions: one of the
+// State constants, or "" before the engine has set one.
+//
+// Tinkerbell's older releases wrote states with a STATE_ prefix
+// ("STATE_RUNNING"). A State is read in either spelling and held in the
+// constants' one: UnmarshalText drops the prefix when a Workflow is
+// decoded (from the store, a manifest or the API), so code that reads a
+// State compares it with == and never normalises. On the wire a State is
+// the plain string it holds.
+type State string
+
+// Workflow and action states.
 const (
-	StatePending = "PENDING"
-	StateRunning = "RUNNING"
-	StateSuccess = "SUCCESS"
-	StateFailed  = "FAILED"
-	StateTimeout = "TIMEOUT"
+	StatePending State = "PENDING"
+	StateRunning State = "RUNNING"
+	StateSuccess State = "SUCCESS"
+	StateFailed  State = "FAILED"
+	StateTimeout State = "TIMEOUT"
 	// StateCancelled is Anvil's addition: the workflow was cancelled (see
 	// WorkflowStatus.CancelRequested), and so was an action interrupted by
 	// a cancellation whose outcome on the machine is unknown.
-	StateCancelled = "CANCELLED"
+	StateCancelled State = "CANCELLED"
 )
+
+// tinkStatePrefix is how Tinkerbell's older releases began every state.
+const tinkStatePrefix = "STATE_"
+
+// ParseState reads a state in either spelling: "STATE_RUNNING" and
+// "RUNNING" are StateRunning. Any other text is kept as it is.
+func ParseState(s string) State {
+	if len(s) > len(tinkStatePrefix) && s[:len(tinkStatePrefix)] == tinkStatePrefix {
+		s = s[len(tinkStatePrefix):]
+	}
+	return State(s)
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseState, so
+// that decoding a Workflow from JSON or YAML normalises its states.
+func (s *State) UnmarshalText(b []byte) error {
+	*s = ParseState(string(b))
+	return nil
+}
+
+// IsFinal reports whether s is terminal: SUCCESS, FAILED, TIMEOUT or
+// CANCELLED.
+func (s State) IsFinal() bool {
+	switch s {
+	case StateSuccess, StateFailed, StateTimeout, StateCancelled:
+		return true
+	}
+	return false
+}
 
 // WorkflowStatus is Tinkerbell's Workflow status plus Anvil's history.
 type WorkflowStatus struct {
-	State               string        `json:"state,omitempty"`
+	State               State         `json:"state,omitempty"`
 	CurrentState        *CurrentState `json:"currentState,omitempty"`
 	GlobalTimeout       int64         `json:"globalTimeout,omitempty"`
 	GlobalExecutionStop *time.Time    `json:"globalExecutionStop,omitempty"`
@@ -106,7 +145,7 @@ type CurrentState struct {
 	AgentID    string `json:"agentID,omitempty"`
 	TaskID     string `json:"taskID,omitempty"`
 	ActionID   string `json:"actionID,omitempty"`
-	State      string `json:"state,omitempty"`
+	State      State  `json:"state,omitempty"`
 	ActionName string `json:"actionName,omitempty"`
 	TaskName   string `json:"taskName,omitempty"`
 }
@@ -132,7 +171,7 @@ type Action struct {
 	Pid               string            `json:"pid,omitempty"`
 	Runtime           string            `json:"runtime,omitempty"` // Anvil's: ActionDefinition.Runtime
 	Environment       map[string]string `json:"environment,omitempty"`
-	State             string            `json:"state,omitempty"`
+	State             State             `json:"state,omitempty"`
 	ExecutionStart    *time.Time        `json:"executionStart,omitempty"`
 	ExecutionStop     *time.Time        `json:"executionStop,omitempty"`
 	ExecutionDuration string            `json:"executionDuration,omitempty"`
@@ -192,27 +231,10 @@ type HistoryEvent struct {
 	Task     string    `json:"task,omitempty"`
 	Action   string    `json:"action,omitempty"`
 	AgentID  string    `json:"agentID,omitempty"`
-	State    string    `json:"state,omitempty"`
+	State    State     `json:"state,omitempty"`
 	Message  string    `json:"message,omitempty"`
 	Attempt  int       `json:"attempt,omitempty"`
 	Progress *Progress `json:"progress,omitempty"`
-}
-
-// NormalizeState maps Tinkerbell's STATE_X spelling to X.
-func NormalizeState(s string) string {
-	if len(s) > 6 && s[:6] == "STATE_" {
-		return s[6:]
-	}
-	return s
-}
-
-// IsFinal reports whether a workflow or action state is terminal.
-func IsFinal(state string) bool {
-	switch NormalizeState(state) {
-	case StateSuccess, StateFailed, StateTimeout, StateCancelled:
-		return true
-	}
-	return false
 }
 
 // Values of ActionDefinition.Runtime (empty is the default: native when

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // ErrNotFound is what a Finder returns (wrapped) when it has no config for
@@ -19,14 +20,14 @@ var ErrNotFound = errors.New("config not found")
 // 404; any other error a 500. Its message is sent to the machine and logged,
 // so it must not contain secrets.
 type Finder interface {
-	Config(ctx context.Context, mac net.HardwareAddr, name string) (Config, Data, error)
+	Config(ctx context.Context, mac macaddr.MAC, name string) (Config, Data, error)
 }
 
 // FinderFunc adapts a function to Finder.
-type FinderFunc func(ctx context.Context, mac net.HardwareAddr, name string) (Config, Data, error)
+type FinderFunc func(ctx context.Context, mac macaddr.MAC, name string) (Config, Data, error)
 
 // Config calls f.
-func (f FinderFunc) Config(ctx context.Context, mac net.HardwareAddr, name string) (Config, Data, error) {
+func (f FinderFunc) Config(ctx context.Context, mac macaddr.MAC, name string) (Config, Data, error) {
 	return f(ctx, mac, name)
 }
 
@@ -35,7 +36,7 @@ func (f FinderFunc) Config(ctx context.Context, mac net.HardwareAddr, name strin
 // its Content-Type and Content-Length; 400 for a malformed MAC; 404 with the
 // reason when find reports ErrNotFound; 500 with the error and no partial
 // body when finding or rendering fails. The MAC may be in any form
-// net.ParseMAC accepts (52-54-00-AB-CD-EF, 5254.00ab.cdef, …). Every answer
+// macaddr.Parse accepts (52-54-00-AB-CD-EF, 5254.00ab.cdef, …). Every answer
 // is logged with the MAC, the config name and the reason. A nil log
 // discards. Responses carry Cache-Control: no-store, since configs may hold
 // secrets.
@@ -46,7 +47,7 @@ func Handler(find Finder, secrets SecretSource, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /configs/{mac}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		rawMAC, name := r.PathValue("mac"), r.PathValue("name")
-		mac, err := net.ParseMAC(rawMAC)
+		mac, err := macaddr.Parse(rawMAC)
 		if err != nil {
 			log.Info("config refused: malformed MAC", "mac", rawMAC, "config", name, "remote", r.RemoteAddr)
 			http.Error(w, "malformed MAC address "+strconv.Quote(rawMAC), http.StatusBadRequest)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,10 +13,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/render"
 )
 
-// memFinder is an in-memory Finder: configs by MAC (as net.HardwareAddr
+// memFinder is an in-memory Finder: configs by MAC (in canonical
 // prints it) and name, plus an error to return for one MAC.
 type memFinder struct {
 	hosts   map[string]render.Data
@@ -25,7 +25,7 @@ type memFinder struct {
 	failMAC string
 }
 
-func (f *memFinder) Config(_ context.Context, mac net.HardwareAddr, name string) (render.Config, render.Data, error) {
+func (f *memFinder) Config(_ context.Context, mac macaddr.MAC, name string) (render.Config, render.Data, error) {
 	if mac.String() == f.failMAC {
 		return render.Config{}, render.Data{}, fmt.Errorf("two profiles match %s: a, b", mac)
 	}

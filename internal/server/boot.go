@@ -127,10 +127,8 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 			return nil, fmt.Errorf("--boot-iso: %w", err)
 		}
 		b.isoURL = func(hw *model.Hardware) string {
-			for _, ifc := range hw.Spec.Interfaces {
-				if ifc.DHCP != nil && ifc.DHCP.MAC != "" {
-					return httpBase + httpboot.ISOPath(ifc.DHCP.MAC)
-				}
+			if macs := hw.MACs(); len(macs) > 0 {
+				return httpBase + httpboot.ISOPath(macs[0])
 			}
 			return "" // no MAC: the engine fails the workflow saying there is no ISO
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/bootpolicy"
 	"github.com/anvilproj/anvil/internal/clientip"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/render"
 )
 
@@ -31,7 +31,7 @@ type configFinder struct {
 	self   netip.Addr // the server's public address
 }
 
-func (f configFinder) Config(ctx context.Context, mac net.HardwareAddr, name string) (render.Config, render.Data, error) {
+func (f configFinder) Config(ctx context.Context, mac macaddr.MAC, name string) (render.Config, render.Data, error) {
 	hw, bp, err := f.policy.ProfileFor(ctx, mac)
 	if errors.Is(err, bootpolicy.ErrNoProfile) {
 		return render.Config{}, render.Data{}, fmt.Errorf("%w: %v", render.ErrNotFound, err)

@@ -32,9 +32,8 @@ func Claims(hw *model.Hardware) []Claim {
 			continue
 		}
 		p := fmt.Sprintf("spec.interfaces[%d].dhcp", i)
-		if ifc.DHCP.MAC != "" {
-			mac, _ := model.CanonicalMAC(ifc.DHCP.MAC)
-			out = append(out, Claim{IndexMAC, mac, p + ".mac"})
+		if mac := ifc.MAC(); mac.IsValid() {
+			out = append(out, Claim{IndexMAC, mac.String(), p + ".mac"})
 			if firstMAC == "" {
 				firstMAC = p + ".mac"
 			}

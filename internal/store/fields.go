@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -39,9 +40,17 @@ func ParseFieldSelector(kind, s string) ([]FieldRequirement, error) {
 		}
 		r.Field, r.Value = strings.TrimSpace(r.Field), strings.TrimSpace(r.Value)
 		if r.Field == fieldMAC {
-			// The field's values are canonical (model.CanonicalMAC): so is
-			// what they are compared with, however the user spells it.
-			r.Value, _ = model.CanonicalMAC(r.Value)
+			// The field's values are canonical (macaddr.MAC.String): so
+			// is what they are compared with, however the user spells it.
+			// A value that is no MAC stays as written and matches none.
+			if m, err := macaddr.Parse(r.Value); err == nil {
+				r.Value = m.String()
+			}
+		}
+		if r.Field == fieldState {
+			// Likewise for states: a Workflow's are normalised when it
+			// is decoded, so STATE_RUNNING selects RUNNING.
+			r.Value = string(model.ParseState(r.Value))
 		}
 		if _, ok := FieldValues(kind, nil, r.Field); !ok {
 			return nil, fmt.Errorf("field selector %q: %s has no selectable field %q (have: %s)",
@@ -55,6 +64,9 @@ func ParseFieldSelector(kind, s string) ([]FieldRequirement, error) {
 // fieldMAC is the Hardware field selector of MACs.
 const fieldMAC = "spec.interfaces.dhcp.mac"
 
+// fieldState is the Workflow field selector of its state.
+const fieldState = "status.state"
+
 // selectable lists, per kind, the fields a field selector may name.
 var selectable = map[string][]string{
 	model.KindHardware: {"metadata.name", "metadata.namespace", fieldMAC,
@@ -62,7 +74,7 @@ var selectable = map[string][]string{
 	model.KindTemplate:    {"metadata.name", "metadata.namespace"},
 	model.KindBootProfile: {"metadata.name", "metadata.namespace"},
 	model.KindWorkflow: {"metadata.name", "metadata.namespace", "spec.templateRef",
-		"spec.hardwareRef", "status.state"},
+		"spec.hardwareRef", fieldState},
 	model.KindMachine: {"metadata.name", "metadata.namespace", "spec.connection.host"},
 	model.KindJob:     {"metadata.name", "metadata.namespace", "spec.machineRef.name"},
 	model.KindTask:    {"metadata.name", "metadata.namespace"},
@@ -96,7 +108,7 @@ func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
 	case *model.Hardware:
 		switch field {
 		case fieldMAC:
-			return o.MACs(), true
+			return macStrings(o), true
 		case "spec.interfaces.dhcp.ip.address":
 			return o.IPs(), true
 		case "spec.metadata.instance.id":
@@ -115,8 +127,8 @@ func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
 			return []string{o.Spec.TemplateRef}, true
 		case "spec.hardwareRef":
 			return []string{o.Spec.HardwareRef}, true
-		case "status.state":
-			return []string{o.Status.State}, true
+		case fieldState:
+			return []string{string(o.Status.State)}, true
 		}
 	case *model.Machine:
 		if field == "spec.connection.host" {
@@ -149,6 +161,17 @@ func MatchFields(kind string, obj model.Object, reqs []FieldRequirement) bool {
 	return true
 }
 
+// macStrings returns hw's MACs as the index and the field selector hold
+// them: canonical text.
+func macStrings(hw *model.Hardware) []string {
+	macs := hw.MACs()
+	out := make([]string, len(macs))
+	for i, m := range macs {
+		out[i] = m.String()
+	}
+	return out
+}
+
 // IndexValues returns the values obj holds in the named index, and whether
 // the index exists for its kind. Store implementations maintain their
 // indexes with it so that every store indexes the same way.
@@ -157,7 +180,7 @@ func IndexValues(obj model.Object, index string) ([]string, bool) {
 	case *model.Hardware:
 		switch index {
 		case IndexMAC:
-			return o.MACs(), true
+			return macStrings(o), true
 		case IndexIP:
 			return o.IPs(), true
 		case IndexAgentID:

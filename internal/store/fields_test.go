@@ -30,6 +30,11 @@ func TestParseFieldSelector(t *testing.T) {
 			{Field: "spec.templateRef", Value: "t", Not: true},
 		}},
 		{model.KindTemplate, "metadata.name=t", []FieldRequirement{{Field: "metadata.name", Value: "t"}}},
+		// Values are read as the field's values are held: a MAC in any
+		// spelling, a state in Tinkerbell's older one.
+		{model.KindHardware, "spec.interfaces.dhcp.mac=AA-BB-CC-DD-EE-FF", []FieldRequirement{
+			{Field: "spec.interfaces.dhcp.mac", Value: "aa:bb:cc:dd:ee:ff"}}},
+		{model.KindWorkflow, "status.state=STATE_RUNNING", []FieldRequirement{{Field: "status.state", Value: "RUNNING"}}},
 	} {
 		got, err := ParseFieldSelector(tc.kind, tc.in)
 		if err != nil {

@@ -43,7 +43,7 @@ var (
 
 // Index names. Hardware is indexed by MAC, IP, agent ID and instance ID;
 // Workflow by the hardware it runs on and the agent IDs of its tasks. Index
-// values are compared exactly; MACs are in model.CanonicalMAC's form
+// values are compared exactly; MACs are in macaddr.MAC's canonical form
 // (lower-case, colon-separated) whatever the Hardware's spelling.
 const (
 	IndexMAC         = "mac"         // Hardware: spec.interfaces[].dhcp.mac

@@ -106,7 +106,7 @@ func TestServeBadDatagramsDoNotStopIt(t *testing.T) {
 	for _, w := range want {
 		e := events.next(t)
 		if e.Outcome != w.outcome || !strings.HasPrefix(e.Message, w.prefix) || e.Service != machinelog.ServiceSyslog ||
-			e.IP != netip.MustParseAddr("127.0.0.1") || e.MAC != nil {
+			e.IP != netip.MustParseAddr("127.0.0.1") || e.MAC.IsValid() {
 			t.Errorf("event = %+v; want service syslog, IP 127.0.0.1, outcome %s, message starting %q", e, w.outcome, w.prefix)
 		}
 	}

@@ -15,6 +15,7 @@ func TestImports(t *testing.T) {
 	allowed := map[string]string{
 		module + "internal/machinelog":                            "the Event contract every service emits",
 		module + "internal/lograte":                               "the malformed-packet log limit every packet loop shares",
+		module + "internal/macaddr":                               "the one MAC type, a per-machine path's first element",
 		module + "internal/clock":                                 "the one source of time (a leaf)",
 		"golang.org/x/sys/unix":                                   "sendmsg/sendmmsg with UDP_SEGMENT",
 		"golang.org/x/net/ipv4":                                   "the destination address of requests on a wildcard socket",

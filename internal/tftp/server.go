@@ -18,6 +18,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/lograte"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 )
 
@@ -411,7 +412,7 @@ type event struct {
 	verb string // "RRQ" or "WRQ"
 	name string // as requested
 	from netip.AddrPort
-	mac  net.HardwareAddr
+	mac  macaddr.MAC
 }
 
 // record counts a request's outcome, logs it and emits its Event — unless
@@ -441,7 +442,7 @@ func (s *Server) record(ev event, outcome, detail string) {
 		level = slog.LevelWarn
 	}
 	attrs := []any{"outcome", outcome}
-	if ev.mac != nil {
+	if ev.mac.IsValid() {
 		attrs = append(attrs, "mac", ev.mac.String())
 	}
 	s.log.Log(context.Background(), level, "tftp: "+msg, attrs...)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // fixture is the file tree most tests serve.
@@ -517,8 +519,8 @@ func TestPerMACPath(t *testing.T) {
 				t.Fatalf("got %d bytes, want %s's %d", len(res.data), rest, len(fsys[rest].Data))
 			}
 			ev := srv.events.wait(t, i+1)[i]
-			mac, _ := parseMAC(name[:17])
-			if ev.Outcome != OutcomeServed || ev.MAC.String() != mac.String() || !strings.Contains(ev.Message, name) {
+			mac := macaddr.MustParse(name[:17])
+			if ev.Outcome != OutcomeServed || ev.MAC != mac || !strings.Contains(ev.Message, name) {
 				t.Errorf("event = %+v; want served for %s with the name asked", ev, mac)
 			}
 		})

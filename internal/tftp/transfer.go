@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // readAhead is the least a transfer reads from its file at a time, so a
@@ -27,7 +29,7 @@ type transfer struct {
 	req      request
 	netascii bool
 	path     string // in s.fs
-	mac      net.HardwareAddr
+	mac      macaddr.MAC
 	peer     netip.AddrPort
 	local    netip.Addr // the address the request came to; invalid if unknown
 	start    time.Time
@@ -61,7 +63,7 @@ type transfer struct {
 	resent  int64  // DATA and OACK packets sent again
 }
 
-func newTransfer(s *Server, main net.PacketConn, req request, netascii bool, path string, mac net.HardwareAddr, peer netip.AddrPort, local netip.Addr) *transfer {
+func newTransfer(s *Server, main net.PacketConn, req request, netascii bool, path string, mac macaddr.MAC, peer netip.AddrPort, local netip.Addr) *transfer {
 	return &transfer{
 		s: s, main: main, req: req, netascii: netascii, path: path, mac: mac,
 		peer: peer, local: local, start: time.Now(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -35,10 +36,10 @@ func AgentIDOf(hw *model.Hardware) string {
 // once, in the order found.
 func AgentHardware(ctx context.Context, idx store.Indexer, id string) ([]*model.Hardware, error) {
 	lookups := [][2]string{{store.IndexAgentID, id}}
-	if mac, ok := model.CanonicalMAC(id); ok {
-		lookups = append(lookups, [2]string{store.IndexMAC, mac})
-		if mac != id {
-			lookups = append(lookups, [2]string{store.IndexAgentID, mac})
+	if mac, err := macaddr.Parse(id); err == nil {
+		lookups = append(lookups, [2]string{store.IndexMAC, mac.String()})
+		if mac.String() != id {
+			lookups = append(lookups, [2]string{store.IndexAgentID, mac.String()})
 		}
 	}
 	var out []*model.Hardware
@@ -61,9 +62,9 @@ func AgentHardware(ctx context.Context, idx store.Indexer, id string) ([]*model.
 
 // ResolveAgent returns the agent ID (AgentIDOf) of the one Hardware that id
 // names (AgentHardware), looking only in namespace ns unless ns is "". When
-// no Hardware or several do, it returns id itself, a MAC in canonical form:
-// nothing better is known, and a workflow naming a worker no machine
-// answers to stays as written (and waits).
+// no Hardware or several do, it returns id itself (as WorkerID writes it: a
+// MAC in canonical form): nothing better is known, and a workflow naming a
+// worker no machine answers to stays as written (and waits).
 func ResolveAgent(ctx context.Context, idx store.Indexer, ns, id string) (string, error) {
 	hws, err := AgentHardware(ctx, idx, id)
 	if err != nil {
@@ -80,8 +81,5 @@ func ResolveAgent(ctx context.Context, idx store.Indexer, ns, id string) (string
 			return a, nil
 		}
 	}
-	if mac, ok := model.CanonicalMAC(id); ok {
-		return mac, nil
-	}
-	return id, nil
+	return WorkerID(id), nil
 }

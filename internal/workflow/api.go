@@ -57,7 +57,7 @@ type ActionReport struct {
 	TaskID         string
 	ActionID       string
 	ActionName     string
-	State          string // model.State*
+	State          model.State
 	ExecutionStart *time.Time
 	ExecutionStop  *time.Time
 	Message        string
@@ -78,4 +78,3 @@ var (
 	// TIMEOUT.
 	ErrEnded = errors.New("workflow already ended")
 )
-

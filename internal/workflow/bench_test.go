@@ -100,7 +100,7 @@ func BenchmarkAgentLoop(b *testing.B) {
 					errs <- fmt.Errorf("%s GetAction: %w", id, err)
 					return
 				}
-				for _, s := range []string{model.StateRunning, model.StateSuccess} {
+				for _, s := range []model.State{model.StateRunning, model.StateSuccess} {
 					if _, err := eng.ReportActionStatus(ctx, ActionReport{WorkflowID: na.WorkflowID, AgentID: id,
 						TaskID: na.TaskID, ActionID: na.ActionID, ActionName: na.Name, State: s}); err != nil {
 						errs <- fmt.Errorf("%s report %s %s: %w", id, na.Name, s, err)

@@ -21,11 +21,11 @@ func TestCancel(t *testing.T) {
 
 		wantChanged bool
 		wantErr     error
-		wantState   string
+		wantState   model.State
 		// wantRequested: CancelRequested set (a cancellation that waits).
 		wantRequested bool
 		// wantActions are the three actions' states after.
-		wantActions [3]string
+		wantActions [3]model.State
 	}{
 		{
 			name:        "not yet rendered",
@@ -36,7 +36,7 @@ func TestCancel(t *testing.T) {
 			name:        "pending",
 			setup:       func(*testing.T, *model.WorkflowStatus) {},
 			wantChanged: true, wantState: model.StateCancelled,
-			wantActions: [3]string{model.StatePending, model.StatePending, model.StatePending},
+			wantActions: [3]model.State{model.StatePending, model.StatePending, model.StatePending},
 		},
 		{
 			name: "between actions",
@@ -45,7 +45,7 @@ func TestCancel(t *testing.T) {
 				mustApply(t, st, rep(st, 0, model.StateSuccess), t0)
 			},
 			wantChanged: true, wantState: model.StateCancelled,
-			wantActions: [3]string{model.StateSuccess, model.StatePending, model.StatePending},
+			wantActions: [3]model.State{model.StateSuccess, model.StatePending, model.StatePending},
 		},
 		{
 			name: "running action: waits for its end",
@@ -53,7 +53,7 @@ func TestCancel(t *testing.T) {
 				mustApply(t, st, rep(st, 0, model.StateRunning), t0)
 			},
 			wantChanged: true, wantState: model.StateRunning, wantRequested: true,
-			wantActions: [3]string{model.StateRunning, model.StatePending, model.StatePending},
+			wantActions: [3]model.State{model.StateRunning, model.StatePending, model.StatePending},
 		},
 		{
 			name: "running action, forced",
@@ -62,7 +62,7 @@ func TestCancel(t *testing.T) {
 			},
 			force:       true,
 			wantChanged: true, wantState: model.StateCancelled,
-			wantActions: [3]string{model.StateCancelled, model.StatePending, model.StatePending},
+			wantActions: [3]model.State{model.StateCancelled, model.StatePending, model.StatePending},
 		},
 		{
 			name: "already requested",
@@ -73,7 +73,7 @@ func TestCancel(t *testing.T) {
 				}
 			},
 			wantChanged: false, wantState: model.StateRunning, wantRequested: true,
-			wantActions: [3]string{model.StateRunning, model.StatePending, model.StatePending},
+			wantActions: [3]model.State{model.StateRunning, model.StatePending, model.StatePending},
 		},
 		{
 			name: "already cancelled",
@@ -83,7 +83,7 @@ func TestCancel(t *testing.T) {
 				}
 			},
 			wantChanged: false, wantState: model.StateCancelled,
-			wantActions: [3]string{model.StatePending, model.StatePending, model.StatePending},
+			wantActions: [3]model.State{model.StatePending, model.StatePending, model.StatePending},
 		},
 		{
 			name: "failed: nothing to cancel",
@@ -91,7 +91,7 @@ func TestCancel(t *testing.T) {
 				mustApply(t, st, rep(st, 0, model.StateFailed), t0)
 			},
 			wantErr: ErrEnded, wantState: model.StateFailed,
-			wantActions: [3]string{model.StateFailed, model.StatePending, model.StatePending},
+			wantActions: [3]model.State{model.StateFailed, model.StatePending, model.StatePending},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,7 +111,7 @@ func TestCancel(t *testing.T) {
 				t.Errorf("CancelRequested set = %t; want %t", got, tc.wantRequested)
 			}
 			if len(st.Tasks) > 0 {
-				var got [3]string
+				var got [3]model.State
 				for i, a := range st.Tasks[0].Actions {
 					got[i] = a.State
 				}
@@ -136,8 +136,8 @@ func TestCancel(t *testing.T) {
 // reported, without retry, and ends the workflow CANCELLED; reports after
 // that are acknowledged and change nothing.
 func TestCancelWaitsForRunningAction(t *testing.T) {
-	for _, end := range []string{model.StateSuccess, model.StateFailed, model.StateTimeout} {
-		t.Run(end, func(t *testing.T) {
+	for _, end := range []model.State{model.StateSuccess, model.StateFailed, model.StateTimeout} {
+		t.Run(string(end), func(t *testing.T) {
 			st := newStatus(def3([]int{3, 0, 0}, nil, 0))
 			mustApply(t, &st, rep(&st, 0, model.StateRunning), t0)
 			if _, err := Cancel(&st, t0.Add(time.Second), false, ""); err != nil {
@@ -354,7 +354,7 @@ func TestEngineCancel(t *testing.T) {
 	})
 }
 
-func stateOf(w *model.Workflow) string {
+func stateOf(w *model.Workflow) model.State {
 	if w == nil {
 		return "<nil>"
 	}

@@ -53,7 +53,7 @@ func (e *Engine) custombootPreparingJob(ctx context.Context, wf *model.Workflow,
 	if FindCondition(st, ConditionBootJobSetupComplete) != nil {
 		return e.followBootJob(ctx, wf, bj, now)
 	}
-	if st.StartTime != nil || model.NormalizeState(st.State) != model.StatePending {
+	if st.StartTime != nil || st.State != model.StatePending {
 		return false, nil // already started: leave it be
 	}
 	hw, err := e.bmcHardware(ctx, wf)

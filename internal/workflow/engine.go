@@ -389,7 +389,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 		changed = true
 	}
 
-	final := model.IsFinal(st.State)
+	final := st.State.IsFinal()
 	disabled := model.BoolValue(wf.Spec.Disabled, false)
 
 	// (b) One active workflow per hardware.
@@ -431,7 +431,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 		}
 		if c {
 			changed = true
-			final = model.IsFinal(st.State)
+			final = st.State.IsFinal()
 		}
 	}
 	// (f) isoboot: the CD comes out once the workflow has succeeded;
@@ -447,7 +447,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 		}
 		if c {
 			changed = true
-			final = model.IsFinal(st.State)
+			final = st.State.IsFinal()
 		}
 	}
 
@@ -474,7 +474,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 		wf = obj.(*model.Workflow)
 	}
 	e.schedule(key, NextDeadline(&wf.Status))
-	if model.IsFinal(wf.Status.State) || disabled {
+	if wf.Status.State.IsFinal() || disabled {
 		e.enqueueSiblings(ctx, wf)
 	}
 	e.notifyWorkflowAgents(wf)
@@ -546,7 +546,7 @@ func (e *Engine) enqueueSiblings(ctx context.Context, wf *model.Workflow) {
 	}
 	for _, o := range objs {
 		w := o.(*model.Workflow)
-		if w.Namespace == wf.Namespace && w.Name != wf.Name && !model.IsFinal(w.Status.State) {
+		if w.Namespace == wf.Namespace && w.Name != wf.Name && !w.Status.State.IsFinal() {
 			e.queue.add(w.Key())
 		}
 	}
@@ -747,7 +747,7 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 			}
 			continue
 		}
-		switch model.NormalizeState(w.Status.State) {
+		switch w.Status.State {
 		case model.StatePending, model.StateRunning:
 		default:
 			continue
@@ -822,7 +822,7 @@ func (e *Engine) warnOnce(key string) bool {
 // state after it. It returns only once the change is durable in the store.
 // Errors: ErrUnknownWorkflow, ErrBadReport (wrapped with the reason), or the
 // store's.
-func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string, error) {
+func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.State, error) {
 	ns, name, ok := splitKey(r.WorkflowID)
 	if !ok {
 		return "", fmt.Errorf("%w: %q (want namespace/name)", ErrUnknownWorkflow, r.WorkflowID)
@@ -847,7 +847,7 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (string
 			return "", err
 		}
 		wf := obj.(*model.Workflow)
-		if c := FindCondition(&wf.Status, ConditionWaiting); c != nil && !model.IsFinal(wf.Status.State) {
+		if c := FindCondition(&wf.Status, ConditionWaiting); c != nil && !wf.Status.State.IsFinal() {
 			return wf.Status.State, fmt.Errorf("%w: %s", ErrBadReport, c.Message)
 		}
 		changed, err := ApplyReport(&wf.Status, r, e.clock.Now())

@@ -120,7 +120,7 @@ func (e *env) waitUntil(what string, cond func() bool) {
 	}
 }
 
-func stateIs(s string) func(*model.Workflow) bool {
+func stateIs(s model.State) func(*model.Workflow) bool {
 	return func(w *model.Workflow) bool { return w.Status.State == s }
 }
 
@@ -145,7 +145,7 @@ func testWorkflow(name string, hwRef string) *model.Workflow {
 
 // runAction gets the agent's next action (no wait), checks its name and
 // reports it RUNNING then the given end state.
-func (e *env) runAction(agent, want, end string) *NextAction {
+func (e *env) runAction(agent, want string, end model.State) *NextAction {
 	e.t.Helper()
 	ctx := context.Background()
 	na, err := e.engine.GetAction(ctx, agent, 0)
@@ -162,7 +162,7 @@ func (e *env) runAction(agent, want, end string) *NextAction {
 	return na
 }
 
-func (e *env) report(agent string, na *NextAction, state string) string {
+func (e *env) report(agent string, na *NextAction, state model.State) model.State {
 	e.t.Helper()
 	ws, err := e.engine.ReportActionStatus(context.Background(), ActionReport{WorkflowID: na.WorkflowID,
 		AgentID: agent, TaskID: na.TaskID, ActionID: na.ActionID, ActionName: na.Name, State: state})

@@ -83,7 +83,7 @@ func (e *Engine) isoMountJob(ctx context.Context, wf *model.Workflow, now time.T
 	if FindCondition(st, ConditionBootJobSetupComplete) != nil {
 		return e.followBootJob(ctx, wf, bj, now)
 	}
-	if st.StartTime != nil || model.NormalizeState(st.State) != model.StatePending {
+	if st.StartTime != nil || st.State != model.StatePending {
 		return false, nil // already started (or made before this rule): leave it be
 	}
 	hw, err := e.bmcHardware(ctx, wf)

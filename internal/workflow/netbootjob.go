@@ -111,7 +111,7 @@ func bootJobFailed(st *model.WorkflowStatus, bj bootJob, msg string, now time.Ti
 func (e *Engine) netbootJob(ctx context.Context, wf *model.Workflow, now time.Time) (bool, error) {
 	st := &wf.Status
 	if c := FindCondition(st, ConditionNetbootJobSetupComplete); c == nil {
-		if st.StartTime != nil || model.NormalizeState(st.State) != model.StatePending {
+		if st.StartTime != nil || st.State != model.StatePending {
 			return false, nil // already started (or made before this rule): leave it be
 		}
 		return e.createNetbootJob(ctx, wf, now)

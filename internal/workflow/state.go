@@ -143,7 +143,7 @@ func idPrefix(uid string) string {
 
 // InitialStatus builds the status of a freshly rendered workflow: one Task per
 // task of def with its agent (the rendered worker; a MAC in canonical form,
-// see model.CanonicalMAC), every action PENDING with
+// see WorkerID), every action PENDING with
 // its retries, the global timeout, state PENDING and a history entry. Task IDs
 // are "<uid8>-t<N>", action IDs "<uid8>-t<N>a<M>" (1-based; without the
 // prefix when the workflow has no UID).
@@ -217,7 +217,7 @@ func RenderFailedStatus(st *model.WorkflowStatus, err error, now time.Time) {
 func firstUnfinished(st *model.WorkflowStatus) (ti, ai int, ok bool) {
 	for i := range st.Tasks {
 		for j := range st.Tasks[i].Actions {
-			if model.NormalizeState(st.Tasks[i].Actions[j].State) != model.StateSuccess {
+			if st.Tasks[i].Actions[j].State != model.StateSuccess {
 				return i, j, true
 			}
 		}
@@ -294,25 +294,25 @@ func ApplyReport(status *model.WorkflowStatus, r ActionReport, now time.Time) (b
 	if r.AgentID != t.AgentID {
 		return false, badReport("task %q belongs to agent %q, not %q", t.Name, t.AgentID, r.AgentID)
 	}
-	if model.NormalizeState(st.State) == model.StateCancelled {
+	if st.State == model.StateCancelled {
 		// Acknowledged but not recorded: the answer, CANCELLED, tells
 		// the agent to run nothing more.
 		return false, nil
 	}
-	state := model.NormalizeState(r.State)
-	cur := model.NormalizeState(a.State)
+	state := r.State
+	cur := a.State
 
 	// Duplicates of a recorded end are idempotent, even after the workflow
 	// ended: the agent may not have seen our answer.
 	switch {
-	case model.IsFinal(state) && state == cur:
+	case state.IsFinal() && state == cur:
 		return false, nil
 	case (state == model.StateFailed || state == model.StateTimeout) && cur == model.StatePending && a.RetryAfter != nil:
 		// The previous attempt's end, already turned into a pending retry.
 		return false, nil
 	}
-	if model.IsFinal(st.State) {
-		return false, badReport("workflow already ended (%s)", model.NormalizeState(st.State))
+	if st.State.IsFinal() {
+		return false, badReport("workflow already ended (%s)", st.State)
 	}
 	if fi, fa, ok := firstUnfinished(status); !ok || fi != ti || fa != ai {
 		if ok {
@@ -379,7 +379,7 @@ func (st wfState) start(ti, ai int, r ActionReport, now time.Time) {
 		s := now
 		st.StartTime = &s
 	}
-	if model.NormalizeState(st.State) != model.StateRunning {
+	if st.State != model.StateRunning {
 		st.State = model.StateRunning
 		AddHistory(st.WorkflowStatus, model.HistoryEvent{Time: now, Type: HistoryWorkflow, State: model.StateRunning})
 	}
@@ -391,7 +391,7 @@ func (st wfState) start(ti, ai int, r ActionReport, now time.Time) {
 // finish ends the running attempt of an action with a final state. A failure
 // or timeout with retries left sends the action back to PENDING with a
 // RetryAfter; otherwise the workflow ends with the action's state.
-func (st wfState) finish(ti, ai int, state, msg string, now time.Time) {
+func (st wfState) finish(ti, ai int, state model.State, msg string, now time.Time) {
 	t := &st.Tasks[ti]
 	a := &t.Actions[ai]
 	stopClock(a, now)
@@ -418,7 +418,7 @@ func (st wfState) finish(ti, ai int, state, msg string, now time.Time) {
 		AddHistory(st.WorkflowStatus, model.HistoryEvent{Time: now, Type: HistoryAction, Task: t.Name, Action: a.Name,
 			AgentID: t.AgentID, State: state, Attempt: a.Attempt,
 			Message: fmt.Sprintf("%s; will be retried after %s (retry %d of %d)",
-				orDefault(msg, strings.ToLower(state)), after.Sub(now), a.Attempt, a.Retries)})
+				orDefault(msg, strings.ToLower(string(state))), after.Sub(now), a.Attempt, a.Retries)})
 		return
 	}
 	a.State = state
@@ -427,14 +427,14 @@ func (st wfState) finish(ti, ai int, state, msg string, now time.Time) {
 		AgentID: t.AgentID, State: state, Message: msg, Attempt: a.Attempt})
 	if st.CancelRequested != nil {
 		st.endCancelled(fmt.Sprintf("after action %q of task %q ended %s (%s)",
-			a.Name, t.Name, state, orDefault(msg, strings.ToLower(state))), now)
+			a.Name, t.Name, state, orDefault(msg, strings.ToLower(string(state)))), now)
 		return
 	}
-	st.end(state, fmt.Sprintf("action %q of task %q: %s", a.Name, t.Name, orDefault(msg, strings.ToLower(state))), now)
+	st.end(state, fmt.Sprintf("action %q of task %q: %s", a.Name, t.Name, orDefault(msg, strings.ToLower(string(state)))), now)
 }
 
 // end puts the workflow in a final state.
-func (st wfState) end(state, msg string, now time.Time) {
+func (st wfState) end(state model.State, msg string, now time.Time) {
 	st.State = state
 	c := now
 	st.CompletionTime = &c
@@ -459,14 +459,14 @@ func orDefault(s, def string) string {
 // RetryAfter), or the zero time when nothing is.
 func CheckDeadlines(status *model.WorkflowStatus, now time.Time) (changed bool, next time.Time) {
 	st := wfState{status}
-	if model.IsFinal(st.State) || st.State == "" {
+	if st.State.IsFinal() || st.State == "" {
 		return false, time.Time{}
 	}
 	// Global limit first: it wins over any per-action retry.
 	if gd, ok := globalDeadline(status); ok && !now.Before(gd) {
 		msg := fmt.Sprintf("global timeout of %ds exceeded", st.GlobalTimeout)
 		if ti, ai, ok := firstUnfinished(status); ok {
-			if model.NormalizeState(st.Tasks[ti].Actions[ai].State) == model.StateRunning {
+			if st.Tasks[ti].Actions[ai].State == model.StateRunning {
 				st.stopAction(ti, ai, model.StateTimeout, msg, now)
 			}
 		}
@@ -489,14 +489,14 @@ func CheckDeadlines(status *model.WorkflowStatus, now time.Time) (changed bool, 
 }
 
 func globalDeadline(st *model.WorkflowStatus) (time.Time, bool) {
-	if model.NormalizeState(st.State) != model.StateRunning || st.GlobalTimeout <= 0 || st.StartTime == nil {
+	if st.State != model.StateRunning || st.GlobalTimeout <= 0 || st.StartTime == nil {
 		return time.Time{}, false
 	}
 	return st.StartTime.Add(time.Duration(st.GlobalTimeout) * time.Second), true
 }
 
 func actionDeadline(a *model.Action) (time.Time, bool) {
-	if model.NormalizeState(a.State) != model.StateRunning || a.Timeout <= 0 || a.ExecutionStart == nil {
+	if a.State != model.StateRunning || a.Timeout <= 0 || a.ExecutionStart == nil {
 		return time.Time{}, false
 	}
 	return a.ExecutionStart.Add(time.Duration(a.Timeout) * time.Second), true
@@ -505,7 +505,7 @@ func actionDeadline(a *model.Action) (time.Time, bool) {
 // NextDeadline returns when CheckDeadlines next has something to do, or the
 // zero time.
 func NextDeadline(st *model.WorkflowStatus) time.Time {
-	if model.IsFinal(st.State) || st.State == "" {
+	if st.State.IsFinal() || st.State == "" {
 		return time.Time{}
 	}
 	var next time.Time
@@ -522,7 +522,7 @@ func NextDeadline(st *model.WorkflowStatus) time.Time {
 		if ad, ok := actionDeadline(a); ok {
 			consider(ad)
 		}
-		if model.NormalizeState(a.State) == model.StatePending && a.RetryAfter != nil {
+		if a.State == model.StatePending && a.RetryAfter != nil {
 			consider(*a.RetryAfter)
 		}
 	}
@@ -539,7 +539,7 @@ func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now tim
 	if st.CancelRequested != nil {
 		return nil // not even the running action again: see CancelInterrupted
 	}
-	switch model.NormalizeState(st.State) {
+	switch st.State {
 	case model.StatePending, model.StateRunning:
 	default:
 		return nil
@@ -553,7 +553,7 @@ func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now tim
 	if t.AgentID != agentID {
 		return nil
 	}
-	switch model.NormalizeState(a.State) {
+	switch a.State {
 	case model.StatePending:
 		if a.RetryAfter != nil && now.Before(*a.RetryAfter) {
 			return nil
@@ -575,7 +575,7 @@ func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now tim
 		Runtime:    a.Runtime,
 		Attempt:    a.Attempt,
 	}
-	if model.NormalizeState(a.State) == model.StatePending {
+	if a.State == model.StatePending {
 		na.Attempt = a.Attempt + 1
 	}
 	if len(t.Volumes)+len(a.Volumes) > 0 {
@@ -609,7 +609,7 @@ func NextActionFor(st *model.WorkflowStatus, workflowID, agentID string, now tim
 // ended otherwise is an error wrapping ErrEnded, and st is left untouched.
 func Cancel(status *model.WorkflowStatus, now time.Time, force bool, reason string) (bool, error) {
 	st := wfState{status}
-	switch state := model.NormalizeState(st.State); state {
+	switch state := st.State; state {
 	case model.StateCancelled:
 		return false, nil
 	case "", model.StatePending:
@@ -621,7 +621,7 @@ func Cancel(status *model.WorkflowStatus, now time.Time, force bool, reason stri
 		return false, fmt.Errorf("%w (%s)", ErrEnded, state)
 	}
 	ti, ai, ok := firstUnfinished(status)
-	if !ok || model.NormalizeState(st.Tasks[ti].Actions[ai].State) != model.StateRunning {
+	if !ok || st.Tasks[ti].Actions[ai].State != model.StateRunning {
 		st.CancelReason = reason
 		st.endCancelled("between actions", now)
 		return true, nil
@@ -669,11 +669,11 @@ func withReason(msg, reason string) string {
 // changed.
 func CancelInterrupted(status *model.WorkflowStatus, agentID string, now time.Time) bool {
 	st := wfState{status}
-	if st.CancelRequested == nil || model.NormalizeState(st.State) != model.StateRunning {
+	if st.CancelRequested == nil || st.State != model.StateRunning {
 		return false
 	}
 	ti, ai, ok := firstUnfinished(status)
-	if !ok || st.Tasks[ti].AgentID != agentID || model.NormalizeState(st.Tasks[ti].Actions[ai].State) != model.StateRunning {
+	if !ok || st.Tasks[ti].AgentID != agentID || st.Tasks[ti].Actions[ai].State != model.StateRunning {
 		return false
 	}
 	t := &st.Tasks[ti]
@@ -695,7 +695,7 @@ func stopClock(a *model.Action, now time.Time) {
 // stopAction ends action ai of task ti in state (TIMEOUT, CANCELLED)
 // without a report from the agent: its stop time and duration, the
 // message, the current-action pointer and a history entry.
-func (st wfState) stopAction(ti, ai int, state, msg string, now time.Time) {
+func (st wfState) stopAction(ti, ai int, state model.State, msg string, now time.Time) {
 	t := &st.Tasks[ti]
 	a := &t.Actions[ai]
 	stopClock(a, now)

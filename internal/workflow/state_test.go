@@ -39,7 +39,7 @@ func newStatus(d *model.WorkflowDefinition) model.WorkflowStatus {
 	return InitialStatus(wf, d, t0)
 }
 
-func rep(st *model.WorkflowStatus, ai int, state string) ActionReport {
+func rep(st *model.WorkflowStatus, ai int, state model.State) ActionReport {
 	t := st.Tasks[0]
 	return ActionReport{WorkflowID: "default/w", AgentID: t.AgentID, TaskID: t.ID, ActionID: t.Actions[ai].ID,
 		ActionName: t.Actions[ai].Name, State: state}
@@ -71,7 +71,7 @@ func TestHappyPath(t *testing.T) {
 	st := newStatus(def3(nil, nil, 0))
 	now := t0
 	for i := range 3 {
-		mustApply(t, &st, rep(&st, i, "STATE_RUNNING"), now)
+		mustApply(t, &st, rep(&st, i, model.StateRunning), now)
 		if st.State != model.StateRunning || st.Tasks[0].Actions[i].State != model.StateRunning ||
 			st.CurrentState.ActionName != st.Tasks[0].Actions[i].Name || st.Tasks[0].Actions[i].Attempt != 1 {
 			t.Fatalf("after start %d: %+v", i, st)

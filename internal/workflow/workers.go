@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/tmplbudget"
@@ -68,8 +69,8 @@ func (l WorkerErrors) Error() string {
 // Hardware.AgentIDs), however the workflow's hardwareMap spells it;
 // anything else as it is.
 func WorkerID(worker string) string {
-	if m, ok := model.CanonicalMAC(worker); ok {
-		return m
+	if m, err := macaddr.Parse(worker); err == nil {
+		return m.String()
 	}
 	return worker
 }
@@ -80,8 +81,8 @@ func WorkerID(worker string) string {
 func workerNamespaces(ctx context.Context, idx store.Indexer, worker string) (map[string]bool, error) {
 	out := map[string]bool{}
 	lookups := [][2]string{{store.IndexAgentID, worker}}
-	if mac, ok := model.CanonicalMAC(worker); ok {
-		lookups = append(lookups, [2]string{store.IndexMAC, mac})
+	if mac, err := macaddr.Parse(worker); err == nil {
+		lookups = append(lookups, [2]string{store.IndexMAC, mac.String()})
 	}
 	for _, l := range lookups {
 		objs, err := idx.ByIndex(ctx, model.KindHardware, l[0], l[1])

@@ -13,18 +13,16 @@ import (
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/dhcp/dhcptest"
 	"github.com/anvilproj/anvil/internal/dhcp/relay"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
 
-var clientMAC = mustMAC("52:54:00:00:00:01")
-
-func mustMAC(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
+// clientMAC is the client's MAC: as the Backend knows it, and (clientHW)
+// as the packet library wants it.
+var (
+	clientMAC = macaddr.MustParse("52:54:00:00:00:01")
+	clientHW  = clientMAC.HardwareAddr()
+)
 
 func listen(t *testing.T, addr string) net.PacketConn {
 	t.Helper()
@@ -141,7 +139,7 @@ func TestRelayForwarding(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := dhcpv4.NewDiscovery(clientMAC, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001")))
+			req, err := dhcpv4.NewDiscovery(clientHW, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001")))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,7 +167,7 @@ func TestRelayForwarding(t *testing.T) {
 	}
 
 	t.Run("reply to a client with an address is unicast to ciaddr", func(t *testing.T) {
-		ack, err := dhcpv4.New(dhcpv4.WithHwAddr(clientMAC),
+		ack, err := dhcpv4.New(dhcpv4.WithHwAddr(clientHW),
 			dhcpv4.WithMessageType(dhcpv4.MessageTypeAck), dhcpv4.WithClientIP(net.ParseIP("127.0.0.2")),
 			dhcpv4.WithGatewayIP(net.ParseIP("127.0.0.1")))
 		if err != nil {
@@ -183,7 +181,7 @@ func TestRelayForwarding(t *testing.T) {
 		}
 	})
 	t.Run("reply for another relay is dropped", func(t *testing.T) {
-		ack, err := dhcpv4.New(dhcpv4.WithHwAddr(clientMAC),
+		ack, err := dhcpv4.New(dhcpv4.WithHwAddr(clientHW),
 			dhcpv4.WithMessageType(dhcpv4.MessageTypeAck), dhcpv4.WithClientIP(net.ParseIP("127.0.0.2")),
 			dhcpv4.WithGatewayIP(net.ParseIP("10.8.0.1")))
 		if err != nil {
@@ -209,7 +207,7 @@ func TestRelayForwarding(t *testing.T) {
 		if _, err := client.WriteTo([]byte("garbage"), clientSide.LocalAddr()); err != nil {
 			t.Fatal(err)
 		}
-		req, err := dhcpv4.NewDiscovery(clientMAC)
+		req, err := dhcpv4.NewDiscovery(clientHW)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +239,7 @@ func TestRelayWithServer(t *testing.T) {
 	defer cancel()
 	go s.Serve(ctx, srvConn) //nolint:errcheck // ends with ctx
 
-	req, err := dhcpv4.New(dhcpv4.WithHwAddr(clientMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+	req, err := dhcpv4.New(dhcpv4.WithHwAddr(clientHW), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
 		dhcpv4.WithClientIP(net.ParseIP("127.0.0.2")))
 	if err != nil {
 		t.Fatal(err)
