@@ -40,6 +40,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/actions"
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/oci"
 )
 
@@ -117,8 +118,8 @@ type Config struct {
 	// workflow ended (SUCCESS, FAILED, TIMEOUT or CANCELLED), with the
 	// message of the action that ended it.
 	OnWorkflowEnd func(workflowID, state, message string)
-	// Now is the clock for report times; nil means time.Now.
-	Now func() time.Time
+	// Clock stamps reports and log lines. If nil, clock.Real.
+	Clock clock.Clock
 	// BeforeAction, if set, is called before each action is reported
 	// started and run (the boot environment waits for its disk drivers and
 	// loads the action's filesystem driver there).
@@ -169,12 +170,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = cfg.MinBackoff
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	a := &Agent{cfg: cfg, console: newConsole(cfg.Console), done: map[string]*v1.ReportActionStatusRequest{}}
 	a.console.stamp = cfg.ConsoleStamp
-	a.logs = newLogShipper(cfg.Client, cfg.AgentID, a.console, backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff}, cfg.Now)
+	a.logs = newLogShipper(cfg.Client, cfg.AgentID, a.console, backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff}, cfg.Clock.Now)
 	return a, nil
 }
 
@@ -193,12 +192,12 @@ func (a *Agent) actionLogf(act *v1.GetActionResponse, format string, args ...any
 	line := fmt.Sprintf(format, args...)
 	a.console.printf("%s", line)
 	a.logs.add(&v1.LogLine{WorkflowId: act.GetWorkflowId(), AgentId: a.cfg.AgentID, TaskName: act.GetTaskName(),
-		ActionName: act.GetName(), Stream: "agent", Line: line, Time: timestamppb.New(a.cfg.Now())})
+		ActionName: act.GetName(), Stream: "agent", Line: line, Time: timestamppb.New(a.cfg.Clock.Now())})
 }
 
 // record streams a line to the server without printing it.
 func (a *Agent) record(line string) {
-	a.logs.add(&v1.LogLine{AgentId: a.cfg.AgentID, Stream: "agent", Line: line, Time: timestamppb.New(a.cfg.Now())})
+	a.logs.add(&v1.LogLine{AgentId: a.cfg.AgentID, Stream: "agent", Line: line, Time: timestamppb.New(a.cfg.Clock.Now())})
 }
 
 // Run asks for actions and runs them until ctx ends (or, with
@@ -333,7 +332,7 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 		// action's time.
 		a.cfg.BeforeAction(ctx, spec)
 	}
-	start := a.cfg.Now()
+	start := a.cfg.Clock.Now()
 	base := &v1.ReportActionStatusRequest{
 		WorkflowId: act.GetWorkflowId(), AgentId: a.cfg.AgentID, TaskId: act.GetTaskId(),
 		ActionId: act.GetActionId(), ActionName: name, ExecutionStart: timestamppb.New(start),
@@ -397,7 +396,7 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 			state = v1.ActionState_ACTION_STATE_FAILED
 		}
 	}
-	stop := a.cfg.Now()
+	stop := a.cfg.Clock.Now()
 	end := cloneReport(base)
 	end.ActionState = state
 	end.ExecutionStop = timestamppb.New(stop)

@@ -23,6 +23,7 @@ import (
 	"github.com/anvilproj/anvil/internal/actions"
 	"github.com/anvilproj/anvil/internal/agent"
 	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/oci"
@@ -290,8 +291,12 @@ func runAgent(t *testing.T, srv *server, set agent.ActionSet) (agent.Result, *sy
 func runAgentClock(t *testing.T, srv *server, set agent.ActionSet, now func() time.Time) (agent.Result, *syncBuffer) {
 	t.Helper()
 	con := &syncBuffer{}
+	var clk clock.Clock
+	if now != nil {
+		clk = clock.Func(now)
+	}
 	a, err := agent.New(agent.Config{
-		Now:          now,
+		Clock:        clk,
 		Client:       anvilv1connect.NewAgentServiceClient(http.DefaultClient, srv.url()),
 		AgentID:      mac,
 		Actions:      set,

@@ -95,7 +95,7 @@ func (o *actionOutput) Line(stream, line string) {
 	}
 	o.a.logs.add(&v1.LogLine{
 		WorkflowId: o.act.GetWorkflowId(), AgentId: o.a.cfg.AgentID, TaskName: o.act.GetTaskName(),
-		ActionName: o.act.GetName(), Time: timestamppb.New(o.a.cfg.Now()), Stream: stream, Line: line,
+		ActionName: o.act.GetName(), Time: timestamppb.New(o.a.cfg.Clock.Now()), Stream: stream, Line: line,
 	})
 }
 

@@ -20,6 +20,8 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+
+	"github.com/anvilproj/anvil/internal/clock"
 )
 
 // Config describes one simulated agent.
@@ -40,8 +42,8 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// StreamLogs sends a couple of output lines per action when set.
 	StreamLogs bool
-	// Now is the clock used for report times. If nil, uses time.Now.
-	Now func() time.Time
+	// Clock stamps report times. If nil, clock.Real.
+	Clock clock.Clock
 }
 
 // Result says how a run ended.
@@ -59,9 +61,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Wait == 0 {
 		cfg.Wait = 10 * time.Second
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	var res Result
 	failures := 0
 	for ctx.Err() == nil {
@@ -112,7 +112,7 @@ func runAction(ctx context.Context, cfg *Config, a *v1.GetActionResponse) (strin
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	started := cfg.Now()
+	started := cfg.Clock.Now()
 	logf("%s: running %s/%s (%s)", cfg.AgentID, a.GetTaskName(), a.GetName(), a.GetImage())
 	report := &v1.ReportActionStatusRequest{
 		WorkflowId: a.GetWorkflowId(), AgentId: cfg.AgentID, TaskId: a.GetTaskId(),
@@ -132,7 +132,7 @@ func runAction(ctx context.Context, cfg *Config, a *v1.GetActionResponse) (strin
 	const total = int64(1) << 30 // a pretend 1 GiB image
 	for i := 1; i <= steps; i++ {
 		sleep(ctx, cfg.ActionTime/time.Duration(steps+1))
-		elapsed := cfg.Now().Sub(started).Seconds()
+		elapsed := cfg.Clock.Now().Sub(started).Seconds()
 		done := total * int64(i) / int64(steps+1)
 		p := &v1.Progress{Bytes: done, TotalBytes: total}
 		if elapsed > 0 {
@@ -152,7 +152,7 @@ func runAction(ctx context.Context, cfg *Config, a *v1.GetActionResponse) (strin
 	} else {
 		sleep(ctx, cfg.ActionTime/time.Duration(steps+1))
 	}
-	stop := cfg.Now()
+	stop := cfg.Clock.Now()
 	end := &v1.ReportActionStatusRequest{
 		WorkflowId: report.WorkflowId, AgentId: cfg.AgentID, TaskId: report.TaskId, ActionId: report.ActionId,
 		ActionName: report.ActionName, ActionState: v1.ActionState_ACTION_STATE_SUCCESS,
@@ -193,7 +193,7 @@ func streamLines(ctx context.Context, cfg *Config, a *v1.GetActionResponse, line
 	s := cfg.Client.StreamLogs(ctx)
 	for _, l := range lines {
 		if err := s.Send(&v1.LogLine{WorkflowId: a.GetWorkflowId(), AgentId: cfg.AgentID, TaskName: a.GetTaskName(),
-			ActionName: a.GetName(), Time: timestamppb.New(cfg.Now()), Stream: "stdout", Line: l}); err != nil {
+			ActionName: a.GetName(), Time: timestamppb.New(cfg.Clock.Now()), Stream: "stdout", Line: l}); err != nil {
 			break
 		}
 	}

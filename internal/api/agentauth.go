@@ -168,7 +168,7 @@ func (s *Services) refuseAgent(ctx context.Context, c agentCall, ip, workflowID 
 	if l := s.cfg.Audit; l != nil {
 		ns, name, _ := strings.Cut(workflowID, "/")
 		r := audit.Record{
-			Time:            s.cfg.Now().UTC(),
+			Time:            s.cfg.Clock.Now().UTC(),
 			Subject:         "agent:" + c.agentID,
 			Procedure:       c.procedure,
 			Namespace:       ns,

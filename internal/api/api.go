@@ -37,6 +37,7 @@ import (
 	"github.com/anvilproj/anvil/api/proto/tinkprotoconnect"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/oci"
@@ -96,9 +97,9 @@ type Config struct {
 	// Logger receives internal errors (those answered as INTERNAL). If
 	// nil, uses slog.Default().
 	Logger *slog.Logger
-	// Now names reprovision workflows by default and stamps audit
-	// records. If nil, uses time.Now.
-	Now func() time.Time
+	// Clock names reprovision workflows by default and stamps audit
+	// records. If nil, clock.Real.
+	Clock clock.Clock
 
 	// Authenticate turns a management call's request headers into its
 	// principal; an error answers UNAUTHENTICATED. If nil, every
@@ -176,9 +177,7 @@ func New(cfg Config) *Services {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}

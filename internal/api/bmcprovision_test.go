@@ -59,8 +59,16 @@ func TestProvisionThroughBMC(t *testing.T) {
 				t.Fatal("an action was handed out before the netboot job completed")
 			}
 			if jobID != "" {
+				// The engine writes the Job, then the workflow's status
+				// that the job status reads: wait for the second write.
 				want := "waiting for the BMC: netboot job " + name + " created: machine bmc-node1 powered off, next boot pxe, powered on"
-				if m := e.status(t, jobID).GetMessage(); m != want {
+				var m string
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+					if m = e.status(t, jobID).GetMessage(); m == want || time.Now().After(deadline) {
+						break
+					}
+				}
+				if m != want {
 					t.Errorf("job status message %q; want %q", m, want)
 				}
 			}

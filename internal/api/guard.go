@@ -78,7 +78,7 @@ func (g guard) audit(ctx context.Context, procedure string, msg any, peer string
 		return
 	}
 	r := audit.Record{
-		Time:      g.s.cfg.Now().UTC(),
+		Time:      g.s.cfg.Clock.Now().UTC(),
 		Procedure: procedure,
 		Outcome:   "ok",
 		ClientIP:  g.s.clientIP(ctx, peer),

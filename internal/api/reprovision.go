@@ -80,7 +80,7 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 
 	name := m.GetWorkflow()
 	if name == "" {
-		name = hw.Name + "-" + s.cfg.Now().UTC().Format(reprovisionNameTime)
+		name = hw.Name + "-" + s.cfg.Clock.Now().UTC().Format(reprovisionNameTime)
 	}
 	wf := newProvisionWorkflow(hw, name, m.GetTemplate(), mac, nil)
 	if err := model.Validate(wf); err != nil {

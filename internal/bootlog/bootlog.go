@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
@@ -146,9 +147,9 @@ type Config struct {
 	// Logger receives rate-limited lines about lookup and write failures.
 	// If nil, uses slog.Default().
 	Logger *slog.Logger
-	// Now stamps events that come without a time and ages the caches. If
-	// nil, uses time.Now.
-	Now func() time.Time
+	// Clock stamps events that come without a time and ages the caches.
+	// If nil, clock.Real.
+	Clock clock.Clock
 	// QueueSize bounds the events waiting to be written; past it Record
 	// drops them (counted). If 0, uses DefaultQueueSize.
 	QueueSize int
@@ -207,9 +208,7 @@ func New(cfg Config) *Recorder {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = DefaultQueueSize
 	}
@@ -237,7 +236,7 @@ func New(cfg Config) *Recorder {
 // now.
 func (r *Recorder) Record(e machinelog.Event) {
 	if e.Time.IsZero() {
-		e.Time = r.cfg.Now()
+		e.Time = r.cfg.Clock.Now()
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -372,7 +371,7 @@ func (r *Recorder) write(batch []item, lines []logstore.Line) []logstore.Line {
 func (r *Recorder) line(e machinelog.Event) (l logstore.Line, record string, ok bool) {
 	// The cache ages by the writer's clock (it mirrors the store now); a
 	// learned address by the events' times (it is what the machines did).
-	now := r.cfg.Now()
+	now := r.cfg.Clock.Now()
 	ip := e.IP.Unmap()
 	mac := e.MAC.String()
 	if mac != "" {
@@ -474,7 +473,7 @@ func serviceLabel(s string) string {
 
 // warn logs at most once per logEvery.
 func (r *Recorder) warn(msg string, args ...any) {
-	if n, ok := r.limit.allow(r.cfg.Now()); ok {
+	if n, ok := r.limit.allow(r.cfg.Clock.Now()); ok {
 		r.log.Warn(msg, append(args, "not_logged_since", n)...)
 	}
 }

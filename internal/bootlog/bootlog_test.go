@@ -16,6 +16,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
@@ -33,28 +34,10 @@ var (
 
 func mustMAC(s string) macaddr.MAC { return macaddr.MustParse(s) }
 
-// clock is a settable Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type env struct {
 	st    *bolt.Store
 	logs  *logstore.Store
-	clock *clock
+	clock *clock.Fake
 }
 
 func newEnv(t testing.TB) *env {
@@ -76,7 +59,7 @@ func newEnv(t testing.TB) *env {
 			t.Errorf("store.Close: %v", err)
 		}
 	})
-	return &env{st: st, logs: logs, clock: &clock{now: t0}}
+	return &env{st: st, logs: logs, clock: clock.NewFake(t0)}
 }
 
 // hardware stores a Hardware with one interface.
@@ -100,8 +83,8 @@ func (e *env) hardware(t testing.TB, name, mac, ip string) {
 func (e *env) start(t testing.TB, cfg Config) *Recorder {
 	t.Helper()
 	cfg.Store, cfg.Logs, cfg.Logger = e.st, e.logs, quiet
-	if cfg.Now == nil {
-		cfg.Now = e.clock.Now
+	if cfg.Clock == nil {
+		cfg.Clock = e.clock
 	}
 	r := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -249,11 +232,11 @@ func TestCacheTTL(t *testing.T) {
 	r.Record(ev)
 	flush(t, r)
 	e.hardware(t, "new", macNew.String(), "")
-	e.clock.Add(4 * time.Second)
+	e.clock.Advance(4 * time.Second)
 	ev.Message = "DISCOVER again" // an identical line would be folded
 	r.Record(ev)                  // within the TTL: still unknown
 	flush(t, r)
-	e.clock.Add(2 * time.Second)
+	e.clock.Advance(2 * time.Second)
 	ev.Outcome = "offered"
 	r.Record(ev) // past it: the Hardware's
 	flush(t, r)
@@ -274,10 +257,10 @@ func TestLearnedAddressExpires(t *testing.T) {
 	r := e.start(t, Config{AddressTTL: time.Minute})
 	ip := netip.MustParseAddr("10.0.0.8")
 	r.Record(machinelog.Event{Service: "http", MAC: mac08, IP: ip, Outcome: "served", Message: "script"})
-	e.clock.Add(50 * time.Second)
+	e.clock.Advance(50 * time.Second)
 	r.Record(machinelog.Event{Service: "syslog", IP: ip, Outcome: "received", Message: "in time"})
 	flush(t, r)
-	e.clock.Add(20 * time.Second)
+	e.clock.Advance(20 * time.Second)
 	r.Record(machinelog.Event{Service: "syslog", IP: ip, Outcome: "received", Message: "too late"})
 	flush(t, r)
 	if got := lines(t, func() ([]logstore.Line, error) { return e.logs.ReadHardware("default/node08", 0) }); len(got) != 2 {
@@ -351,7 +334,7 @@ func (failingLogs) Append(...logstore.Line) error { return errors.New("disk full
 
 func TestWriteErrorCounted(t *testing.T) {
 	e := newEnv(t)
-	r := New(Config{Store: e.st, Logs: failingLogs{}, Logger: quiet, Now: e.clock.Now})
+	r := New(Config{Store: e.st, Logs: failingLogs{}, Logger: quiet, Clock: e.clock})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -414,7 +397,7 @@ func BenchmarkRecord(b *testing.B) {
 		macs[i] = macaddr.From([6]byte{0x3c, 0xec, 0xef, 0, byte(i >> 8), byte(i)})
 		e.hardware(b, fmt.Sprintf("node%05d", i), macs[i].String(), "")
 	}
-	r := e.start(b, Config{Now: time.Now})
+	r := e.start(b, Config{Clock: clock.Real})
 	before := counter(b, droppedTotal.WithLabelValues(dropQueueFull))
 	b.ResetTimer()
 	start := time.Now()

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/dhcp"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
@@ -34,14 +35,11 @@ func bp(b bool) *bool { return &b }
 // second per object, so creation order is well defined.
 func openStore(t testing.TB) *bolt.Store {
 	t.Helper()
-	var mu sync.Mutex
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s, err := bolt.Open(filepath.Join(t.TempDir(), "anvil.db"), bolt.Options{Now: func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		now = now.Add(time.Second)
-		return now
-	}})
+	// Each creation a second after the last: creation order decides
+	// which workflow is active.
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk.Step = time.Second
+	s, err := bolt.Open(filepath.Join(t.TempDir(), "anvil.db"), bolt.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

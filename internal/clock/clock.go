@@ -58,3 +58,15 @@ type realTicker struct{ t *time.Ticker }
 
 func (t realTicker) C() <-chan time.Time { return t.t.C }
 func (t realTicker) Stop()               { t.t.Stop() }
+
+// Func is a Clock that reads the time from now and waits on the wall
+// clock: a machine whose clock is off by some amount, or a test that sets
+// the time it stamps without waiting on it.
+func Func(now func() time.Time) Clock { return funcClock{realClock{}, now} }
+
+type funcClock struct {
+	realClock
+	now func() time.Time
+}
+
+func (c funcClock) Now() time.Time { return c.now() }

@@ -114,3 +114,12 @@ func TestReal(t *testing.T) {
 	c.AfterFunc(time.Millisecond, func() { close(done) })
 	<-done
 }
+
+// TestFunc: Func's Now is the function's; its waits are the wall clock's.
+func TestFunc(t *testing.T) {
+	c := Func(func() time.Time { return t0 })
+	if !c.Now().Equal(t0) {
+		t.Fatalf("Now = %v", c.Now())
+	}
+	<-c.After(time.Millisecond)
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/dhcp"
 )
 
@@ -64,11 +65,11 @@ func TestMalformedLogLimit(t *testing.T) {
 		Logger:    slog.New(slog.NewTextHandler(&logs, nil)),
 		RelayPort: relay.LocalAddr().(*net.UDPAddr).Port,
 		Workers:   1, // one goroutine: packets are handled in the order sent
-		Now: func() time.Time {
+		Clock: clock.Func(func() time.Time {
 			mu.Lock()
 			defer mu.Unlock()
 			return now
-		},
+		}),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/lograte"
 	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
@@ -93,10 +94,10 @@ type Config struct {
 	// thousands of requests a second, and more contend for the socket.
 	// Raise it for a Backend whose Lookup blocks (a remote store).
 	Workers int
-	// Now stamps Events and drives the malformed-packet log limit (one
-	// line a second; every packet is still counted). If nil, uses
-	// time.Now.
-	Now func() time.Time
+	// Clock stamps Events and drives the malformed-packet log limit (one
+	// line a second; every packet is still counted). If nil,
+	// clock.Real.
+	Clock clock.Clock
 }
 
 // Server answers DHCPv4 and PXE requests as its Config says. It keeps no
@@ -131,10 +132,7 @@ func New(cfg Config) (*Server, error) {
 		lease:     cfg.DefaultLeaseTime,
 		relayPort: ServerPort,
 		workers:   cfg.Workers,
-		now:       cfg.Now,
-	}
-	if s.now == nil {
-		s.now = time.Now
+		now:       clock.Or(cfg.Clock).Now,
 	}
 	s.malformedLog = lograte.New(lograte.DefaultEvery, s.now)
 	if s.mode == "" {

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	bolt "go.etcd.io/bbolt"
@@ -36,8 +37,9 @@ import (
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
-	// Now stamps creationTimestamp on created objects. Default time.Now.
-	Now func() time.Time
+	// Clock stamps creationTimestamp on created objects. If nil,
+	// clock.Real.
+	Clock clock.Clock
 	// WatchHistory is how many of the most recent events are remembered so
 	// that a watch can resume from an older resource version. Default 20000.
 	WatchHistory int
@@ -165,9 +167,7 @@ func (kc *kindCache) unindex(key string, e *entry) {
 // Open opens (creating if needed) the database at path and loads every
 // object into memory.
 func Open(path string, opts Options) (*Store, error) {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.WatchHistory <= 0 {
 		opts.WatchHistory = defaultWatchHistory
 	}

@@ -181,7 +181,7 @@ func (s *Store) commit(batch []*request) {
 	rev := s.rev
 	var changes []change
 	var undo []undoRec
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
