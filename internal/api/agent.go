@@ -35,14 +35,15 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 	if req.Msg.GetWait() == nil || wait < 0 {
 		wait = 0
 	}
-	na, err := s.pollAction(ctx, agentID, wait)
+	agent := workflow.ParseAgentName(agentID) // read once, here
+	na, err := s.pollAction(ctx, agent, wait)
 	if err != nil {
 		return nil, err
 	}
 	// Checked once the action is known: the token belongs to a workflow,
 	// and which workflow an agent is owed is the engine's answer. Nothing
 	// is handed out before the check passes.
-	if err := s.checkAgent(ctx, newAgentCall(req.Spec().Procedure, req.Header(), req.Peer().Addr, agentID), na.WorkflowID); err != nil {
+	if err := s.checkAgent(ctx, newAgentCall(req.Spec().Procedure, req.Header(), req.Peer().Addr, agent), na.WorkflowID); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&v1.GetActionResponse{
@@ -59,28 +60,28 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 		Pid:         na.Pid,
 		Attempt:     int32(na.Attempt),
 		Runtime:     cmp.Or(na.Runtime, s.cfg.ActionRuntime),
-		Images:      s.imageSources(ctx, na, agentID),
+		Images:      s.imageSources(ctx, na, agent),
 	}), nil
 }
 
-// pollAction long-polls the engine for agentID's next action, waiting up
+// pollAction long-polls the engine for agent's next action, waiting up
 // to wait (capped at Config.MaxWait). Nothing to run, also when the server
 // stops meanwhile, is NOT_FOUND: both agents ask again.
-func (s *Services) pollAction(ctx context.Context, agentID string, wait time.Duration) (*workflow.NextAction, error) {
+func (s *Services) pollAction(ctx context.Context, agent workflow.AgentName, wait time.Duration) (*workflow.NextAction, error) {
 	wait = min(wait, s.cfg.MaxWait)
 	pollCtx, cancel := s.longLived(ctx)
 	defer cancel()
-	na, err := s.cfg.Engine.GetAction(pollCtx, agentID, wait)
+	na, err := s.cfg.Engine.GetActionFor(pollCtx, agent, wait)
 	if err != nil && ctx.Err() == nil && s.stopped() {
 		return nil, connect.NewError(connect.CodeNotFound,
-			fmt.Errorf("no action for agent %q: the server is shutting down; ask again: %w", agentID, workflow.ErrNoAction))
+			fmt.Errorf("no action for agent %q: the server is shutting down; ask again: %w", agent.ID, workflow.ErrNoAction))
 	}
 	if errors.Is(err, workflow.ErrNoAction) {
 		return nil, connect.NewError(connect.CodeNotFound,
-			fmt.Errorf("no action for agent %q (waited %s): %w", agentID, wait, err))
+			fmt.Errorf("no action for agent %q (waited %s): %w", agent.ID, wait, err))
 	}
 	if err != nil {
-		return nil, s.toConnect(fmt.Errorf("get action for agent %q: %w", agentID, err))
+		return nil, s.toConnect(fmt.Errorf("get action for agent %q: %w", agent.ID, err))
 	}
 	return na, nil
 }
@@ -109,13 +110,15 @@ func (a agentService) ReportActionStatus(ctx context.Context, req *connect.Reque
 	if m.GetWorkflowId() == "" {
 		return nil, invalid("missing workflow_id")
 	}
-	call := newAgentCall(req.Spec().Procedure, req.Header(), req.Peer().Addr, m.GetAgentId())
+	agent := workflow.ParseAgentName(m.GetAgentId()) // read once, here
+	call := newAgentCall(req.Spec().Procedure, req.Header(), req.Peer().Addr, agent)
 	call.taskID, call.actionID = m.GetTaskId(), m.GetActionId()
 	if err := s.checkAgent(ctx, call, m.GetWorkflowId()); err != nil {
 		return nil, err
 	}
 	r := workflow.ActionReport{
 		WorkflowID:     m.GetWorkflowId(),
+		Agent:          agent,
 		AgentID:        m.GetAgentId(),
 		TaskID:         m.GetTaskId(),
 		ActionID:       m.GetActionId(),
@@ -184,7 +187,7 @@ func (a agentService) StreamLogs(ctx context.Context, stream *connect.ClientStre
 						continue
 					}
 				}
-				if err := s.checkAgent(ctx, newAgentCall(stream.Spec().Procedure, stream.RequestHeader(), stream.Peer().Addr, l.GetAgentId()), wfID); err != nil {
+				if err := s.checkAgent(ctx, newAgentCall(stream.Spec().Procedure, stream.RequestHeader(), stream.Peer().Addr, workflow.ParseAgentName(l.GetAgentId())), wfID); err != nil {
 					if ferr := flush(); ferr != nil {
 						return nil, ferr
 					}

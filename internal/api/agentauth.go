@@ -26,19 +26,19 @@ const (
 // agentCall is what an agent call claims: who it is, from where, with
 // which token, and what it acts on.
 type agentCall struct {
-	protocol  string // protoAnvil or protoTinkerbell
-	procedure string // the RPC, for the log and the audit record
-	token     string // Anvil's protocol only
-	peer      string // the connection's remote address
-	agentID   string
+	protocol  string             // protoAnvil or protoTinkerbell
+	procedure string             // the RPC, for the log and the audit record
+	token     string             // Anvil's protocol only
+	peer      string             // the connection's remote address
+	agent     workflow.AgentName // read once, where the call arrived
 	// taskID and actionID name the action a report is about; "" for
 	// other calls.
 	taskID, actionID string
 }
 
 // newAgentCall is an Anvil agent's call of procedure.
-func newAgentCall(procedure string, h http.Header, peer, agentID string) agentCall {
-	return agentCall{protocol: protoAnvil, procedure: procedure, token: h.Get(v1.AgentTokenHeader), peer: peer, agentID: agentID}
+func newAgentCall(procedure string, h http.Header, peer string, agent workflow.AgentName) agentCall {
+	return agentCall{protocol: protoAnvil, procedure: procedure, token: h.Get(v1.AgentTokenHeader), peer: peer, agent: agent}
 }
 
 // tinkerbell reports whether c is a call of Tinkerbell's protocol, which
@@ -88,9 +88,9 @@ func (s *Services) checkAgent(ctx context.Context, c agentCall, workflowID strin
 	if !c.tinkerbell() && !k.Valid(c.token, wf.Key(), wf.UID) {
 		return refuse(connect.CodePermissionDenied, "bad_token", errNotItsWorkflow(c))
 	}
-	agentID := c.agentID
-	if agentID != "" {
-		if agentID, err = workflow.ResolveAgent(ctx, s.cfg.Store, wf.Namespace, c.agentID); err != nil {
+	if c.agent.ID != "" {
+		agentID, err := workflow.ResolveAgent(ctx, s.cfg.Store, wf.Namespace, c.agent)
+		if err != nil {
 			return s.toConnect(err)
 		}
 		if !slices.ContainsFunc(wf.Status.Tasks, func(t model.Task) bool { return t.AgentID == agentID }) {
@@ -98,10 +98,10 @@ func (s *Services) checkAgent(ctx context.Context, c agentCall, workflowID strin
 		}
 		if t := reportedTask(wf, c.taskID, c.actionID); t != nil && t.AgentID != agentID {
 			return refuse(connect.CodePermissionDenied, "not_its_task",
-				fmt.Errorf("agent %q: the action it reports (task_id %q, action_id %q) is not one of its own", c.agentID, c.taskID, c.actionID))
+				fmt.Errorf("agent %q: the action it reports (task_id %q, action_id %q) is not one of its own", c.agent.ID, c.taskID, c.actionID))
 		}
 	}
-	hws, err := s.agentHardware(ctx, wf, c.agentID)
+	hws, err := s.agentHardware(ctx, wf, c.agent)
 	if err != nil {
 		return s.toConnect(err)
 	}
@@ -123,9 +123,9 @@ func (s *Services) checkAgent(ctx context.Context, c agentCall, workflowID strin
 // not exist all get this one answer, which names no workflow.
 func errNotItsWorkflow(c agentCall) error {
 	if c.tinkerbell() {
-		return fmt.Errorf("agent %q: the workflow it acts on is not one of its machine's", c.agentID)
+		return fmt.Errorf("agent %q: the workflow it acts on is not one of its machine's", c.agent.ID)
 	}
-	return fmt.Errorf("agent %q: the token is not valid for the workflow it acts on", c.agentID)
+	return fmt.Errorf("agent %q: the token is not valid for the workflow it acts on", c.agent.ID)
 }
 
 // errNotItsAddress is the refusal of a call from an address the agent's
@@ -133,9 +133,9 @@ func errNotItsWorkflow(c agentCall) error {
 func errNotItsAddress(c agentCall, ip string) error {
 	if c.tinkerbell() {
 		return fmt.Errorf("agent %q calls from %s: no Hardware with this agent ID or MAC has this address "+
-			"(Tinkerbell's protocol carries no token, so a tink-agent is known by its Hardware's spec.interfaces[].dhcp.ip.address)", c.agentID, ip)
+			"(Tinkerbell's protocol carries no token, so a tink-agent is known by its Hardware's spec.interfaces[].dhcp.ip.address)", c.agent.ID, ip)
 	}
-	return fmt.Errorf("agent %q calls from %s, which is not an address of its hardware", c.agentID, ip)
+	return fmt.Errorf("agent %q calls from %s, which is not an address of its hardware", c.agent.ID, ip)
 }
 
 // reportedTask returns the task of wf that taskID names, else the one
@@ -164,12 +164,12 @@ func reportedTask(wf *model.Workflow, taskID, actionID string) *model.Task {
 func (s *Services) refuseAgent(ctx context.Context, c agentCall, ip, workflowID string, code connect.Code, reason string, err error) error {
 	agentRefused.WithLabelValues(c.protocol, reason).Inc()
 	s.log.Warn("agent call refused", "protocol", c.protocol, "procedure", c.procedure, "reason", reason,
-		"agent", c.agentID, "workflow", workflowID, "client_ip", ip, "err", err)
+		"agent", c.agent.ID, "workflow", workflowID, "client_ip", ip, "err", err)
 	if l := s.cfg.Audit; l != nil {
 		ns, name, _ := strings.Cut(workflowID, "/")
 		r := audit.Record{
 			Time:            s.cfg.Clock.Now().UTC(),
-			Subject:         "agent:" + c.agentID,
+			Subject:         "agent:" + c.agent.ID,
 			Procedure:       c.procedure,
 			Namespace:       ns,
 			Outcome:         code.String(),
@@ -191,10 +191,10 @@ func (s *Services) refuseAgent(ctx context.Context, c agentCall, ip, workflowID 
 // agentHardware returns the Hardware the agent runs on: the machine its
 // agent ID names (workflow.AgentHardware) in the workflow's namespace,
 // else the workflow's hardwareRef.
-func (s *Services) agentHardware(ctx context.Context, wf *model.Workflow, agentID string) ([]*model.Hardware, error) {
+func (s *Services) agentHardware(ctx context.Context, wf *model.Workflow, agent workflow.AgentName) ([]*model.Hardware, error) {
 	var out []*model.Hardware
-	if agentID != "" {
-		hws, err := workflow.AgentHardware(ctx, s.cfg.Store, agentID)
+	if agent.ID != "" {
+		hws, err := workflow.AgentHardware(ctx, s.cfg.Store, agent)
 		if err != nil {
 			return nil, err
 		}
@@ -217,7 +217,7 @@ func (s *Services) agentHardware(ctx context.Context, wf *model.Workflow, agentI
 }
 
 // bindTinkAgent returns the Hardware a call of Tinkerbell's protocol comes
-// from: the one that c's agent ID names (its spec.agentID or one of its
+// from: the one that c's agent ID names (its spec.agent.ID or one of its
 // MACs) and that has the caller's address. That protocol carries no token,
 // so this is all that ties a tink-agent to a machine; a call that does not
 // bind is refused. With agent checks off (AgentKey nil) it returns the
@@ -225,7 +225,7 @@ func (s *Services) agentHardware(ctx context.Context, wf *model.Workflow, agentI
 // workflowID, the workflow a report names ("" for GetAction), is for the
 // log and the audit record of a refusal.
 func (s *Services) bindTinkAgent(ctx context.Context, c agentCall, workflowID string) (*model.Hardware, error) {
-	hws, err := workflow.AgentHardware(ctx, s.cfg.Store, c.agentID)
+	hws, err := workflow.AgentHardware(ctx, s.cfg.Store, c.agent)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
@@ -259,7 +259,7 @@ func (s *Services) tokenWorkflow(ctx context.Context, token, agentID string) str
 	if token == "" || agentID == "" {
 		return ""
 	}
-	id, err := workflow.ResolveAgent(ctx, s.cfg.Store, "", agentID)
+	id, err := workflow.ResolveAgent(ctx, s.cfg.Store, "", workflow.ParseAgentName(agentID)) // a log stream's entry
 	if err != nil {
 		return ""
 	}

@@ -64,7 +64,7 @@ const DefaultMaxRequestBytes = 32 << 20
 // Engine is what the agent and job services need from the workflow
 // engine. *workflow.Engine implements it.
 type Engine interface {
-	GetAction(ctx context.Context, agentID string, wait time.Duration) (*workflow.NextAction, error)
+	GetActionFor(ctx context.Context, agent workflow.AgentName, wait time.Duration) (*workflow.NextAction, error)
 	ReportActionStatus(ctx context.Context, r workflow.ActionReport) (model.State, error)
 	Cancel(ctx context.Context, workflowID string, opts workflow.CancelOptions) (*model.Workflow, error)
 }

@@ -21,8 +21,8 @@ import (
 // annotation that does not parse) is carried in the source's error, for
 // the agent to fail the action with if it runs the image: a native action
 // of that image needs none of it.
-func (s *Services) imageSources(ctx context.Context, na *workflow.NextAction, agentID string) []*v1.ImageSource {
-	settings, hwErr := s.registrySettings(ctx, na.WorkflowID, agentID)
+func (s *Services) imageSources(ctx context.Context, na *workflow.NextAction, agent workflow.AgentName) []*v1.ImageSource {
+	settings, hwErr := s.registrySettings(ctx, na.WorkflowID, agent)
 	var out []*v1.ImageSource
 	for _, image := range actions.NamedImages(na.Image, na.Environment) {
 		src := &v1.ImageSource{Image: image}
@@ -47,7 +47,7 @@ func (s *Services) imageSources(ctx context.Context, na *workflow.NextAction, ag
 
 // registrySettings are the server's registry settings with those of the
 // Hardware the agent runs the workflow on.
-func (s *Services) registrySettings(ctx context.Context, workflowID, agentID string) (oci.Settings, error) {
+func (s *Services) registrySettings(ctx context.Context, workflowID string, agent workflow.AgentName) (oci.Settings, error) {
 	ns, name, _ := strings.Cut(workflowID, "/")
 	obj, err := s.cfg.Store.Get(ctx, model.KindWorkflow, ns, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -56,7 +56,7 @@ func (s *Services) registrySettings(ctx context.Context, workflowID, agentID str
 	if err != nil {
 		return oci.Settings{}, err
 	}
-	hws, err := s.agentHardware(ctx, obj.(*model.Workflow), agentID)
+	hws, err := s.agentHardware(ctx, obj.(*model.Workflow), agent)
 	if err != nil {
 		return oci.Settings{}, err
 	}

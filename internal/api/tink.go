@@ -38,17 +38,17 @@ func (t tinkService) GetAction(ctx context.Context, req *connect.Request[tinkpro
 	if err := checkTinkAgentID(id); err != nil {
 		return nil, err
 	}
-	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr, agentID: id}
+	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr, agent: workflow.ParseAgentName(id)}
 	hw, err := s.bindTinkAgent(ctx, call, "")
 	if err != nil {
 		return nil, err
 	}
-	agent := id
+	agent := call.agent
 	if hw != nil {
 		s.recordAttributes(ctx, hw, req.Msg.GetAgentAttributes())
 		// The machine the call is bound to, whichever of its names the
 		// agent used and however many Hardware share that name.
-		if a := workflow.AgentIDOf(hw); a != "" {
+		if a := workflow.AgentNameOf(hw); a.ID != "" {
 			agent = a
 		}
 	}
@@ -133,7 +133,7 @@ func (t tinkService) ReportActionStatus(ctx context.Context, req *connect.Reques
 		return nil, invalid("missing workflow_id")
 	}
 	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr,
-		agentID: m.GetAgentId(), taskID: m.GetTaskId(), actionID: m.GetActionId()}
+		agent: workflow.ParseAgentName(m.GetAgentId()), taskID: m.GetTaskId(), actionID: m.GetActionId()}
 	if _, err := s.bindTinkAgent(ctx, call, m.GetWorkflowId()); err != nil {
 		return nil, err
 	}

@@ -30,16 +30,54 @@ func AgentIDOf(hw *model.Hardware) string {
 	return ""
 }
 
-// AgentHardware returns the Hardware an agent named id runs on: those with
-// id as spec.agentID or first MAC (store.IndexAgentID) or, when id is a MAC
-// in any spelling, as any interface's MAC (store.IndexMAC). Each appears
-// once, in the order found.
-func AgentHardware(ctx context.Context, idx store.Indexer, id string) ([]*model.Hardware, error) {
+// AgentName is the name an agent gives itself (Anvil's worker_id=,
+// tink-agent's -id), read once where it arrives — an RPC, a template's
+// worker — and carried as this value after: the name as sent, and the MAC
+// it spells when it is one (in any spelling macaddr.Parse reads).
+type AgentName struct {
+	ID  string
+	MAC macaddr.MAC // zero when ID is not a MAC
+}
+
+// ParseAgentName reads an agent's name.
+func ParseAgentName(id string) AgentName {
+	mac, _ := macaddr.Parse(id) // the zero MAC when it is none
+	return AgentName{ID: id, MAC: mac}
+}
+
+// Canonical is the name's form in tasks and indexes: the MAC in canonical
+// form when it is one, else the name as sent.
+func (a AgentName) Canonical() string {
+	if a.MAC.IsValid() {
+		return a.MAC.String()
+	}
+	return a.ID
+}
+
+// AgentNameOf is the name hw's machine is known by (AgentIDOf) as an
+// AgentName, from the Hardware's own typed MACs: nothing is parsed.
+func AgentNameOf(hw *model.Hardware) AgentName {
+	if hw.Spec.AgentID != "" {
+		return AgentName{ID: hw.Spec.AgentID}
+	}
+	if macs := hw.MACs(); len(macs) > 0 {
+		return AgentName{ID: macs[0].String(), MAC: macs[0]}
+	}
+	return AgentName{}
+}
+
+// AgentHardware returns the Hardware an agent named a runs on: those with
+// its name as spec.agentID or first MAC (store.IndexAgentID) or, when it
+// is a MAC in any spelling, as any interface's MAC (store.IndexMAC). Each
+// appears once, in the order found.
+func AgentHardware(ctx context.Context, idx store.Indexer, a AgentName) ([]*model.Hardware, error) {
+	id := a.ID
 	lookups := [][2]string{{store.IndexAgentID, id}}
-	if mac, err := macaddr.Parse(id); err == nil {
-		lookups = append(lookups, [2]string{store.IndexMAC, mac.String()})
-		if mac.String() != id {
-			lookups = append(lookups, [2]string{store.IndexAgentID, mac.String()})
+	if a.MAC.IsValid() {
+		mac := a.MAC.String()
+		lookups = append(lookups, [2]string{store.IndexMAC, mac})
+		if mac != id {
+			lookups = append(lookups, [2]string{store.IndexAgentID, mac})
 		}
 	}
 	var out []*model.Hardware
@@ -65,8 +103,8 @@ func AgentHardware(ctx context.Context, idx store.Indexer, id string) ([]*model.
 // no Hardware or several do, it returns id itself (as WorkerID writes it: a
 // MAC in canonical form): nothing better is known, and a workflow naming a
 // worker no machine answers to stays as written (and waits).
-func ResolveAgent(ctx context.Context, idx store.Indexer, ns, id string) (string, error) {
-	hws, err := AgentHardware(ctx, idx, id)
+func ResolveAgent(ctx context.Context, idx store.Indexer, ns string, a AgentName) (string, error) {
+	hws, err := AgentHardware(ctx, idx, a)
 	if err != nil {
 		return "", err
 	}
@@ -81,5 +119,5 @@ func ResolveAgent(ctx context.Context, idx store.Indexer, ns, id string) (string
 			return a, nil
 		}
 	}
-	return WorkerID(id), nil
+	return a.Canonical(), nil
 }

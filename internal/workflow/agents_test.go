@@ -99,7 +99,7 @@ func TestResolveAgent(t *testing.T) {
 		{"", "nobody", "nobody"},
 	}
 	for _, tc := range cases {
-		got, err := ResolveAgent(context.Background(), e.store, tc.ns, tc.id)
+		got, err := ResolveAgent(context.Background(), e.store, tc.ns, ParseAgentName(tc.id))
 		if err != nil || got != tc.want {
 			t.Errorf("ResolveAgent(%q, %q) = %q, %v; want %q", tc.ns, tc.id, got, err, tc.want)
 		}

@@ -52,7 +52,10 @@ type NextAction struct {
 // RUNNING the first time), progress (RUNNING again), or end (SUCCESS, FAILED,
 // TIMEOUT).
 type ActionReport struct {
-	WorkflowID     string // "namespace/name"
+	WorkflowID string // "namespace/name"
+	// Agent is the reporting agent's name as read where the report
+	// arrived; when its ID is empty, AgentID is read instead.
+	Agent          AgentName
 	AgentID        string
 	TaskID         string
 	ActionID       string

@@ -678,7 +678,7 @@ func (e *Engine) notifyWorkflowAgents(wf *model.Workflow) {
 func (e *Engine) resolveWorkers(ctx context.Context, ns string, st *model.WorkflowStatus) error {
 	for i := range st.Tasks {
 		t := &st.Tasks[i]
-		id, err := ResolveAgent(ctx, e.store, ns, t.AgentID)
+		id, err := ResolveAgent(ctx, e.store, ns, ParseAgentName(t.AgentID))
 		if err != nil {
 			return err
 		}
@@ -696,10 +696,15 @@ func (e *Engine) resolveWorkers(ctx context.Context, ns string, st *model.Workfl
 // MaxWait) for a change to a workflow of this agent and looks again;
 // ErrNoAction when the wait ends with nothing to run.
 func (e *Engine) GetAction(ctx context.Context, agentID string, wait time.Duration) (*NextAction, error) {
+	return e.GetActionFor(ctx, ParseAgentName(agentID), wait)
+}
+
+// GetActionFor is GetAction for a name read where the call arrived.
+func (e *Engine) GetActionFor(ctx context.Context, name AgentName, wait time.Duration) (*NextAction, error) {
 	if wait > e.maxWait {
 		wait = e.maxWait
 	}
-	agentID, err := ResolveAgent(ctx, e.store, "", agentID)
+	agentID, err := ResolveAgent(ctx, e.store, "", name)
 	if err != nil {
 		return nil, err
 	}
@@ -827,7 +832,11 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.
 	if !ok {
 		return "", fmt.Errorf("%w: %q (want namespace/name)", ErrUnknownWorkflow, r.WorkflowID)
 	}
-	agentID, err := ResolveAgent(ctx, e.store, ns, r.AgentID)
+	agent := r.Agent
+	if agent.ID == "" {
+		agent = ParseAgentName(r.AgentID)
+	}
+	agentID, err := ResolveAgent(ctx, e.store, ns, agent)
 	if err != nil {
 		return "", err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/tmplbudget"
@@ -68,22 +67,16 @@ func (l WorkerErrors) Error() string {
 // {{.device_1}}) in the canonical form agents report as (worker_id=,
 // Hardware.AgentIDs), however the workflow's hardwareMap spells it;
 // anything else as it is.
-func WorkerID(worker string) string {
-	if m, err := macaddr.Parse(worker); err == nil {
-		return m.String()
-	}
-	return worker
-}
+func WorkerID(worker string) string { return ParseAgentName(worker).Canonical() }
 
 // workerNamespaces returns the namespaces that have a Hardware an agent
-// reporting as worker runs on: one with worker among its MACs or its agent
-// IDs (store.IndexMAC, store.IndexAgentID).
+// reporting as worker (a task's agent ID: canonical already, see WorkerID
+// and ResolveAgent) runs on: one with worker among its MACs or its agent
+// IDs (store.IndexMAC, store.IndexAgentID). A worker that is no MAC is
+// simply not in the MAC index: nothing is parsed again.
 func workerNamespaces(ctx context.Context, idx store.Indexer, worker string) (map[string]bool, error) {
 	out := map[string]bool{}
-	lookups := [][2]string{{store.IndexAgentID, worker}}
-	if mac, err := macaddr.Parse(worker); err == nil {
-		lookups = append(lookups, [2]string{store.IndexMAC, mac.String()})
-	}
+	lookups := [][2]string{{store.IndexAgentID, worker}, {store.IndexMAC, worker}}
 	for _, l := range lookups {
 		objs, err := idx.ByIndex(ctx, model.KindHardware, l[0], l[1])
 		if err != nil {
