@@ -23,6 +23,7 @@ func TestDependencies(t *testing.T) {
 		module + "internal/machinelog",         // the events it emits
 		module + "internal/lograte",            // the malformed-packet log limit the packet loops share
 		module + "internal/macaddr",            // the one MAC type, chaddr converted once
+		module + "internal/clock",              // the one source of time (a leaf)
 	}
 	tests := []struct {
 		dir   string
