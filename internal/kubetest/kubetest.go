@@ -114,7 +114,9 @@ func Start(t testing.TB) *Cluster {
 		client, peer := "http://127.0.0.1:"+strconv.Itoa(p[0]), "http://127.0.0.1:"+strconv.Itoa(p[1])
 		pr := startProc(t, c.Dir, "etcd", etcd,
 			"--name", "kubetest",
-			"--data-dir", filepath.Join(c.Dir, "etcd"),
+			// A data directory per attempt: one that a failed attempt
+			// initialised remembers that attempt's peer URL.
+			"--data-dir", filepath.Join(c.Dir, "etcd-"+strconv.Itoa(p[0])),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", "kubetest="+peer)
