@@ -58,7 +58,7 @@ FUZZ_TARGETS := \
 	./internal/bmc/wsman:FuzzParseResponse \
 	./internal/bmc/wsman:FuzzParseChallenges
 
-.PHONY: all build test unit fuzz lint labcheck demo bench generate deps tools kernel clean ipxe-refresh
+.PHONY: all build test unit fuzz lint labcheck demo bench generate deps tools kernel kube clean ipxe-refresh
 
 all: build
 
@@ -73,6 +73,14 @@ tools:
 kernel:
 	@scripts/fetch-kernel.sh .cache/kernel
 
+# kube: kube-apiserver in .cache/kube/bin, built from the Go module proxy by
+# the separate module tools/kube (the main module does not depend on
+# Kubernetes), and Debian's etcd, for the Kubernetes tests (internal/kubetest,
+# deploy/crds). Rebuilt only when tools/kube/go.mod or go.sum change; a cold
+# build takes minutes (docs/kubernetes.md).
+kube:
+	@scripts/fetch-kube.sh .cache/kube
+
 build: deps
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/anvil
 
@@ -84,7 +92,7 @@ labcheck:
 
 # test: everything CI checks. Lint first (cheap), then every test with the
 # race detector, then a short run of each fuzz target.
-test: deps tools kernel labcheck lint unit fuzz
+test: deps tools kernel kube labcheck lint unit fuzz
 
 # unit: every test with the race detector, through testsum: go test's usual
 # output (V=1: every line, as go test -v), then a summary listing each

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-lab.sh checks, after scripts/install-deps.sh and `make kernel`, that
+# check-lab.sh checks, after scripts/install-deps.sh, `make kernel` and `make kube`, that
 # this machine can run every test: root, the kernel features the lab tests
 # use (network namespaces, taps, loop devices, IPv6 on the loopback), the
 # tools they run and the Debian kernel they boot. `make test` runs it.
@@ -57,7 +57,7 @@ tools=(
   zstd:zstd lz4:lz4 gzip:gzip bzip2:bzip2 mkfs.vfat:dosfstools mkfs.ext4:e2fsprogs
   losetup:mount mtype:mtools syslinux:syslinux depmod:kmod dpkg-deb:dpkg sha256sum:coreutils
   e2fsck:e2fsprogs jq:jq dhcrelay:isc-dhcp-relay unshare:util-linux nsenter:util-linux
-  ipmi_sim:openipmi
+  ipmi_sim:openipmi etcd:etcd-server
 )
 for t in "${tools[@]}"; do
   command -v "${t%%:*}" >/dev/null || problem "${t%%:*} not found (Debian package ${t##*:})"
@@ -66,6 +66,7 @@ done
 [ -r /usr/share/OVMF/OVMF_CODE.fd ] || problem "no OVMF firmware (Debian package ovmf)"
 [ -r /usr/lib/systemd/boot/efi/systemd-bootx64.efi ] || problem "no systemd-boot (Debian package systemd-boot-efi; the UEFI install image)"
 [ -s .cache/kernel/VERSION ] || problem "no Debian kernel in .cache/kernel (make kernel)"
+[ -x "${KUBE_APISERVER:-.cache/kube/bin/kube-apiserver}" ] || problem "no kube-apiserver in .cache/kube/bin (make kube)"
 
 if [ ${#problems[@]} -eq 0 ]; then
   exit 0

@@ -94,6 +94,9 @@ APT_PACKAGES+=(cloud-init)
 # the configs they fetch (cloud-init, above, checks one); util-linux's
 # unshare and nsenter give each guide its own /tmp and /var/lib.
 APT_PACKAGES+=(jq util-linux)
+# Kubernetes mode's tests (internal/kubetest) run a real kube-apiserver
+# (built by scripts/fetch-kube.sh, `make kube`) against Debian's etcd.
+APT_PACKAGES+=(etcd-server)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -74,6 +74,15 @@ func moduleImports(t testing.TB, dir, module string) []string {
 	return out
 }
 
+// ModuleRoot returns the directory of this module's go.mod, found above the
+// current directory (a test runs in its package's directory): where tests
+// find the repository's files (examples/, deploy/) and its caches (.cache/).
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	dir, _ := moduleRoot(t)
+	return dir
+}
+
 // moduleRoot returns the directory of the go.mod above the current
 // directory and the module path it declares.
 func moduleRoot(t testing.TB) (dir, module string) {
