@@ -205,9 +205,17 @@ func (p Params) checkServer() error {
 	return nil
 }
 
-// checkAuthority checks grpc_authority=.
+// checkAuthority checks grpc_authority=: a host and a port number, and
+// nothing that would make "http://" + it more than an authority (a path,
+// a query, user info: FuzzParse found ":/").
 func (p Params) checkAuthority() error {
-	if _, _, err := net.SplitHostPort(p.GRPCAuthority); err != nil {
+	host, port, err := net.SplitHostPort(p.GRPCAuthority)
+	if err == nil {
+		if n, perr := strconv.ParseUint(port, 10, 16); perr != nil || n == 0 {
+			err = errors.New("bad port")
+		}
+	}
+	if err != nil || host == "" || strings.ContainsAny(host, "/?#@\\") {
 		return &ArgError{Name: ArgGRPCAuthority, Value: p.GRPCAuthority, Err: errors.New("want host:port")}
 	}
 	return nil
