@@ -31,6 +31,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/anvilproj/anvil/internal/clock"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -82,6 +83,8 @@ type Config struct {
 	ReattachFor time.Duration
 	// ReattachWait is the first wait; if 0, uses DefaultReattachWait.
 	ReattachWait time.Duration
+	// Clock paces reattaching. If nil, clock.Real.
+	Clock clock.Clock
 }
 
 // ErrLost marks an Attach error of a console that was attached and then
@@ -117,6 +120,7 @@ func New(cfg Config) *Server {
 	if cfg.ReattachWait <= 0 {
 		cfg.ReattachWait = DefaultReattachWait
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Server{cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConns),
 		hubs: map[string]*hub{}, conns: map[net.Conn]struct{}{}}
 }

@@ -17,10 +17,11 @@ func TestImports(t *testing.T) {
 		"github.com/anvilproj/anvil/internal/store":      true,
 		"github.com/anvilproj/anvil/internal/machinelog": true,
 		"github.com/anvilproj/anvil/internal/atomicfile": true,
+		"github.com/anvilproj/anvil/internal/clock":      true,
 	}
 	for path, files := range testtool.NonStdImports(t) {
 		if strings.HasPrefix(path, "github.com/anvilproj/anvil/") && !allowed[path] {
-			t.Errorf("%v import %s; the console knows only the model, the store interface, machinelog and atomicfile", files, path)
+			t.Errorf("%v import %s; the console knows only the model, the store interface, machinelog, atomicfile and clock", files, path)
 		}
 	}
 }

@@ -121,16 +121,16 @@ func (s *Server) attachKept(ctx context.Context, h *model.Hardware, hb *hub, m *
 	var lostAt time.Time
 	wait := s.cfg.ReattachWait
 	for {
-		start := time.Now()
+		start := s.cfg.Clock.Now()
 		err := s.cfg.Attach(ctx, m, in, out)
 		switch {
 		case err == nil || ctx.Err() != nil:
 			return nil
-		case errors.Is(err, ErrLost) && (lostAt.IsZero() || time.Since(start) >= s.cfg.ReattachFor):
+		case errors.Is(err, ErrLost) && (lostAt.IsZero() || s.cfg.Clock.Now().Sub(start) >= s.cfg.ReattachFor):
 			// A fresh loss: the first, or after a life as long as the
 			// patience (a console that flaps faster runs out of it).
-			lostAt, wait = time.Now(), s.cfg.ReattachWait
-		case lostAt.IsZero() || time.Since(lostAt) > s.cfg.ReattachFor:
+			lostAt, wait = s.cfg.Clock.Now(), s.cfg.ReattachWait
+		case lostAt.IsZero() || s.cfg.Clock.Now().Sub(lostAt) > s.cfg.ReattachFor:
 			return err // never attached, or lost for good
 		}
 		msg := fmt.Sprintf("%v; attaching again in %s", err, wait) // "console lost: …"
@@ -143,7 +143,7 @@ func (s *Server) attachKept(ctx context.Context, h *model.Hardware, hb *hub, m *
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(wait):
+		case <-s.cfg.Clock.After(wait):
 		}
 		wait = min(2*wait, maxReattachWait)
 	}
