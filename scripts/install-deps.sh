@@ -97,6 +97,9 @@ APT_PACKAGES+=(jq util-linux)
 # Kubernetes mode's tests (internal/kubetest) run a real kube-apiserver
 # (built by scripts/fetch-kube.sh, `make kube`) against Debian's etcd.
 APT_PACKAGES+=(etcd-server)
+# The serial console's tests (internal/console, test/e2e TestBMCReprovision)
+# log in with OpenSSH's own client and make their keys with ssh-keygen.
+APT_PACKAGES+=(openssh-client)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
