@@ -378,11 +378,13 @@ func (s *Server) handle(ctx context.Context, wg *sync.WaitGroup, conn net.Packet
 	}()
 }
 
-// refuse answers a request with an ERROR from the server port and
-// records it as refused.
+// refuse records a request as refused and answers it with an ERROR from
+// the server port. Recording comes first so that the refusal is stamped
+// (and weighed by the refusal limiter) at the time it arrived, not at
+// whatever time it is after the client has already heard the answer.
 func (s *Server) refuse(conn net.PacketConn, ev event, code uint16, why string) {
-	sendError(conn, ev.from, code, why)
 	s.record(ev, OutcomeRefused, "refused: "+why)
+	sendError(conn, ev.from, code, why)
 }
 
 // sendError sends an ERROR packet from conn. Errors are not reported: the
