@@ -1,7 +1,8 @@
 // Package crds holds the CustomResourceDefinitions of Anvil's Kubernetes
 // mode: the YAML manifests beside this file, embedded, for Tinkerbell's
 // Hardware, Template and Workflow (tinkerbell.org/v1alpha1) and Rufio's
-// Machine, Job and Task (bmc.tinkerbell.org/v1alpha1). It owns what those
+// Machine, Job and Task (bmc.tinkerbell.org/v1alpha1), and Anvil's own
+// BootProfile (anvil.dev/v1alpha1). It owns what those
 // manifests declare (group, names, version, scope, status subresource,
 // printer columns) and reading them; installing them and storing objects
 // are their users' (`kubectl apply -f deploy/crds/`, the tests in this

@@ -32,6 +32,7 @@ func TestAll(t *testing.T) {
 		got = append(got, d.Group+"/"+d.Version+" "+d.Kind+" "+d.Plural)
 	}
 	want := []string{
+		"anvil.dev/v1alpha1 BootProfile bootprofiles",
 		"bmc.tinkerbell.org/v1alpha1 Job jobs",
 		"bmc.tinkerbell.org/v1alpha1 Machine machines",
 		"bmc.tinkerbell.org/v1alpha1 Task tasks",
@@ -58,7 +59,7 @@ func TestServeTinkerbellObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byKind := install(t, c, defs)
+	byKind := c.InstallCRDs(t, defs)
 
 	root := testtool.ModuleRoot(t)
 	var objs []map[string]any
@@ -96,33 +97,6 @@ func TestServeTinkerbellObjects(t *testing.T) {
 	wf := workflowStatus(t, c, byKind["Workflow"])
 	printerColumns(t, c, byKind, wf)
 	discovery(t, c)
-}
-
-// install creates each definition and waits until the API server has
-// established it; it returns them by kind.
-func install(t *testing.T, c *kubetest.Cluster, defs []crds.Definition) map[string]crds.Definition {
-	t.Helper()
-	const path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-	byKind := map[string]crds.Definition{}
-	for _, d := range defs {
-		c.JSON(t, http.MethodPost, path, d.JSON, http.StatusCreated)
-		byKind[d.Kind] = d
-	}
-	for _, d := range defs {
-		testtool.WaitFor(t, d.Plural+"."+d.Group+" established", func() bool {
-			crd := c.JSON(t, http.MethodGet, path+"/"+d.Plural+"."+d.Group, nil, http.StatusOK)
-			status, _ := crd["status"].(map[string]any)
-			conds, _ := status["conditions"].([]any)
-			for _, cond := range conds {
-				m, _ := cond.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return true
-				}
-			}
-			return false
-		})
-	}
-	return byKind
 }
 
 // readExamples returns the objects of a YAML file, each converted to JSON

@@ -6,9 +6,9 @@
 // system:masters, a CA of its own for the server's certificate); what the
 // tests store in the cluster is theirs.
 //
-// It speaks plain HTTP and JSON and links no Kubernetes client, so the
-// main module does not depend on Kubernetes; Cluster carries what a
-// client-go rest.Config needs (URL, Token, CACert) for the tests that will.
+// It speaks plain HTTP and JSON (Cluster.Do, Cluster.JSON) for tests that
+// check the wire, and hands tests that use client-go a rest.Config
+// (Cluster.RESTConfig). InstallCRDs installs deploy/crds.
 // Without etcd or kube-apiserver a test skips, and fails under CI=true
 // (testtool.Need).
 //

@@ -41,7 +41,7 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 	if namespace == "" {
 		namespace = model.DefaultNamespace
 	}
-	if err := checkKey(kind, namespace, name); err != nil {
+	if err := store.CheckKey(kind, namespace, name); err != nil {
 		return err
 	}
 	o := &op{verb: verbDelete, kc: s.kinds[kind], ns: namespace, name: name, key: namespace + "/" + name}
@@ -95,7 +95,7 @@ func decode(kind string, raw []byte, rv uint64) (model.Object, error) {
 
 // Get implements store.Reader. An empty namespace means "default".
 func (s *Store) Get(ctx context.Context, kind, namespace, name string) (model.Object, error) {
-	if err := checkKind(kind); err != nil {
+	if err := store.CheckKind(kind); err != nil {
 		return nil, err
 	}
 	if namespace == "" {
@@ -116,7 +116,7 @@ func (s *Store) Get(ctx context.Context, kind, namespace, name string) (model.Ob
 
 // List implements store.Reader.
 func (s *Store) List(ctx context.Context, kind string, opts store.ListOptions) ([]model.Object, string, error) {
-	if err := checkKind(kind); err != nil {
+	if err := store.CheckKind(kind); err != nil {
 		return nil, "", err
 	}
 	s.mu.RLock()
@@ -126,7 +126,7 @@ func (s *Store) List(ctx context.Context, kind string, opts store.ListOptions) (
 	}
 	var hits []*entry
 	for _, e := range s.kinds[kind].objs {
-		if matches(kind, e.obj, opts.Namespace, opts.Labels, opts.Fields) {
+		if store.Matches(kind, e.obj, opts.Namespace, opts.Labels, opts.Fields) {
 			hits = append(hits, e)
 		}
 	}
@@ -138,7 +138,7 @@ func (s *Store) List(ctx context.Context, kind string, opts store.ListOptions) (
 
 // ByIndex implements store.Indexer.
 func (s *Store) ByIndex(ctx context.Context, kind, index, value string) ([]model.Object, error) {
-	if err := checkKind(kind); err != nil {
+	if err := store.CheckKind(kind); err != nil {
 		return nil, err
 	}
 	s.mu.RLock()

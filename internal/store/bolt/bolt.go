@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -301,52 +300,6 @@ func specSum(obj model.Object) ([32]byte, error) {
 	return sha256.Sum256(b), nil
 }
 
-// statusIsZero reports whether obj's status encodes to an empty JSON object.
-func statusIsZero(obj model.Object) bool {
-	var st any
-	switch o := obj.(type) {
-	case *model.Hardware:
-		st = &o.Status
-	case *model.Template:
-		st = &o.Status
-	case *model.Workflow:
-		st = &o.Status
-	case *model.BootProfile:
-		st = &o.Status
-	case *model.Machine:
-		st = &o.Status
-	case *model.Job:
-		st = &o.Status
-	case *model.BMCTask:
-		st = &o.Status
-	case *model.Secret:
-		return true // no status to keep
-	}
-	b, err := json.Marshal(st)
-	return err == nil && string(b) == "{}"
-}
-
-// copyStatus sets dst's status to src's (both of the same kind). The status
-// is shared with src, which is a cached object nobody modifies.
-func copyStatus(dst, src model.Object) {
-	switch d := dst.(type) {
-	case *model.Hardware:
-		d.Status = src.(*model.Hardware).Status
-	case *model.Template:
-		d.Status = src.(*model.Template).Status
-	case *model.Workflow:
-		d.Status = src.(*model.Workflow).Status
-	case *model.BootProfile:
-		d.Status = src.(*model.BootProfile).Status
-	case *model.Machine:
-		d.Status = src.(*model.Machine).Status
-	case *model.Job:
-		d.Status = src.(*model.Job).Status
-	case *model.BMCTask:
-		d.Status = src.(*model.BMCTask).Status
-	}
-}
-
 // Close stops the committer (writes still queued fail with store.ErrClosed;
 // the batch being committed completes), closes every watch and the database.
 func (s *Store) Close() error {
@@ -372,51 +325,6 @@ func (s *Store) Close() error {
 		s.closeErr = s.db.Close()
 	})
 	return s.closeErr
-}
-
-// ---- validation ----
-
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 253 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && c != '-' && c != '.' {
-			return false
-		}
-		if (i == 0 || i == len(s)-1) && !alnum {
-			return false
-		}
-	}
-	return true
-}
-
-func validNamespace(s string) bool {
-	return len(s) <= 63 && validName(s) && !strings.Contains(s, ".")
-}
-
-func checkKind(kind string) error {
-	switch kind {
-	case model.KindHardware, model.KindTemplate, model.KindWorkflow, model.KindBootProfile,
-		model.KindMachine, model.KindJob, model.KindTask, model.KindSecret:
-		return nil
-	}
-	return fmt.Errorf("unknown kind %q: %w", kind, store.ErrInvalid)
-}
-
-func checkKey(kind, namespace, name string) error {
-	if err := checkKind(kind); err != nil {
-		return err
-	}
-	if !validNamespace(namespace) {
-		return fmt.Errorf("%s %s/%s: namespace %q is not a DNS-1123 label: %w", kind, namespace, name, namespace, store.ErrInvalid)
-	}
-	if !validName(name) {
-		return fmt.Errorf("%s %s/%s: name %q is not a DNS-1123 subdomain: %w", kind, namespace, name, name, store.ErrInvalid)
-	}
-	return nil
 }
 
 func parseRV(rv string) (uint64, error) {

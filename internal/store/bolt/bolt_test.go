@@ -31,7 +31,7 @@ func openTest(t testing.TB, path string, opts Options) *Store {
 func TestStoreContract(t *testing.T) {
 	// A small history so that the suite's too-old watch test is quick.
 	const history = 64
-	storetest.Run(t, storetest.Options{WatchHistory: history}, func(t *testing.T) store.Store {
+	storetest.Run(t, storetest.Options{WatchHistory: history, SecretGenerations: true}, func(t *testing.T) store.Store {
 		return openTest(t, "", Options{WatchHistory: history})
 	})
 }

@@ -43,19 +43,8 @@ type watcher struct {
 	overflow bool
 }
 
-func matches(kind string, obj model.Object, ns string, sel labels.Selector, fields []store.FieldRequirement) bool {
-	m := obj.GetObjectMeta()
-	if ns != "" && m.Namespace != ns {
-		return false
-	}
-	if sel != nil && !sel.Matches(m.Labels) {
-		return false
-	}
-	return len(fields) == 0 || store.MatchFields(kind, obj, fields)
-}
-
 func (w *watcher) matches(obj model.Object) bool {
-	return matches(w.kind, obj, w.ns, w.sel, w.fields)
+	return store.Matches(w.kind, obj, w.ns, w.sel, w.fields)
 }
 
 // Watch implements store.Watcher.
@@ -66,7 +55,7 @@ func (w *watcher) matches(obj model.Object) bool {
 // Modified. A resource version newer than the store's is accepted and
 // yields the changes after it.
 func (s *Store) Watch(ctx context.Context, kind string, opts store.WatchOptions) (<-chan store.Event, error) {
-	if err := checkKind(kind); err != nil {
+	if err := store.CheckKind(kind); err != nil {
 		return nil, err
 	}
 	var from uint64

@@ -91,7 +91,7 @@ func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
 	if m.Namespace == "" {
 		m.Namespace = model.DefaultNamespace
 	}
-	if err := checkKey(kind, m.Namespace, m.Name); err != nil {
+	if err := store.CheckKey(kind, m.Namespace, m.Name); err != nil {
 		return nil, err
 	}
 	o := &op{verb: v, kc: s.kinds[kind], ns: m.Namespace, name: m.Name, key: m.Namespace + "/" + m.Name, obj: priv}
@@ -109,7 +109,7 @@ func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
 			o.hasRV = true
 		}
 	case verbApply:
-		o.statusZero = statusIsZero(priv)
+		o.statusZero = store.StatusIsZero(priv)
 	}
 	if v == verbCreate || v == verbApply {
 		o.uid = uuid.NewString()
@@ -293,7 +293,7 @@ func (s *Store) stamp(o *op, cur *entry, rev uint64, now time.Time) (*entry, err
 			m.Generation++
 		}
 		if o.verb == verbApply && o.statusZero {
-			copyStatus(o.obj, cur.obj)
+			store.CopyStatus(o.obj, cur.obj)
 			idx = indexValues(o.kc.kind, o.obj)
 		}
 	}

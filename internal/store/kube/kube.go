@@ -1,0 +1,349 @@
+// Package kube is the store.Store on the Kubernetes API: Anvil's Kubernetes
+// mode (`anvil serve --store kubernetes`). Objects live as custom resources
+// of the CRDs in deploy/crds — Tinkerbell's Hardware, Template and Workflow
+// (tinkerbell.org/v1alpha1), Rufio's Machine, Job and Task
+// (bmc.tinkerbell.org/v1alpha1), Anvil's BootProfile (anvil.dev/v1alpha1) —
+// and BMC credentials as core v1 Secrets, so that kubectl, GitOps tools and
+// cluster-api-provider-tinkerbell see and drive the same objects.
+//
+// It owns the translation between internal/model objects and the API
+// server's resources, and one watch-fed cache per kind: every read (Get,
+// List, ByIndex, Watch) is answered from memory, never by polling the API
+// server. A kind's cache is filled by a list and kept current by a watch
+// (client-go's dynamic client), re-listed when the watch is too old. Each
+// write goes to the API server and returns once this replica's cache has
+// seen it, so a caller reads its own writes as with the embedded store.
+// It must not decide anything about what objects mean; that is the callers'.
+//
+// Where Kubernetes differs from the store contract, and what this package
+// does about it:
+//
+//   - Status is a subresource: the main resource's writes ignore it. Create
+//     and Update write the spec and metadata first, then the status, each
+//     as a JSON merge patch of what changed since the object Anvil read. So
+//     a field Anvil does not model (set by another tool) is kept, and a
+//     watcher may see the two halves as two events.
+//   - Apply of several objects is not one transaction: every object is
+//     checked first, then written in order; if a write fails, the writes
+//     before it are undone (created objects deleted, updated ones restored)
+//     before Apply returns the error.
+//   - Resource versions are etcd revisions: decimal, growing with every
+//     write in the cluster, as the contract wants. Watches resume from this
+//     replica's history of each kind (Config.WatchHistory events), so ErrGone
+//     means that history, not etcd's compaction.
+//   - Objects are created in namespaces that may not exist yet: a namespace
+//     is created on first use, as the embedded store needs none.
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Config says which cluster to use and how.
+type Config struct {
+	// REST reaches the API server (from a kubeconfig or in-cluster).
+	REST *rest.Config
+	// Namespace limits the store to one namespace; empty means all.
+	Namespace string
+	// WatchHistory is how many of each kind's latest changes are kept for
+	// watches that resume from an older version. Default 20000.
+	WatchHistory int
+	// SyncTimeout bounds the wait for a write to reach this replica's
+	// cache (it normally takes milliseconds); after it the write is
+	// returned anyway and a warning logged. Default 30s.
+	SyncTimeout time.Duration
+	// Log receives operational messages. Default: discard.
+	Log *slog.Logger
+}
+
+const (
+	defaultWatchHistory = 20000
+	defaultSyncTimeout  = 30 * time.Second
+	// Back-off between attempts to list or watch a kind after an error.
+	retryMin = 500 * time.Millisecond
+	retryMax = 30 * time.Second
+)
+
+// resource is where the API server keeps one kind.
+type resource struct {
+	gvr schema.GroupVersionResource
+	// status: the kind has a status subresource.
+	status bool
+}
+
+// resources maps each stored kind to its API resource.
+var resources = map[string]resource{
+	model.KindHardware:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "hardware"}, true},
+	model.KindTemplate:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "templates"}, true},
+	model.KindWorkflow:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "workflows"}, true},
+	model.KindBootProfile: {schema.GroupVersionResource{Group: "anvil.dev", Version: "v1alpha1", Resource: "bootprofiles"}, true},
+	model.KindMachine:     {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "machines"}, true},
+	model.KindJob:         {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "jobs"}, true},
+	model.KindTask:        {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "tasks"}, true},
+	model.KindSecret:      {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, false},
+}
+
+var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// Store is a store.Store on a Kubernetes API server.
+type Store struct {
+	cfg   Config
+	log   *slog.Logger
+	dyn   dynamic.Interface
+	kinds map[string]*kindCache
+
+	ctx    context.Context // ends at Close: stops the reflectors
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	nsMu  sync.Mutex
+	nsOK  map[string]bool // namespaces known to exist
+}
+
+// Open connects to the API server and starts one list-and-watch per kind.
+// It returns once every kind's first list is in the cache, or with an
+// error when ctx ends first (the API server unreachable, a CRD missing:
+// the error names the kind and the last failure).
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.REST == nil {
+		return nil, errors.New("kube store: no API server configuration")
+	}
+	if cfg.WatchHistory <= 0 {
+		cfg.WatchHistory = defaultWatchHistory
+	}
+	if cfg.SyncTimeout <= 0 {
+		cfg.SyncTimeout = defaultSyncTimeout
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rc := rest.CopyConfig(cfg.REST)
+	if rc.QPS == 0 {
+		// client-go's default of 5 requests per second would make a
+		// fleet's reports wait on the client, not on the API server.
+		rc.QPS, rc.Burst = 500, 1000
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube store: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &Store{cfg: cfg, log: log, dyn: dyn, kinds: map[string]*kindCache{},
+		ctx: sctx, cancel: cancel, closed: make(chan struct{}), nsOK: map[string]bool{}}
+	for kind, res := range resources {
+		s.kinds[kind] = newKindCache(kind, res, cfg.WatchHistory)
+	}
+	for _, kc := range s.kinds {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.reflect(kc)
+		}()
+	}
+	for _, kind := range model.Kinds {
+		if err := s.kinds[kind].waitSynced(ctx); err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("kube store: first list of %s: %w", kind, err)
+		}
+	}
+	return s, nil
+}
+
+// Close stops every reflector and ends every watch.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		s.cancel()
+		s.wg.Wait()
+		for _, kc := range s.kinds {
+			kc.close()
+		}
+	})
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// client returns the resource interface of kind in namespace ns (all
+// namespaces if empty).
+func (s *Store) client(kc *kindCache, ns string) dynamic.ResourceInterface {
+	r := s.dyn.Resource(kc.res.gvr)
+	if ns == "" {
+		return r
+	}
+	return r.Namespace(ns)
+}
+
+// ---- translation between model objects and API objects ----
+
+// Annotations that carry a sealed Secret (one the embedded store's
+// server encrypted, moved into a cluster): a core Secret has no field for
+// the ciphertext, and the API server checks data against the type (a
+// basic-auth Secret must hold a username or password in data), so a
+// sealed Secret is stored as an Opaque one with its type beside it.
+const (
+	annSealed     = "anvil.dev/sealed"
+	annSealedKeys = "anvil.dev/sealed-keys"
+	annSealedType = "anvil.dev/sealed-type"
+)
+
+// encode returns obj as the API server's JSON object.
+func encode(kind string, obj model.Object) (map[string]any, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", kind, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", kind, err)
+	}
+	if kind == model.KindSecret {
+		sec := obj.(*model.Secret)
+		delete(m, "sealed")
+		delete(m, "keys")
+		if sec.Sealed != "" {
+			meta, _ := m["metadata"].(map[string]any)
+			if meta == nil {
+				meta = map[string]any{}
+				m["metadata"] = meta
+			}
+			ann, _ := meta["annotations"].(map[string]any)
+			if ann == nil {
+				ann = map[string]any{}
+				meta["annotations"] = ann
+			}
+			ann[annSealed] = sec.Sealed
+			ann[annSealedKeys] = strings.Join(sec.Keys, ",")
+			ann[annSealedType] = sec.Type
+			m["type"] = "Opaque"
+		}
+	}
+	return m, nil
+}
+
+// decode returns the model object of an API object.
+func decode(kind string, u *unstructured.Unstructured) (model.Object, error) {
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := model.Decode(kind, b)
+	if err != nil {
+		return nil, err
+	}
+	if sec, ok := obj.(*model.Secret); ok {
+		if v, ok := sec.Annotations[annSealed]; ok {
+			sec.Sealed = v
+			if k := sec.Annotations[annSealedKeys]; k != "" {
+				sec.Keys = strings.Split(k, ",")
+			}
+			sec.Type = sec.Annotations[annSealedType]
+			for _, a := range []string{annSealed, annSealedKeys, annSealedType} {
+				delete(sec.Annotations, a)
+			}
+			if len(sec.Annotations) == 0 {
+				sec.Annotations = nil
+			}
+		}
+	}
+	return obj, nil
+}
+
+func parseRV(rv string) (uint64, error) {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("resourceVersion %q is not a decimal revision: %w", rv, store.ErrInvalid)
+	}
+	return n, nil
+}
+
+// apiError maps an API server error to the store's errors, naming the
+// object; the server's message is kept.
+func apiError(kind, ns, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var target error
+	switch {
+	case apierrors.IsNotFound(err):
+		target = store.ErrNotFound
+	case apierrors.IsAlreadyExists(err):
+		target = store.ErrAlreadyExists
+	case apierrors.IsConflict(err):
+		target = store.ErrConflict
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		target = store.ErrInvalid
+	case apierrors.IsGone(err), apierrors.IsResourceExpired(err):
+		target = store.ErrGone
+	default:
+		return fmt.Errorf("%s %s/%s: %w", kind, ns, name, err)
+	}
+	return fmt.Errorf("%s %s/%s: %w (%s)", kind, ns, name, target, err.Error())
+}
+
+// ensureNamespace creates namespace ns if it does not exist yet.
+func (s *Store) ensureNamespace(ctx context.Context, ns string) error {
+	s.nsMu.Lock()
+	ok := s.nsOK[ns]
+	s.nsMu.Unlock()
+	if ok {
+		return nil
+	}
+	nc := s.dyn.Resource(namespacesGVR)
+	_, err := nc.Get(ctx, ns, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Namespace",
+			"metadata": map[string]any{"name": ns},
+		}}
+		_, err = nc.Create(ctx, u, metav1.CreateOptions{})
+		if err == nil {
+			s.log.Info("kube store: created namespace", "namespace", ns)
+		}
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	s.nsMu.Lock()
+	s.nsOK[ns] = true
+	s.nsMu.Unlock()
+	return nil
+}
+
+// Resource returns the API resource that holds kind, for tools and tests
+// that reach the API server beside the store.
+func Resource(kind string) schema.GroupVersionResource { return resources[kind].gvr }

@@ -1,0 +1,422 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+)
+
+// conflictRetries bounds how often an unconditional write is tried again
+// from a fresh read when another writer got in between.
+const conflictRetries = 8
+
+// prepare checks obj and returns its kind's cache and a private copy with
+// the store-owned metadata cleared (the resourceVersion is kept: it is
+// the caller's precondition).
+func (s *Store) prepare(obj model.Object) (*kindCache, model.Object, error) {
+	if obj == nil {
+		return nil, nil, fmt.Errorf("nil object: %w", store.ErrInvalid)
+	}
+	kind := model.KindOf(obj)
+	if kind == "" {
+		return nil, nil, fmt.Errorf("%T is not a stored kind: %w", obj, store.ErrInvalid)
+	}
+	if tk := obj.GetTypeMeta().Kind; tk != "" && tk != kind {
+		return nil, nil, fmt.Errorf("%T says kind %q: %w", obj, tk, store.ErrInvalid)
+	}
+	if s.isClosed() {
+		return nil, nil, store.ErrClosed
+	}
+	priv := model.DeepCopy(obj)
+	*priv.GetTypeMeta() = model.TypeMeta{APIVersion: model.APIVersionOf(kind), Kind: kind}
+	m := priv.GetObjectMeta()
+	if m.Namespace == "" {
+		m.Namespace = model.DefaultNamespace
+	}
+	if err := store.CheckKey(kind, m.Namespace, m.Name); err != nil {
+		return nil, nil, err
+	}
+	if s.cfg.Namespace != "" && m.Namespace != s.cfg.Namespace {
+		return nil, nil, fmt.Errorf("%s %s: this store is limited to namespace %s: %w", kind, m.Key(), s.cfg.Namespace, store.ErrInvalid)
+	}
+	if m.ResourceVersion != "" {
+		if _, err := parseRV(m.ResourceVersion); err != nil {
+			return nil, nil, fmt.Errorf("%s %s: %w", kind, m.Key(), err)
+		}
+	}
+	m.UID, m.Generation, m.CreationTimestamp = "", 0, nil
+	return s.kinds[kind], priv, nil
+}
+
+// Create implements store.Writer.
+func (s *Store) Create(ctx context.Context, obj model.Object) (model.Object, error) {
+	kc, priv, err := s.prepare(obj)
+	if err != nil {
+		return nil, err
+	}
+	if m := priv.GetObjectMeta(); m.ResourceVersion != "" {
+		return nil, fmt.Errorf("%s %s: resourceVersion must be empty on create: %w", kc.kind, m.Key(), store.ErrInvalid)
+	}
+	out, err := s.create(ctx, kc, priv)
+	if err != nil {
+		return nil, err
+	}
+	return model.DeepCopy(out), nil
+}
+
+// create writes a new object, then its status, and waits for the cache.
+func (s *Store) create(ctx context.Context, kc *kindCache, obj model.Object) (model.Object, error) {
+	m := obj.GetObjectMeta()
+	body, err := encode(kc.kind, obj)
+	if err != nil {
+		return nil, err
+	}
+	status, _ := body["status"].(map[string]any)
+	if kc.res.status {
+		delete(body, "status") // the main resource ignores it
+	}
+	c := s.client(kc, m.Namespace)
+	u, err := c.Create(ctx, &unstructured.Unstructured{Object: body}, metav1.CreateOptions{})
+	if isNamespaceMissing(err) {
+		if nerr := s.ensureNamespace(ctx, m.Namespace); nerr != nil {
+			return nil, fmt.Errorf("%s %s: %w", kc.kind, m.Key(), nerr)
+		}
+		u, err = c.Create(ctx, &unstructured.Unstructured{Object: body}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return nil, apiError(kc.kind, m.Namespace, m.Name, err)
+	}
+	if kc.res.status && len(status) > 0 {
+		patch := map[string]any{"status": status}
+		setPrecondition(patch, u.GetResourceVersion())
+		su, err := s.patch(ctx, kc, m.Namespace, m.Name, patch, "status")
+		if err != nil {
+			// Do not leave half an object behind.
+			uid := u.GetUID()
+			_ = c.Delete(context.WithoutCancel(ctx), m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			return nil, err
+		}
+		u = su
+	}
+	return s.settle(ctx, kc, u)
+}
+
+// isNamespaceMissing reports whether err is the API server's refusal to
+// create an object in a namespace that does not exist.
+func isNamespaceMissing(err error) bool {
+	var se apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &se) {
+		return false
+	}
+	d := se.Status().Details
+	return d != nil && d.Kind == "namespaces"
+}
+
+// patch sends a JSON merge patch to an object (or to its subresource).
+func (s *Store) patch(ctx context.Context, kc *kindCache, ns, name string, patch map[string]any, sub ...string) (*unstructured.Unstructured, error) {
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s/%s: %w", kc.kind, ns, name, err)
+	}
+	u, err := s.client(kc, ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, sub...)
+	if err != nil {
+		return nil, apiError(kc.kind, ns, name, err)
+	}
+	return u, nil
+}
+
+// settle decodes what the API server returned and waits until this
+// replica's cache has seen it, so the caller reads its own write.
+func (s *Store) settle(ctx context.Context, kc *kindCache, u *unstructured.Unstructured) (model.Object, error) {
+	obj, err := decode(kc.kind, u)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s/%s as stored: %w", kc.kind, u.GetNamespace(), u.GetName(), err)
+	}
+	rv, err := parseRV(u.GetResourceVersion())
+	if err != nil {
+		return nil, err
+	}
+	if !kc.waitFor(ctx, s.cfg.SyncTimeout, func() bool { return kc.rv >= rv }) && ctx.Err() == nil {
+		s.log.Warn("kube store: write not yet seen by this replica's watch", "kind", kc.kind,
+			"object", obj.GetObjectMeta().Key(), "resourceVersion", rv, "waited", s.cfg.SyncTimeout)
+	}
+	return obj, nil
+}
+
+// Update implements store.Writer. With a resourceVersion the update is
+// conditional on it; without, it is retried from a fresh read when
+// another writer got in between, so it never loses to a concurrent write
+// by replaying a stale one.
+func (s *Store) Update(ctx context.Context, obj model.Object) (model.Object, error) {
+	kc, priv, err := s.prepare(obj)
+	if err != nil {
+		return nil, err
+	}
+	m := priv.GetObjectMeta()
+	want := m.ResourceVersion
+	for attempt := 0; ; attempt++ {
+		cur, err := s.current(ctx, kc, m.Namespace, m.Name, want, attempt > 0)
+		if err != nil {
+			return nil, err
+		}
+		out, err := s.update(ctx, kc, cur, priv)
+		if err != nil && want == "" && errors.Is(err, store.ErrConflict) && attempt < conflictRetries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return model.DeepCopy(out), nil
+	}
+}
+
+// current returns the stored object to update from: the cached one when it
+// is the version wanted (or any version is, and fresh is false), else the
+// API server's.
+func (s *Store) current(ctx context.Context, kc *kindCache, ns, name, want string, fresh bool) (model.Object, error) {
+	if !fresh {
+		kc.mu.Lock()
+		e := kc.objs[ns+"/"+name]
+		kc.mu.Unlock()
+		if e != nil && (want == "" || e.obj.GetObjectMeta().ResourceVersion == want) {
+			return e.obj, nil
+		}
+	}
+	u, err := s.client(kc, ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, apiError(kc.kind, ns, name, err)
+	}
+	cur, err := decode(kc.kind, u)
+	if err != nil {
+		return nil, err
+	}
+	if have := cur.GetObjectMeta().ResourceVersion; want != "" && have != want {
+		return nil, fmt.Errorf("%s %s/%s: resourceVersion %s, stored %s: %w", kc.kind, ns, name, want, have, store.ErrConflict)
+	}
+	return cur, nil
+}
+
+// update writes what differs between cur (as stored) and next: metadata
+// and spec on the resource, then status on its subresource, each a merge
+// patch conditional on the version it starts from. Fields neither knows
+// (another tool's) are left as they are.
+func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Object) (model.Object, error) {
+	m := cur.GetObjectMeta()
+	from, err := encode(kc.kind, cur)
+	if err != nil {
+		return nil, err
+	}
+	to, err := encode(kc.kind, next)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range []map[string]any{from, to} {
+		if meta, ok := o["metadata"].(map[string]any); ok {
+			for _, f := range []string{"resourceVersion", "uid", "generation", "creationTimestamp"} {
+				delete(meta, f)
+			}
+		}
+	}
+	var fromStatus, toStatus any
+	if kc.res.status {
+		fromStatus, toStatus = from["status"], to["status"]
+		delete(from, "status")
+		delete(to, "status")
+	}
+	rv := m.ResourceVersion
+	var u *unstructured.Unstructured
+	if p := mergePatch(from, to); p != nil {
+		setPrecondition(p, rv)
+		if u, err = s.patch(ctx, kc, m.Namespace, m.Name, p); err != nil {
+			return nil, err
+		}
+		rv = u.GetResourceVersion()
+	}
+	if p := mergePatch(map[string]any{"status": fromStatus}, map[string]any{"status": toStatus}); kc.res.status && p != nil {
+		setPrecondition(p, rv)
+		su, err := s.patch(ctx, kc, m.Namespace, m.Name, p, "status")
+		if err != nil {
+			if u != nil {
+				return nil, fmt.Errorf("%w (the metadata and spec were written, at resourceVersion %s)", err, rv)
+			}
+			return nil, err
+		}
+		u = su
+	}
+	if u == nil {
+		return cur, nil // nothing changed: the API server would not write either
+	}
+	return s.settle(ctx, kc, u)
+}
+
+// setPrecondition makes a merge patch conditional on resourceVersion rv.
+func setPrecondition(p map[string]any, rv string) {
+	meta, _ := p["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		p["metadata"] = meta
+	}
+	meta["resourceVersion"] = rv
+}
+
+// mergePatch returns the JSON merge patch (RFC 7386) that turns from into
+// to, or nil if they are equal. Lists are replaced whole, as RFC 7386 says.
+func mergePatch(from, to map[string]any) map[string]any {
+	p := map[string]any{}
+	for k := range from {
+		if _, ok := to[k]; !ok {
+			p[k] = nil
+		}
+	}
+	for k, tv := range to {
+		fv, ok := from[k]
+		if !ok || fv == nil {
+			if tv != nil {
+				p[k] = tv
+			}
+			continue
+		}
+		fm, fok := fv.(map[string]any)
+		tm, tok := tv.(map[string]any)
+		if fok && tok {
+			if sub := mergePatch(fm, tm); sub != nil {
+				p[k] = sub
+			}
+			continue
+		}
+		if !reflect.DeepEqual(fv, tv) {
+			p[k] = tv
+		}
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return p
+}
+
+// Delete implements store.Writer; a non-empty resourceVersion is a
+// precondition.
+func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersion string) error {
+	kc, err := s.kind(kind)
+	if err != nil {
+		return err
+	}
+	if namespace == "" {
+		namespace = model.DefaultNamespace
+	}
+	if err := store.CheckKey(kind, namespace, name); err != nil {
+		return err
+	}
+	var opts metav1.DeleteOptions
+	if resourceVersion != "" {
+		if _, err := parseRV(resourceVersion); err != nil {
+			return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, err)
+		}
+		opts.Preconditions = &metav1.Preconditions{ResourceVersion: &resourceVersion}
+	}
+	key := namespace + "/" + name
+	kc.mu.Lock()
+	var uid string
+	if e := kc.objs[key]; e != nil {
+		uid = e.obj.GetObjectMeta().UID
+	}
+	kc.mu.Unlock()
+	if err := s.client(kc, namespace).Delete(ctx, name, opts); err != nil {
+		return apiError(kind, namespace, name, err)
+	}
+	gone := func() bool { e := kc.objs[key]; return e == nil || e.obj.GetObjectMeta().UID != uid }
+	if !kc.waitFor(ctx, s.cfg.SyncTimeout, gone) && ctx.Err() == nil {
+		s.log.Warn("kube store: deletion not yet seen by this replica's watch", "kind", kind, "object", key)
+	}
+	return nil
+}
+
+// Apply implements store.Writer. Every object is checked before any is
+// written; the writes are then made in order, and undone in reverse order
+// if one fails (see the package comment: Kubernetes has no transaction
+// across objects).
+func (s *Store) Apply(ctx context.Context, objs []model.Object) ([]model.Object, error) {
+	kcs := make([]*kindCache, len(objs))
+	privs := make([]model.Object, len(objs))
+	for i, obj := range objs {
+		kc, priv, err := s.prepare(obj)
+		if err != nil {
+			return nil, fmt.Errorf("apply object %d: %w", i, err)
+		}
+		priv.GetObjectMeta().ResourceVersion = "" // Apply is unconditional
+		kcs[i], privs[i] = kc, priv
+	}
+	if s.isClosed() {
+		return nil, store.ErrClosed
+	}
+	var undo []func(context.Context) error
+	out := make([]model.Object, len(objs))
+	for i, priv := range privs {
+		res, u, err := s.applyOne(ctx, kcs[i], priv)
+		if err != nil {
+			uctx := context.WithoutCancel(ctx)
+			for j := len(undo) - 1; j >= 0; j-- {
+				if uerr := undo[j](uctx); uerr != nil {
+					s.log.Error("kube store: undoing a failed apply", "err", uerr)
+				}
+			}
+			return nil, fmt.Errorf("apply object %d: %w", i, err)
+		}
+		out[i] = model.DeepCopy(res)
+		undo = append(undo, u)
+	}
+	return out, nil
+}
+
+// applyOne creates or updates obj unconditionally (keeping the stored
+// status when obj's is empty) and returns how to undo that.
+func (s *Store) applyOne(ctx context.Context, kc *kindCache, obj model.Object) (model.Object, func(context.Context) error, error) {
+	m := obj.GetObjectMeta()
+	for attempt := 0; ; attempt++ {
+		cur, err := s.current(ctx, kc, m.Namespace, m.Name, "", true)
+		if errors.Is(err, store.ErrNotFound) {
+			res, err := s.create(ctx, kc, obj)
+			if errors.Is(err, store.ErrAlreadyExists) && attempt < conflictRetries {
+				continue
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			rm := res.GetObjectMeta()
+			return res, func(ctx context.Context) error {
+				return s.Delete(ctx, kc.kind, rm.Namespace, rm.Name, "")
+			}, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		next := model.DeepCopy(obj)
+		if store.StatusIsZero(next) {
+			store.CopyStatus(next, cur)
+		}
+		res, err := s.update(ctx, kc, cur, next)
+		if errors.Is(err, store.ErrConflict) && attempt < conflictRetries {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		prev := model.DeepCopy(cur)
+		prev.GetObjectMeta().ResourceVersion = ""
+		return res, func(ctx context.Context) error {
+			_, err := s.Update(ctx, prev)
+			return err
+		}, nil
+	}
+}
+
