@@ -63,7 +63,7 @@ func TestServeTinkerbellObjects(t *testing.T) {
 
 	root := testtool.ModuleRoot(t)
 	var objs []map[string]any
-	for _, f := range []string{"hardware.yaml", "template.yaml", "workflow.yaml", "bmc/bmc.yaml", "bmc/job.yaml"} {
+	for _, f := range []string{"hardware.yaml", "template.yaml", "workflow.yaml", "bmc/bmc.yaml", "bmc/job.yaml", "profiles/flatcar.yaml"} {
 		for _, o := range readExamples(t, filepath.Join(root, "examples", f)) {
 			if _, ok := byKind[o["kind"].(string)]; ok { // not the Secret in bmc.yaml
 				objs = append(objs, o)

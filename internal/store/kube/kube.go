@@ -119,8 +119,8 @@ type Store struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
-	nsMu  sync.Mutex
-	nsOK  map[string]bool // namespaces known to exist
+	nsMu sync.Mutex
+	nsOK map[string]bool // namespaces known to exist
 }
 
 // Open connects to the API server and starts one list-and-watch per kind.

@@ -419,4 +419,3 @@ func (s *Store) applyOne(ctx context.Context, kc *kindCache, obj model.Object) (
 		}, nil
 	}
 }
-
