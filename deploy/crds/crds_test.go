@@ -16,6 +16,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/anvilproj/anvil/deploy/crds"
+	"github.com/anvilproj/anvil/deploy/crds/crdstest"
 	"github.com/anvilproj/anvil/internal/kubetest"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
@@ -102,25 +103,10 @@ func TestServeTinkerbellObjects(t *testing.T) {
 // established it; it returns them by kind.
 func install(t *testing.T, c *kubetest.Cluster, defs []crds.Definition) map[string]crds.Definition {
 	t.Helper()
-	const path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+	crdstest.Install(t, c, defs)
 	byKind := map[string]crds.Definition{}
 	for _, d := range defs {
-		c.JSON(t, http.MethodPost, path, d.JSON, http.StatusCreated)
 		byKind[d.Kind] = d
-	}
-	for _, d := range defs {
-		testtool.WaitFor(t, d.Plural+"."+d.Group+" established", func() bool {
-			crd := c.JSON(t, http.MethodGet, path+"/"+d.Plural+"."+d.Group, nil, http.StatusOK)
-			status, _ := crd["status"].(map[string]any)
-			conds, _ := status["conditions"].([]any)
-			for _, cond := range conds {
-				m, _ := cond.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return true
-				}
-			}
-			return false
-		})
 	}
 	return byKind
 }
