@@ -21,9 +21,9 @@ func FuzzParse(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: x, namespace: y}\n")) // cluster-scoped with a namespace
-	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n"))                    // a kind without a known path
-	f.Add([]byte("---\n---\n"))                                                          // empty documents
-	f.Add([]byte("kind: [\n"))                                                           // not YAML
+	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n"))                     // a kind without a known path
+	f.Add([]byte("---\n---\n"))                                                           // empty documents
+	f.Add([]byte("kind: [\n"))                                                            // not YAML
 	f.Fuzz(func(t *testing.T, b []byte) {
 		objs, err := parse("fuzz.yaml", b)
 		if err != nil {

@@ -387,8 +387,8 @@ func realRequests(t *testing.T, sa *kubetest.Cluster) {
 		}, http.StatusCreated},
 		{"record an event", http.MethodPost, "/api/v1/namespaces/anvil/events", map[string]any{
 			"apiVersion": "v1", "kind": "Event", "metadata": map[string]any{"name": "anvil.1"},
-			"involvedObject": map[string]any{"kind": "Lease", "namespace": "anvil", "name": "anvil-leader"},
 			"reason": "LeaderElection", "message": "anvil-0 became leader", "type": "Normal",
+			"involvedObject": map[string]any{"kind": "Lease", "namespace": "anvil", "name": "anvil-leader"},
 		}, http.StatusCreated},
 		{"list pods", http.MethodGet, "/api/v1/pods", nil, http.StatusForbidden},
 		{"list nodes", http.MethodGet, "/api/v1/nodes", nil, http.StatusForbidden},
