@@ -57,7 +57,7 @@ tools=(
   zstd:zstd lz4:lz4 gzip:gzip bzip2:bzip2 mkfs.vfat:dosfstools mkfs.ext4:e2fsprogs
   losetup:mount mtype:mtools syslinux:syslinux depmod:kmod dpkg-deb:dpkg sha256sum:coreutils
   e2fsck:e2fsprogs jq:jq dhcrelay:isc-dhcp-relay unshare:util-linux nsenter:util-linux
-  ipmi_sim:openipmi etcd:etcd-server ssh:openssh-client ssh-keygen:openssh-client
+  ipmi_sim:openipmi etcd:etcd-server ssh:openssh-client ssh-keygen:openssh-client capsh:libcap2-bin
 )
 for t in "${tools[@]}"; do
   command -v "${t%%:*}" >/dev/null || problem "${t%%:*} not found (Debian package ${t##*:})"

@@ -97,6 +97,9 @@ APT_PACKAGES+=(jq util-linux)
 # Kubernetes mode's tests (internal/kubetest) run a real kube-apiserver
 # (built by scripts/fetch-kube.sh, `make kube`) against Debian's etcd.
 APT_PACKAGES+=(etcd-server)
+# The deployment's container test (deploy/kubernetes TestContainerOnImage)
+# runs the image with the manifest's capabilities through capsh.
+APT_PACKAGES+=(libcap2-bin)
 # The serial console's tests (internal/console, test/e2e TestBMCReprovision)
 # log in with OpenSSH's own client and make their keys with ssh-keygen.
 APT_PACKAGES+=(openssh-client)

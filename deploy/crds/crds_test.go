@@ -16,6 +16,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/anvilproj/anvil/deploy/crds"
+	"github.com/anvilproj/anvil/deploy/crds/crdstest"
 	"github.com/anvilproj/anvil/internal/kubetest"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
@@ -59,7 +60,7 @@ func TestServeTinkerbellObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byKind := c.InstallCRDs(t, defs)
+	byKind := install(t, c, defs)
 
 	root := testtool.ModuleRoot(t)
 	var objs []map[string]any
@@ -97,6 +98,18 @@ func TestServeTinkerbellObjects(t *testing.T) {
 	wf := workflowStatus(t, c, byKind["Workflow"])
 	printerColumns(t, c, byKind, wf)
 	discovery(t, c)
+}
+
+// install creates each definition and waits until the API server has
+// established it; it returns them by kind.
+func install(t *testing.T, c *kubetest.Cluster, defs []crds.Definition) map[string]crds.Definition {
+	t.Helper()
+	crdstest.Install(t, c, defs)
+	byKind := map[string]crds.Definition{}
+	for _, d := range defs {
+		byKind[d.Kind] = d
+	}
+	return byKind
 }
 
 // readExamples returns the objects of a YAML file, each converted to JSON

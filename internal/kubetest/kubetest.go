@@ -8,7 +8,7 @@
 //
 // It speaks plain HTTP and JSON (Cluster.Do, Cluster.JSON) for tests that
 // check the wire, and hands tests that use client-go a rest.Config
-// (Cluster.RESTConfig). InstallCRDs installs deploy/crds.
+// (Cluster.RESTConfig); deploy/crds/crdstest installs Anvil's CRDs.
 // Without etcd or kube-apiserver a test skips, and fails under CI=true
 // (testtool.Need).
 //
@@ -100,14 +100,7 @@ func Start(t testing.TB) *Cluster {
 	c := &Cluster{Dir: t.TempDir()}
 	creds := writeCredentials(t, c.Dir)
 	c.Token, c.CACert = creds.token, creds.caPEM
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(c.CACert)
-	c.Client = &http.Client{
-		Timeout: requestBound,
-		Transport: bearer{token: c.Token, next: &http.Transport{
-			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		}},
-	}
+	c.Client = newClient(c.Token, c.CACert)
 	t.Cleanup(c.Client.CloseIdleConnections)
 
 	etcdURL := startWithRetry(t, "etcd", func(p []int) started {
@@ -179,11 +172,30 @@ func etcdHealthy(hc *http.Client, url string) bool {
 	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&h) == nil && h.Health == "true"
 }
 
+// newClient returns a client that trusts the CA caPEM and sends token
+// with every request.
+func newClient(token string, caPEM []byte) *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return &http.Client{
+		Timeout: requestBound,
+		Transport: bearer{token: token, next: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		}},
+	}
+}
+
 // Do sends a request to the API server: in, unless nil, is sent as JSON
 // ([]byte as it is, anything else marshalled); accept, unless empty, is
 // the Accept header. It returns the status and body, and fails t only if
 // the request could not be made: the status is the caller's to judge.
 func (c *Cluster) Do(t testing.TB, method, path string, in any, accept string) (int, []byte) {
+	t.Helper()
+	return c.send(t, method, path, "application/json", in, accept)
+}
+
+// send is Do with the request's Content-Type given.
+func (c *Cluster) send(t testing.TB, method, path, contentType string, in any, accept string) (int, []byte) {
 	t.Helper()
 	var body io.Reader
 	if in != nil {
@@ -201,7 +213,7 @@ func (c *Cluster) Do(t testing.TB, method, path string, in any, accept string) (
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)

@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/anvilproj/anvil/deploy/crds"
+	"github.com/anvilproj/anvil/deploy/crds/crdstest"
 	"github.com/anvilproj/anvil/internal/kubetest"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -25,7 +27,11 @@ const openBound = time.Minute
 func cluster(t *testing.T) *rest.Config {
 	t.Helper()
 	c := kubetest.Start(t)
-	c.InstallCRDs(t, nil)
+	defs, err := crds.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdstest.Install(t, c, defs)
 	return c.RESTConfig()
 }
 
