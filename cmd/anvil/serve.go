@@ -84,12 +84,13 @@ instead of --bind and the ports.`,
 				defer pprof.StopCPUProfile()
 			}
 			cfg.Logger.Info("starting anvil", "version", version.Get().Version, "commit", version.Get().Commit,
-				"data_dir", cfg.DataDir)
+				"data_dir", cfg.DataDir, "store", cfg.Store.Kind)
 			return server.Run(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/anvil", "directory of the store and the logs")
+	cfg.Store.AddFlags(f)
 	f.StringVar(&cfg.Bind, "bind", server.DefaultBind, "IP address every listener binds to")
 	f.IntVar(&cfg.HTTPPort, "http-port", server.DefaultHTTPPort, "port of the HTTP API (HTTP/1.1 and h2c), /healthz, /readyz, /metrics")
 	f.IntVar(&cfg.GRPCPort, "grpc-port", server.DefaultGRPCPort, "port of the gRPC API (TLS; h2c with --grpc-plaintext or --no-tls)")

@@ -39,6 +39,20 @@ const keyBytes = 32
 // them further.
 type Sealer struct {
 	aead cipher.AEAD
+	// clusterKept: see ClusterKept.
+	clusterKept bool
+}
+
+// ClusterKept returns a Sealer for a store that keeps Secrets itself: the
+// Kubernetes API, whose Secrets other tools (kubectl, Rufio, GitOps)
+// write and read in the clear, protected by the cluster's RBAC and its
+// encryption at rest. Seal then checks a Secret but leaves its data as it
+// is; Open reads an unsealed Secret as it is, and a sealed one (moved
+// from the embedded store) with k's key.
+func (k *Sealer) ClusterKept() *Sealer {
+	c := *k
+	c.clusterKept = true
+	return &c
 }
 
 // OpenSealer loads the key in path, creating it (32 random bytes from r,
@@ -108,6 +122,9 @@ func (k *Sealer) Seal(s *model.Secret) error {
 	if err != nil {
 		return fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
+	if k.clusterKept {
+		return nil
+	}
 	b, err := json.Marshal(plain) // []byte values encode as base64
 	if err != nil {
 		return fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err)
@@ -131,6 +148,13 @@ func (k *Sealer) Seal(s *model.Secret) error {
 // Open returns the values of a sealed Secret. The error never holds a
 // value.
 func (k *Sealer) Open(s *model.Secret) (map[string][]byte, error) {
+	if s.Sealed == "" && k.clusterKept {
+		plain, err := s.Plain()
+		if err != nil {
+			return nil, fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err)
+		}
+		return plain, nil
+	}
 	if s.Sealed == "" {
 		if len(s.Data) > 0 || len(s.StringData) > 0 {
 			return nil, fmt.Errorf("secret %s/%s is not sealed", s.Namespace, s.Name)

@@ -118,3 +118,42 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// TestClusterKept: with Kubernetes keeping Secrets, a Secret stays as
+// kubectl wrote it and opens as it is; one sealed by the embedded store's
+// server (moved into the cluster) still opens with the key; bad base64 is
+// refused by name, not shown.
+func TestClusterKept(t *testing.T) {
+	k, err := OpenSealer(filepath.Join(t.TempDir(), KeyFileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := k.ClusterKept()
+	s := testSecret()
+	if err := ck.Seal(s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Sealed != "" || s.Data["username"] != "YWRtaW4=" || s.StringData["password"] != "hunter2-correct" {
+		t.Fatalf("cluster-kept Seal changed the secret: %+v", s)
+	}
+	got, err := ck.Open(s)
+	if err != nil || string(got["username"]) != "admin" || string(got["password"]) != "hunter2-correct" {
+		t.Fatalf("Open = %q, %v", got, err)
+	}
+	if _, err := k.Open(s); err == nil {
+		t.Error("the embedded store's sealer opened an unsealed Secret; it must refuse")
+	}
+
+	moved := testSecret()
+	if err := k.Seal(moved); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ck.Open(moved); err != nil || string(got["password"]) != "hunter2-correct" {
+		t.Errorf("Open of a sealed Secret by the cluster-kept sealer = %q, %v", got, err)
+	}
+
+	bad := &model.Secret{ObjectMeta: model.ObjectMeta{Namespace: "lab", Name: "b"}, Data: map[string]string{"password": "not base64!"}}
+	if err := ck.Seal(bad); err == nil || !strings.Contains(err.Error(), "data.password") || strings.Contains(err.Error(), "not base64!") {
+		t.Errorf("Seal of bad base64 = %v; want an error naming data.password without its value", err)
+	}
+}

@@ -17,7 +17,7 @@ import (
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store"
-	"github.com/anvilproj/anvil/internal/store/bolt"
+	"github.com/anvilproj/anvil/internal/store/backend"
 	"github.com/anvilproj/anvil/internal/supervise"
 )
 
@@ -43,15 +43,19 @@ func (c closers) close() error {
 	return errors.Join(errs...)
 }
 
-// openStores creates the data directory and opens the store and the log
-// store in it.
-func openStores(cfg Config, res *closers) (*bolt.Store, *logstore.Store, error) {
+// openStores creates the data directory and opens the store (the embedded
+// one in it, or the Kubernetes API: cfg.Store) and the log store in it.
+// Machine records stay on local disk in either case: they are an
+// append-heavy stream, not etcd material (docs/kubernetes.md).
+func openStores(ctx context.Context, cfg Config, res *closers) (store.Store, *logstore.Store, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, nil, fmt.Errorf("data directory: %w", err)
 	}
-	st, err := bolt.Open(filepath.Join(cfg.DataDir, storeFile), bolt.Options{Logger: cfg.Logger})
+	sc := cfg.Store
+	sc.DataDir, sc.Logger = cfg.DataDir, cfg.Logger
+	st, err := backend.Open(ctx, sc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open store: %w", err)
+		return nil, nil, err
 	}
 	res.add(func() error { return wrapClose("close store", st.Close()) })
 	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, logsDir), Logger: cfg.Logger,
@@ -117,6 +121,11 @@ func openSecrets(cfg Config) (*secrets.Store, *secrets.Sealer, error) {
 	sealer, err := secrets.OpenSealer(sealKey, nil)
 	if err != nil {
 		return nil, nil, err
+	}
+	if cfg.Store.IsKubernetes() {
+		// The cluster keeps Secrets (RBAC, encryption at rest), and
+		// kubectl and Rufio write them in the clear: Anvil does too.
+		sealer = sealer.ClusterKept()
 	}
 	return secretStore, sealer, nil
 }

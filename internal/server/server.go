@@ -33,6 +33,7 @@ import (
 	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/oci"
+	"github.com/anvilproj/anvil/internal/store/backend"
 	"github.com/anvilproj/anvil/internal/supervise"
 	"github.com/anvilproj/anvil/internal/version"
 	"github.com/anvilproj/anvil/internal/workflow"
@@ -58,13 +59,15 @@ const (
 
 // File names inside Config.DataDir.
 const (
-	storeFile  = "anvil.db"
 	secretsDir = "secrets" // generated secrets for boot profile templates
 	logsDir    = "logs"
 )
 
 // Config configures Run.
 type Config struct {
+	// Store chooses the store: the embedded one in DataDir (default) or
+	// the Kubernetes API. Its DataDir and Logger are this Config's.
+	Store backend.Config
 	// DataDir holds the store and the logs; it is created if missing.
 	// Required.
 	DataDir string
@@ -322,7 +325,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	sup := &supervise.Supervisor{Logger: log}
 
 	// Stage 1: storage, and the writer of machine records into it.
-	st, logs, err := openStores(cfg, &res)
+	st, logs, err := openStores(ctx, cfg, &res)
 	if err != nil {
 		return err
 	}
