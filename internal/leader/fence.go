@@ -23,12 +23,13 @@ type Fence struct {
 	leadDone chan struct{}      // closed once client-go's OnStartedLeading has returned
 
 	mu       sync.Mutex
-	acquired bool        // a write of the Lease naming this replica succeeded
-	renewed  time.Time   // the start of the last such write
-	timer    clock.Timer // fires at renewed + RenewDeadline
-	leading  bool        // lead was called
-	ended    error       // why the term ended, wrapping ErrNotLeader; nil while on
-	early    bool        // lead returned before anything else ended the term
+	acquired bool            // a write of the Lease naming this replica succeeded
+	renewed  time.Time       // the start of the last such write
+	timer    clock.Timer     // fires at renewed + RenewDeadline
+	leading  bool            // lead was called
+	lctx     context.Context // lead's context, once leading
+	ended    error           // why the term ended, wrapping ErrNotLeader; nil while on
+	early    bool            // lead returned before anything else ended the term
 }
 
 type fenceKey struct{}
@@ -42,7 +43,7 @@ func FenceFrom(ctx context.Context) *Fence {
 
 // errCampaignOver ends a term when its campaign has ended for any reason
 // that did not end it first.
-var errCampaignOver = fmt.Errorf("the campaign ended: %w", ErrNotLeader)
+var errCampaignOver = fmt.Errorf("leader: the term ended: its campaign ended: %w", ErrNotLeader)
 
 // Check returns nil while the term is on, and once it is not an error
 // wrapping ErrNotLeader that says why. Once it has failed it fails for
@@ -52,20 +53,26 @@ func (f *Fence) Check() error {
 		return fmt.Errorf("leader: no leadership term in this context: %w", ErrNotLeader)
 	}
 	f.mu.Lock()
-	err := f.ended
+	err, lctx := f.ended, f.lctx
 	since := f.clock().Now().Sub(f.renewed)
 	f.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if since >= f.e.cfg.RenewDeadline {
+	switch {
+	case lctx != nil && lctx.Err() != nil:
+		// client-go cancels the lead context when it stops renewing;
+		// the AfterFunc that closes the Fence then may not have run yet.
+		f.close(f.contextEnded())
+	case since >= f.e.cfg.RenewDeadline:
 		f.close(fmt.Errorf("leader: %s's term on Lease %s/%s ended: not renewed for %v, the renew deadline is %v: %w",
 			f.e.cfg.Identity, f.e.cfg.Namespace, f.e.cfg.Name, since.Round(time.Millisecond), f.e.cfg.RenewDeadline, ErrNotLeader))
-		f.mu.Lock()
-		err = f.ended
-		f.mu.Unlock()
+	default:
+		return nil
 	}
-	return err
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ended
 }
 
 func (f *Fence) clock() clock.Clock { return f.e.clock }
@@ -101,7 +108,7 @@ func (f *Fence) open(lctx context.Context) bool {
 		f.mu.Unlock()
 		return false
 	}
-	f.leading = true
+	f.leading, f.lctx = true, lctx
 	f.mu.Unlock()
 	f.e.began(f)
 	// The deadline may have passed between the renewal and now.
