@@ -42,7 +42,9 @@ func TestConfigErrors(t *testing.T) {
 		// the error says which value was not the caller's.
 		{"default deadline, short lease", with(func(c *Config) { c.LeaseDuration = 5 * time.Second }),
 			[]string{"RenewDeadline 10s (the default) must be shorter than LeaseDuration 5s"}},
-		{"retry does not fit the deadline", with(func(c *Config) { c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 3*time.Second, time.Second, 900 * time.Millisecond }),
+		{"retry does not fit the deadline", with(func(c *Config) {
+			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 3*time.Second, time.Second, 900*time.Millisecond
+		}),
 			[]string{"RenewDeadline 1s must be shorter than RetryPeriod 900ms/1.2", "20% jitter"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
