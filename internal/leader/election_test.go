@@ -46,6 +46,29 @@ func TestElection(t *testing.T) {
 	t.Run("OneLeaderAndCleanHandover", func(t *testing.T) { testOneLeaderAndCleanHandover(t, c) })
 	t.Run("PartitionedLeaderIsFencedAndReplaced", func(t *testing.T) { testPartitionedLeader(t, c) })
 	t.Run("ReleaseWaitsForLead", func(t *testing.T) { testReleaseWaitsForLead(t, c) })
+	t.Run("FailedLeadCampaignsAgain", func(t *testing.T) { testFailedLeadCampaignsAgain(t, c) })
+}
+
+// testFailedLeadCampaignsAgain: a lead that returns an error ends its
+// term (its Fence closes, the Lease is released) and the replica
+// campaigns again instead of stopping; alone, it is elected again.
+func testFailedLeadCampaignsAgain(t *testing.T, c *kubetest.Cluster) {
+	a := newArena(t)
+	a.failTerms = 1
+	cands := a.start(c, "fail", "a")
+	w := &leaseWatch{c: c, name: "fail"}
+	id := "fail-a"
+	second := w.until(t, "a second term", func(l lease) bool { return len(a.terms()) == 2 && a.leads(l.Holder) })
+	// The release between the terms cleared the holder, so the second
+	// acquisition counts as a transition; a renewal would not.
+	if second.Holder != id || second.Transitions != 1 {
+		t.Errorf("the Lease after the failed term: holder %q, leaseTransitions %d; want %q, 1", second.Holder, second.Transitions, id)
+	}
+	select {
+	case err := <-cands[id].done:
+		t.Fatalf("Run returned (%v) after lead failed; it must campaign again", err)
+	default:
+	}
 }
 
 // testReleaseWaitsForLead: a lead that takes a while to return after its
@@ -234,7 +257,12 @@ type arena struct {
 	// linger is how long lead goes on after its context ended, checking
 	// its Fence, before it returns.
 	linger time.Duration
+	// failTerms is how many of the first terms fail: their lead returns
+	// errLead at once.
+	failTerms int
 }
+
+var errLead = errors.New("the leader's work failed (a test's lead)")
 
 func newArena(t *testing.T) *arena {
 	return &arena{t: t, leading: map[string]bool{}, fences: map[string]*Fence{}}
@@ -322,8 +350,13 @@ func (a *arena) lead(id string) func(ctx context.Context) error {
 				a.t.Errorf("%s leads while %s's Fence is open (%v)", id, other, err)
 			}
 		}
-		a.leading[id], a.fences[id] = true, f
+		a.fences[id] = f
 		a.order = append(a.order, id)
+		if len(a.order) <= a.failTerms {
+			a.mu.Unlock()
+			return errLead
+		}
+		a.leading[id] = true
 		a.mu.Unlock()
 
 		<-ctx.Done()

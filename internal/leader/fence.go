@@ -151,7 +151,11 @@ func (f *Fence) leadReturned(err error) {
 	if err != nil {
 		f.e.log.Error("the leader's work failed", "err", err)
 	}
-	f.close(fmt.Errorf("leader: lead returned (%v): %w", err, ErrNotLeader))
+	if err != nil {
+		f.close(fmt.Errorf("leader: the term ended: lead returned an error (%v): %w", err, ErrNotLeader))
+		return
+	}
+	f.close(fmt.Errorf("leader: the term ended: lead returned: %w", ErrNotLeader))
 }
 
 func (f *Fence) wasAcquired() bool {

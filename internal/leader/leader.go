@@ -377,7 +377,7 @@ func (e *Elector) ended(f *Fence, why error) {
 	e.mu.Unlock()
 	leaderGauge.Dec()
 	leaderTransitions.Inc()
-	e.log.Warn("leadership ended: this replica stops the leader's work and campaigns again", "why", why)
+	e.log.Warn("leadership ended", "why", why)
 }
 
 // observed records the Lease's holder and transitions as last read or
