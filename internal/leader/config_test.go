@@ -45,7 +45,7 @@ func TestConfigErrors(t *testing.T) {
 		{"retry does not fit the deadline", with(func(c *Config) {
 			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 3*time.Second, time.Second, 900*time.Millisecond
 		}),
-			[]string{"RenewDeadline 1s must be shorter than RetryPeriod 900ms/1.2", "20% jitter"}},
+			[]string{"RetryPeriod 900ms ×1.2 must be shorter than RenewDeadline 1s", "more than one try"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := New(tc.cfg)

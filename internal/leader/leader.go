@@ -111,9 +111,10 @@ type Config struct {
 	// Name is the Lease's name. If empty, DefaultName.
 	Name string
 	// Identity names this replica in the Lease's holderIdentity. If empty,
-	// the host name (a pod's name) followed by "-" and a random suffix: a
-	// restarted pod keeps its name, and must not take the Lease for its
-	// own term while its previous process may still be running.
+	// the host name (a pod's name, or its node's with hostNetwork)
+	// followed by "-" and a random suffix: a restarted pod keeps its
+	// name, and must not take the Lease for its own term while its
+	// previous process may still be running.
 	Identity string
 	// LeaseDuration is how long the other replicas wait, after the last
 	// change of the Lease they saw, before they take it over. A whole
@@ -124,17 +125,19 @@ type Config struct {
 	// renewal the leader's term ends (its Fence closes and its context is
 	// cancelled). Shorter than LeaseDuration. If 0, DefaultRenewDeadline.
 	RenewDeadline time.Duration
-	// RetryPeriod is the wait between attempts to acquire or renew the
-	// Lease (client-go adds up to 20% jitter). RetryPeriod×1.2 must be
-	// shorter than RenewDeadline. If 0, DefaultRetryPeriod.
+	// RetryPeriod is the wait between attempts to renew the Lease; a
+	// candidate's attempts to acquire it wait RetryPeriod plus a random
+	// jitter of up to 1.2×RetryPeriod (client-go's JitterFactor).
+	// RetryPeriod×1.2 must be shorter than RenewDeadline, as client-go
+	// requires. If 0, DefaultRetryPeriod.
 	RetryPeriod time.Duration
 	// Log receives the election's events and client-go's own messages.
 	// If nil, slog.Default().
 	Log *slog.Logger
 }
 
-// jitter is client-go's leaderelection.JitterFactor: a retry waits up to
-// RetryPeriod×jitter.
+// jitter is client-go's leaderelection.JitterFactor: an attempt to
+// acquire the Lease waits RetryPeriod plus up to RetryPeriod×jitter.
 const jitter = leaderelection.JitterFactor
 
 // withDefaults returns c with its defaults applied, or an error naming
@@ -194,8 +197,8 @@ func (c Config) withDefaults() (Config, error) {
 			show["RenewDeadline"], show["LeaseDuration"])
 	}
 	if time.Duration(jitter*float64(c.RetryPeriod)) >= c.RenewDeadline {
-		return c, fmt.Errorf("leader: %s must be shorter than %s/%.1f: a renewal is retried every RetryPeriod, plus up to %.0f%% jitter, and one retry must fit in the deadline",
-			show["RenewDeadline"], show["RetryPeriod"], jitter, (jitter-1)*100)
+		return c, fmt.Errorf("leader: %s ×%.1f must be shorter than %s: a failed renewal is retried every RetryPeriod until the deadline, and client-go wants room for more than one try",
+			show["RetryPeriod"], jitter, show["RenewDeadline"])
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
