@@ -50,7 +50,11 @@
 // VM or a long GC pause) may land after another replica leads. The store
 // layer guards those with resourceVersion preconditions: an update made
 // from a stale read fails with a conflict instead of overwriting what the
-// new leader wrote.
+// new leader wrote. Nor can the Fence count time during which the whole
+// machine was suspended: Go's monotonic clock (CLOCK_MONOTONIC on Linux)
+// stops then, so a resumed leader's Fence may stay open until its next
+// renewal fails (at most a RetryPeriod later, with a conflict); the same
+// preconditions refuse its writes meanwhile.
 //
 // # Handing over
 //
