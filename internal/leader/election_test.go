@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,6 +49,50 @@ func TestElection(t *testing.T) {
 	t.Run("PartitionedLeaderIsFencedAndReplaced", func(t *testing.T) { testPartitionedLeader(t, c) })
 	t.Run("ReleaseWaitsForLead", func(t *testing.T) { testReleaseWaitsForLead(t, c) })
 	t.Run("FailedLeadCampaignsAgain", func(t *testing.T) { testFailedLeadCampaignsAgain(t, c) })
+	t.Run("LeaseTakenByAnother", func(t *testing.T) { testLeaseTakenByAnother(t, c) })
+}
+
+// testLeaseTakenByAnother: when the Lease is found held by another (here
+// written by the test, as a replica that took it while this one was
+// suspended would), the term ends at its next attempt to renew, long
+// before its renew deadline, and the Lease is not released from under the
+// other holder.
+func testLeaseTakenByAnother(t *testing.T, c *kubetest.Cluster) {
+	a := newArena(t)
+	// A renew deadline far longer than the retry: the Fence must close
+	// by what the renewal read, not by its deadline.
+	a.leaseDuration, a.renewDeadline = 20*time.Second, 15*time.Second
+	cands := a.start(c, "taken", "a")
+	w := &leaseWatch{c: c, name: "taken"}
+	id := "taken-a"
+	w.until(t, "a leader", func(l lease) bool { return a.leads(l.Holder) })
+	f := a.fence(id)
+
+	path := "/apis/coordination.k8s.io/v1/namespaces/" + testNS + "/leases/taken"
+	for {
+		obj := c.JSON(t, http.MethodGet, path, nil, http.StatusOK)
+		spec := obj["spec"].(map[string]any)
+		spec["holderIdentity"] = "intruder"
+		spec["leaseTransitions"] = spec["leaseTransitions"].(float64) + 1
+		status, b := c.Do(t, http.MethodPut, path, obj, "application/json")
+		if status == http.StatusOK {
+			break
+		}
+		if status != http.StatusConflict { // the leader renewed meanwhile: read again
+			t.Fatalf("PUT %s: status %d: %s", path, status, b)
+		}
+	}
+	testtool.WaitFor(t, "the leader's Fence to close", func() bool { return f.Check() != nil })
+	if err := f.Check(); !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), `the Lease is held by "intruder"`) {
+		t.Errorf("the Fence: %v; want ErrNotLeader, held by \"intruder\"", err)
+	}
+	if cands[id].e.IsLeader() {
+		t.Errorf("%s: IsLeader() while the Lease names another", id)
+	}
+	cands[id].stop(t)
+	if l, _ := w.read(t); l.Holder != "intruder" {
+		t.Errorf("the Lease's holder after %s stopped: %q; want the intruder's (not released from under it)", id, l.Holder)
+	}
 }
 
 // testFailedLeadCampaignsAgain: a lead that returns an error ends its
@@ -266,6 +312,9 @@ type arena struct {
 	// failTerms is how many of the first terms fail: their lead returns
 	// errLead at once.
 	failTerms int
+	// leaseDuration and renewDeadline, if set, replace testLease and
+	// testRenew.
+	leaseDuration, renewDeadline time.Duration
 }
 
 var errLead = errors.New("the leader's work failed (a test's lead)")
@@ -299,7 +348,7 @@ func (a *arena) start(c *kubetest.Cluster, name string, ids ...string) map[strin
 		}
 		e, err := New(Config{
 			REST: rc, Namespace: testNS, Name: name, Identity: name + "-" + id,
-			LeaseDuration: testLease, RenewDeadline: testRenew, RetryPeriod: testRetry,
+			LeaseDuration: cmp.Or(a.leaseDuration, testLease), RenewDeadline: cmp.Or(a.renewDeadline, testRenew), RetryPeriod: testRetry,
 			Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		})
 		if err != nil {

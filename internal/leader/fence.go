@@ -178,12 +178,19 @@ type fencedLock struct {
 	f *Fence
 }
 
+// Get reads the Lease. Once this replica has won it, a record naming
+// another holder ends the term at once: client-go would go on trying to
+// renew until its deadline.
 func (l *fencedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	r, raw, err := l.LeaseLock.Get(ctx)
-	if err == nil {
-		l.f.e.observed(r.HolderIdentity, r.LeaderTransitions)
+	if err != nil {
+		return r, raw, err
 	}
-	return r, raw, err
+	l.f.e.observed(r.HolderIdentity, r.LeaderTransitions)
+	if r.HolderIdentity != l.Identity() && l.f.wasAcquired() {
+		l.f.close(fmt.Errorf("leader: the term ended: the Lease is held by %q: %w", r.HolderIdentity, ErrNotLeader))
+	}
+	return r, raw, nil
 }
 
 func (l *fencedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {

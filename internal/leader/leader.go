@@ -53,8 +53,9 @@
 // new leader wrote. Nor can the Fence count time during which the whole
 // machine was suspended: Go's monotonic clock (CLOCK_MONOTONIC on Linux)
 // stops then, so a resumed leader's Fence may stay open until its next
-// renewal fails (at most a RetryPeriod later, with a conflict); the same
-// preconditions refuse its writes meanwhile.
+// attempt to renew (at most a RetryPeriod later) finds the Lease held by
+// another, which ends the term at once; the same preconditions refuse its
+// writes meanwhile.
 //
 // # Handing over
 //
