@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -85,6 +86,27 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if err := a.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "lead is nil") {
 		t.Errorf("Run(nil lead) = %v; want an error saying lead is nil", err)
+	}
+}
+
+// TestRunOnce: an Elector campaigns once at a time; a second Run while
+// the first campaigns (here against an address that refuses) is refused.
+func TestRunOnce(t *testing.T) {
+	e, err := New(Config{REST: nowhere, Namespace: "anvil", Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	idle := func(ctx context.Context) error { <-ctx.Done(); return nil }
+	go func() { done <- e.Run(ctx, idle) }()
+	testtool.WaitFor(t, "the first Run to start", e.running.Load)
+	if err := e.Run(ctx, idle); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Errorf("a second Run = %v; want an error saying it is already running", err)
+	}
+	cancel()
+	if err := testtool.Receive(t, done, "the first Run to return"); err != nil {
+		t.Errorf("Run = %v once its context ended; want nil", err)
 	}
 }
 
