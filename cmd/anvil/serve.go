@@ -11,6 +11,7 @@ import (
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/console"
 	"github.com/anvilproj/anvil/internal/metadata"
+	"github.com/anvilproj/anvil/internal/leader"
 	"github.com/anvilproj/anvil/internal/server"
 	"github.com/anvilproj/anvil/internal/version"
 )
@@ -91,6 +92,8 @@ instead of --bind and the ports.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/anvil", "directory of the store and the logs")
 	cfg.Store.AddFlags(f)
+	f.StringVar(&cfg.Leader.Namespace, "lease-namespace", "", "with --store kubernetes, the namespace of the Lease that elects the replica running the workflow engine and BMC jobs (default $POD_NAMESPACE, else default)")
+	f.DurationVar(&cfg.Leader.LeaseDuration, "lease-duration", leader.DefaultLeaseDuration, "with --store kubernetes, how long the other replicas wait for a silent leader before one takes over (whole seconds)")
 	f.StringVar(&cfg.Bind, "bind", server.DefaultBind, "IP address every listener binds to")
 	f.IntVar(&cfg.HTTPPort, "http-port", server.DefaultHTTPPort, "port of the HTTP API (HTTP/1.1 and h2c), /healthz, /readyz, /metrics")
 	f.IntVar(&cfg.GRPCPort, "grpc-port", server.DefaultGRPCPort, "port of the gRPC API (TLS; h2c with --grpc-plaintext or --no-tls)")

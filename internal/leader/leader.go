@@ -116,8 +116,8 @@ type Config struct {
 	// Name is the Lease's name. If empty, DefaultName.
 	Name string
 	// Identity names this replica in the Lease's holderIdentity. If empty,
-	// the host name (a pod's name, or its node's with hostNetwork)
-	// followed by "-" and a random suffix: a restarted pod keeps its
+	// $POD_NAME, else the host name (a pod's name, or its node's with
+	// hostNetwork), followed by "-" and a random suffix: a restarted pod keeps its
 	// name, and must not take the Lease for its own term while its
 	// previous process may still be running.
 	Identity string
@@ -211,11 +211,16 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// defaultIdentity is the host name and a random suffix.
+// defaultIdentity is the pod's name ($POD_NAME, from the downward API:
+// with hostNetwork the host name is the node's), else the host name, and
+// a random suffix.
 func defaultIdentity() (string, error) {
-	host, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("leader: Config.Identity is empty and the host name is unknown: %w", err)
+	host := os.Getenv("POD_NAME")
+	if host == "" {
+		var err error
+		if host, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("leader: Config.Identity is empty and the host name is unknown: %w", err)
+		}
 	}
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {

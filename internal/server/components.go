@@ -145,16 +145,17 @@ func bestEffort(log *slog.Logger, msg string, run func(context.Context) error) f
 }
 
 // bmcComponents are the BMC job executor, which runs Rufio-shaped Jobs
-// against machines' BMCs, its power-state poller and the serial console
-// (which reaches machines through it): none with cfg.DisableBMC. The
-// console's listener opens here, so that a busy port fails at start.
-func bmcComponents(cfg Config, st store.Store, sealer *secrets.Sealer, events machinelog.Sink, res *closers) ([]supervise.Component, error) {
+// against machines' BMCs, and its power-state poller (leaderOnly: one
+// replica drives the BMCs), and the serial console (everywhere: an
+// operator's SSH session lands on any replica), which reaches machines
+// through the executor: none with cfg.DisableBMC. The console's listener
+// opens here, so that a busy port fails at start.
+func bmcComponents(cfg Config, st store.Store, sealer *secrets.Sealer, events machinelog.Sink, res *closers) (leaderOnly, everywhere []supervise.Component, err error) {
 	log := cfg.Logger
 	redfish, amt := bmc.Redfish{}, bmc.IntelAMT{}
 	if cfg.BMCCAFile != "" {
-		var err error
 		if redfish.RootCAs, err = bmc.LoadCAFile(cfg.BMCCAFile); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		amt.RootCAs = redfish.RootCAs
 	}
@@ -162,25 +163,25 @@ func bmcComponents(cfg Config, st store.Store, sealer *secrets.Sealer, events ma
 		if cfg.ConsolePort != 0 {
 			log.Info("serial console off: it reaches machines through the BMC executor, which --no-bmc switches off")
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	executor := bmc.New(bmc.Config{Store: st, Unseal: sealer.Open, Logger: log, Events: events,
 		Providers: []bmc.Provider{bmc.IPMI{}, redfish, amt}})
-	cs := []supervise.Component{{Name: "bmc job executor", Run: bestEffort(log, "bmc job executor stopped", executor.Run)}}
+	leaderOnly = []supervise.Component{{Name: "bmc job executor", Run: bestEffort(log, "bmc job executor stopped", executor.Run)}}
 	if cfg.BMCPollInterval > 0 {
 		// The poller shares the executor's per-BMC locks: a poll never
 		// overlaps a Job's session on the same BMC.
 		poller := executor.Poller(bmc.PollConfig{Interval: cfg.BMCPollInterval, Concurrency: cfg.BMCPollConcurrency})
-		cs = append(cs, supervise.Component{Name: "bmc power-state poller", Run: bestEffort(log, "bmc power-state poller stopped", poller.Run)})
+		leaderOnly = append(leaderOnly, supervise.Component{Name: "bmc power-state poller", Run: bestEffort(log, "bmc power-state poller stopped", poller.Run)})
 	}
 	if cfg.ConsolePort != 0 {
 		console, err := consoleComponent(cfg, st, executor, events, res)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		cs = append(cs, console)
+		everywhere = append(everywhere, console)
 	}
-	return cs, nil
+	return leaderOnly, everywhere, nil
 }
 
 // httpServers are the components serving lns, each with its handler.

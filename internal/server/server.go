@@ -33,6 +33,7 @@ import (
 	"github.com/anvilproj/anvil/internal/clientip"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/oci"
+	"github.com/anvilproj/anvil/internal/leader"
 	"github.com/anvilproj/anvil/internal/store/backend"
 	"github.com/anvilproj/anvil/internal/supervise"
 	"github.com/anvilproj/anvil/internal/version"
@@ -68,6 +69,8 @@ type Config struct {
 	// Store chooses the store: the embedded one in DataDir (default) or
 	// the Kubernetes API. Its DataDir and Logger are this Config's.
 	Store backend.Config
+	// Leader is the leader election of Kubernetes mode.
+	Leader LeaderConfig
 	// DataDir holds the store and the logs; it is created if missing.
 	// Required.
 	DataDir string
@@ -362,14 +365,32 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	res.add(boot.close)
 
 	// Stage 3: the core: the workflow engine, then the BMC executor, its
-	// poller and the serial console (stopped before the engine).
-	engine := workflow.New(workflow.Config{Store: st, Logger: log, ISOURL: boot.isoURL})
-	sup.Stage("workflow engine", supervise.Component{Name: "workflow engine", Run: engine.Run})
-	bmcs, err := bmcComponents(cfg, st, sealer, recorder, &res)
+	// poller and the serial console (stopped before the engine). In
+	// Kubernetes mode the engine's reconciler, the executor and the poller
+	// run on the elected leader only, writing through a fenced store;
+	// every replica answers agents and wakes their long polls.
+	el, err := elector(cfg)
 	if err != nil {
 		return err
 	}
-	sup.Stage("bmc", bmcs...)
+	leaderStore := st
+	if el != nil {
+		leaderStore = leader.Fenced(st)
+	}
+	engine := workflow.New(workflow.Config{Store: leaderStore, Logger: log, ISOURL: boot.isoURL})
+	bmcLeader, bmcAll, err := bmcComponents(cfg, leaderStore, sealer, recorder, &res)
+	if err != nil {
+		return err
+	}
+	engineComponent := supervise.Component{Name: "workflow engine", Run: engine.Run}
+	if el == nil {
+		sup.Stage("workflow engine", engineComponent)
+		sup.Stage("bmc", append(bmcLeader, bmcAll...)...)
+	} else {
+		sup.Stage("workflow engine", supervise.Component{Name: "agent wake-ups", Run: engine.Follow},
+			leaderComponent(el, append([]supervise.Component{engineComponent}, bmcLeader...)))
+		sup.Stage("bmc", bmcAll...)
+	}
 
 	// Stage 4: the transports: the API and the boot services over HTTP,
 	// DHCP, TFTP and syslog, with the boot policy's views under them.

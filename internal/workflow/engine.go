@@ -1039,3 +1039,33 @@ func (q *workQueue) Len() int {
 	defer q.mu.Unlock()
 	return len(q.items)
 }
+
+// followRetry is how long Follow waits before watching again after the
+// store refused a watch.
+const followRetry = time.Second
+
+// Follow wakes this replica's waiting GetAction calls on every change to
+// a workflow, whichever replica made it, until ctx ends. Run does this
+// too (from its own watch); Follow is for the replicas that serve agents
+// without running the engine — Kubernetes mode's followers, where only
+// the leader reconciles — so that an agent long-polling any replica hears
+// of its next action as soon as the leader has rendered it.
+func (e *Engine) Follow(ctx context.Context) error {
+	for ctx.Err() == nil {
+		ch, err := e.store.Watch(ctx, model.KindWorkflow, store.WatchOptions{})
+		if err != nil {
+			e.log.Warn("workflow watch for waiting agents failed; retrying", "err", err, "in", followRetry)
+			select {
+			case <-e.clock.After(followRetry):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		for ev := range ch {
+			if wf, ok := ev.Object.(*model.Workflow); ok {
+				e.notifyWorkflowAgents(wf)
+			}
+		}
+	}
+	return nil
+}

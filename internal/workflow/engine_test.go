@@ -463,3 +463,40 @@ func TestEngineDeleteCancelsRendering(t *testing.T) {
 		t.Errorf("a template is still executing after its rendering stopped:\n%s", strings.Join(g, "\n\n"))
 	}
 }
+
+// TestEngineFollow: an agent long-polling a replica that does not run the
+// engine (Kubernetes mode's follower) is woken when the leader renders
+// its workflow, through Follow, not when its wait runs out (the fake
+// clock never lets it run out here).
+func TestEngineFollow(t *testing.T) {
+	e := newEnv(t)
+	follower := New(Config{Store: e.store, Clock: e.clock})
+	ctx, cancel := context.WithCancel(context.Background())
+	followed := make(chan error, 1)
+	go func() { followed <- follower.Follow(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-followed; err != nil {
+			t.Errorf("Follow: %v", err)
+		}
+	})
+
+	got := make(chan *NextAction, 1)
+	go func() {
+		na, err := follower.GetAction(context.Background(), mac, 30*time.Second)
+		if err != nil {
+			t.Errorf("GetAction on the follower: %v", err)
+		}
+		got <- na
+	}()
+	e.waitUntil("the follower's long-poll timer", func() bool { return e.clock.PendingAt(t0.Add(30 * time.Second)) })
+	e.create(loadYAML[model.Template](t, "testdata/template.yaml"), testHardware(t), testWorkflow("wf", "rack1-node07"))
+	select {
+	case na := <-got:
+		if na == nil || na.Name != "stream-image" {
+			t.Fatalf("the follower's GetAction = %+v; want stream-image", na)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower's GetAction was not woken by the leader's rendering")
+	}
+}
