@@ -10,8 +10,8 @@ import (
 
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/console"
-	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/leader"
+	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/server"
 	"github.com/anvilproj/anvil/internal/version"
 )

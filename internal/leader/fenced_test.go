@@ -46,14 +46,20 @@ func TestFencedStore(t *testing.T) {
 	}
 	fake.Advance(e.cfg.RenewDeadline) // not renewed in time: the term is over
 	writes := map[string]func(ctx context.Context) error{
-		"Create": func(ctx context.Context) error { _, err := st.Create(ctx, storetest.Hardware("default", "m2")); return err },
+		"Create": func(ctx context.Context) error {
+			_, err := st.Create(ctx, storetest.Hardware("default", "m2"))
+			return err
+		},
 		"Update": func(ctx context.Context) error {
 			h := storetest.Hardware("default", "m1")
 			h.Labels = map[string]string{"by": "deposed"}
 			_, err := st.Update(ctx, h)
 			return err
 		},
-		"Apply":  func(ctx context.Context) error { _, err := st.Apply(ctx, []model.Object{storetest.Hardware("default", "m3")}); return err },
+		"Apply": func(ctx context.Context) error {
+			_, err := st.Apply(ctx, []model.Object{storetest.Hardware("default", "m3")})
+			return err
+		},
 		"Delete": func(ctx context.Context) error { return st.Delete(ctx, model.KindHardware, "default", "m1", "") },
 	}
 	for name, w := range writes {
