@@ -1,0 +1,355 @@
+// Package migrate moves a site's objects from one store to another: `anvil
+// export` writes every object of a store (the embedded bbolt one or the
+// Kubernetes API), status included, as a multi-document YAML file in the
+// shapes internal/model reads and writes (Tinkerbell's, Rufio's and core
+// v1), and `anvil restore` writes such a file into a store, all of it or
+// nothing. It owns the file's form and the rules of a move: what happens
+// to the metadata a store owns, to Secrets, and to objects already in the
+// target. It does not open stores (store/backend does) and moves no file
+// of the data directory (machine records, the audit log: see
+// docs/kubernetes.md, "Moving a site between stores").
+//
+// Store-owned metadata: uid, resourceVersion and generation mean nothing
+// in another store and are dropped (a resourceVersion would also make the
+// API server refuse the create). The creation time is history, but a
+// store stamps its own on every create, so it moves in the annotation
+// AnnotationCreated, which a later move keeps: it always says when the
+// object was first created, whichever store holds it now. What a
+// workflow went through — state, tasks and actions with their times,
+// history — is its status, and moves as it is.
+package migrate
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+)
+
+// AnnotationCreated holds, on an exported object, the creation time the
+// object had in the first store that held it (RFC 3339, UTC).
+const AnnotationCreated = "anvil.dev/created-at"
+
+// maxListed bounds how many objects one error or warning names; the
+// count says how many more there are.
+const maxListed = 10
+
+// SecretOpener returns the values of a sealed Secret (secrets.Sealer.Open).
+type SecretOpener func(*model.Secret) (map[string][]byte, error)
+
+// ExportOptions says how Export treats what it reads.
+type ExportOptions struct {
+	// Unseal, when set, opens sealed Secrets so that the file holds their
+	// values as plain data (what a cluster and kubectl use). Nil: sealed
+	// Secrets are written sealed, and only an Anvil with the key that
+	// sealed them can use them.
+	Unseal SecretOpener
+	// ReferencedSecretsOnly writes only the Secrets that a Machine or a
+	// Task names (authSecretRef). Set it for a cluster, whose other
+	// Secrets (service accounts', other applications') are not Anvil's.
+	ReferencedSecretsOnly bool
+	// Source names the store in the file's header comment.
+	Source string
+	// Now stamps the header. If nil, time.Now.
+	Now func() time.Time
+}
+
+// Result is what an Export or Restore did.
+type Result struct {
+	// Counts is the number of objects of each kind.
+	Counts map[string]int
+	// Warnings are things the user should know about the move: Secrets
+	// written sealed or in the clear, workflows caught running.
+	Warnings []string
+}
+
+// Total returns the number of objects.
+func (r Result) Total() int {
+	n := 0
+	for _, c := range r.Counts {
+		n += c
+	}
+	return n
+}
+
+// Summary is one line of counts, kinds in model.Kinds order: "2 Hardware,
+// 1 Template, …".
+func (r Result) Summary() string {
+	var parts []string
+	for _, k := range model.Kinds {
+		if n := r.Counts[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	if len(parts) == 0 {
+		return "no objects"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Export writes every object of st to w, kind by kind in model.Kinds order
+// (so that restoring in file order writes what an object refers to
+// first), each kind ordered by namespace and name. Nothing is written to
+// w if reading fails part-way (the file is built in memory first).
+func Export(ctx context.Context, st store.Reader, w io.Writer, opts ExportOptions) (Result, error) {
+	res := Result{Counts: map[string]int{}}
+	byKind := map[string][]model.Object{}
+	for _, kind := range model.Kinds {
+		objs, _, err := st.List(ctx, kind, store.ListOptions{})
+		if err != nil {
+			return Result{}, fmt.Errorf("export: list %s: %w", kind, err)
+		}
+		byKind[kind] = objs
+	}
+	if opts.ReferencedSecretsOnly {
+		byKind[model.KindSecret] = referencedSecrets(byKind)
+	}
+	var out []model.Object
+	var sealed, clear, running []string
+	for _, kind := range model.Kinds {
+		for _, o := range byKind[kind] {
+			o = model.DeepCopy(o)
+			m := o.GetObjectMeta()
+			if m.CreationTimestamp != nil && m.Annotations[AnnotationCreated] == "" {
+				if m.Annotations == nil {
+					m.Annotations = map[string]string{}
+				}
+				m.Annotations[AnnotationCreated] = m.CreationTimestamp.UTC().Format(time.RFC3339Nano)
+			}
+			m.UID, m.ResourceVersion, m.Generation, m.CreationTimestamp = "", "", 0, nil
+			switch o := o.(type) {
+			case *model.Secret:
+				if o.Sealed != "" && opts.Unseal != nil {
+					vals, err := opts.Unseal(o)
+					if err != nil {
+						return Result{}, fmt.Errorf("export: %w", err)
+					}
+					o.Data = make(map[string]string, len(vals))
+					for k, v := range vals {
+						o.Data[k] = base64.StdEncoding.EncodeToString(v)
+					}
+					o.Sealed, o.Keys = "", nil
+				}
+				if o.Sealed != "" {
+					sealed = append(sealed, m.Key())
+				} else if len(o.Data) > 0 || len(o.StringData) > 0 {
+					clear = append(clear, m.Key())
+				}
+			case *model.Workflow:
+				if o.Status.State == model.StateRunning {
+					running = append(running, m.Key())
+				}
+			}
+			out = append(out, o)
+			res.Counts[kind]++
+		}
+	}
+	if len(sealed) > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%d Secrets are written sealed (%s): only an Anvil with the seal key that sealed them can use them; export with --unseal to move them into a cluster",
+			len(sealed), listed(sealed)))
+	}
+	if len(clear) > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%d Secrets are written with their values in the clear (%s): keep the file as safe as the credentials",
+			len(clear), listed(clear)))
+	}
+	if len(running) > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%d workflows are RUNNING (%s): an agent's token is bound to its workflow's uid, which the target store gives anew, so the agent is refused there; let them finish before moving, or reboot those machines into the boot environment afterwards",
+			len(running), listed(running)))
+	}
+
+	var buf bytes.Buffer
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	fmt.Fprintf(&buf, "# anvil export of %s at %s: %s\n", opts.Source, now().UTC().Format(time.RFC3339), res.Summary())
+	if err := encode(&buf, out); err != nil {
+		return Result{}, fmt.Errorf("export: %w", err)
+	}
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return Result{}, fmt.Errorf("export: %w", err)
+	}
+	return res, nil
+}
+
+// encode writes objs as YAML documents, each begun by "---".
+func encode(w *bytes.Buffer, objs []model.Object) error {
+	for _, o := range objs {
+		m := o.GetObjectMeta()
+		j, err := json.Marshal(o)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", model.KindOf(o), m.Key(), err)
+		}
+		y, err := yaml.JSONToYAML(j)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", model.KindOf(o), m.Key(), err)
+		}
+		w.WriteString("---\n")
+		w.Write(y)
+	}
+	return nil
+}
+
+// referencedSecrets returns the Secrets of byKind that a Machine or a
+// Task names.
+func referencedSecrets(byKind map[string][]model.Object) []model.Object {
+	want := map[string]bool{}
+	ref := func(ns string, r model.SecretReference) {
+		if r.Name == "" {
+			return
+		}
+		if r.Namespace != "" {
+			ns = r.Namespace
+		}
+		want[ns+"/"+r.Name] = true
+	}
+	for _, o := range byKind[model.KindMachine] {
+		m := o.(*model.Machine)
+		ref(m.Namespace, m.Spec.Connection.AuthSecretRef)
+	}
+	for _, o := range byKind[model.KindTask] {
+		t := o.(*model.BMCTask)
+		ref(t.Namespace, t.Spec.Connection.AuthSecretRef)
+	}
+	var out []model.Object
+	for _, o := range byKind[model.KindSecret] {
+		if want[o.GetObjectMeta().Key()] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// listed names up to maxListed keys, and how many more there are.
+func listed(keys []string) string {
+	if len(keys) <= maxListed {
+		return strings.Join(keys, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(keys[:maxListed], ", "), len(keys)-maxListed)
+}
+
+// SecretSealer prepares Secrets for a target store that keeps them sealed
+// (the embedded one): secrets.Sealer's Seal and Open.
+type SecretSealer interface {
+	Seal(*model.Secret) error
+	Open(*model.Secret) (map[string][]byte, error)
+}
+
+// RestoreOptions says how Restore writes.
+type RestoreOptions struct {
+	// Overwrite replaces objects that exist in the target. Without it an
+	// object that exists is an error and nothing is written.
+	Overwrite bool
+	// Sealer, for a target that keeps Secrets sealed (the embedded store),
+	// seals plain Secrets and checks that sealed ones open with its key.
+	// Nil: the target keeps Secrets as they are (a cluster); sealed ones
+	// are kept sealed, with a warning.
+	Sealer SecretSealer
+}
+
+// Parse reads an export (or any manifest file of the stored kinds) and
+// returns its objects, or an error naming every broken document; it never
+// returns some objects and an error. source names the file in errors.
+func Parse(source string, data []byte) ([]model.Document, []string, error) {
+	res, err := model.ParseManifests(source, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.Docs, res.Warnings, nil
+}
+
+// Restore writes the objects of the file data (named source in errors)
+// into st with their status, in one Apply. Everything is checked before
+// anything is written — every document parses and validates, every
+// Secret can be sealed or opened, no object exists in the target unless
+// opts.Overwrite — so a refused restore leaves the target as it was.
+// Objects of the target that the file does not hold are left alone.
+func Restore(ctx context.Context, st store.Store, source string, data []byte, opts RestoreOptions) (Result, error) {
+	docs, warns, err := Parse(source, data)
+	if err != nil {
+		return Result{}, fmt.Errorf("restore: nothing written:\n%w", err)
+	}
+	res := Result{Counts: map[string]int{}, Warnings: warns}
+	// Apply writes in the order given; model.Kinds order puts what an
+	// object refers to first, whatever order the file has.
+	sort.SliceStable(docs, func(i, j int) bool {
+		return kindRank(model.KindOf(docs[i].Object)) < kindRank(model.KindOf(docs[j].Object))
+	})
+	var errs model.ErrorList
+	fail := func(d *model.Document, msg string) {
+		errs = append(errs, &model.FieldError{Source: d.Source, Line: d.Line, Doc: d.Describe(), Msg: msg})
+	}
+	var sealed, exist []string
+	objs := make([]model.Object, len(docs))
+	for i := range docs {
+		d := &docs[i]
+		o := d.Object
+		kind, key := model.KindOf(o), o.GetObjectMeta().Key()
+		if s, ok := o.(*model.Secret); ok {
+			switch {
+			case opts.Sealer == nil && s.Sealed != "":
+				sealed = append(sealed, key)
+			case opts.Sealer != nil && s.Sealed != "":
+				if _, err := opts.Sealer.Open(s); err != nil {
+					fail(d, err.Error()+"; export it again with --unseal, or restore with --seal-key-file naming the key that sealed it")
+				}
+			case opts.Sealer != nil:
+				if err := opts.Sealer.Seal(s); err != nil {
+					fail(d, err.Error())
+				}
+			}
+		}
+		switch _, err := st.Get(ctx, kind, o.GetObjectMeta().Namespace, o.GetObjectMeta().Name); {
+		case err == nil:
+			exist = append(exist, kind+" "+key)
+		case !errors.Is(err, store.ErrNotFound):
+			return Result{}, fmt.Errorf("restore: read the target: %w", err)
+		}
+		objs[i] = o
+		res.Counts[kind]++
+	}
+	if len(exist) > 0 && !opts.Overwrite {
+		errs = append(errs, &model.FieldError{Source: source, Msg: fmt.Sprintf(
+			"%d objects already exist in the target (%s): nothing was written; --overwrite replaces them", len(exist), listed(exist))})
+	}
+	if len(errs) > 0 {
+		return Result{}, fmt.Errorf("restore: nothing written:\n%w", errs)
+	}
+	if len(sealed) > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%d Secrets are kept sealed (%s): the cluster's Anvil opens them only with the key that sealed them (its --seal-key-file); export with --unseal to store them plain",
+			len(sealed), listed(sealed)))
+	}
+	if len(exist) > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%d objects replaced (%s)", len(exist), listed(exist)))
+	}
+	if len(objs) == 0 {
+		return res, nil
+	}
+	// One Apply: the embedded store writes it in one transaction, the
+	// Kubernetes one undoes its writes if one fails.
+	if _, err := st.Apply(ctx, objs); err != nil {
+		return Result{}, fmt.Errorf("restore: nothing written: %w", err)
+	}
+	return res, nil
+}
+
+// kindRank is kind's position in model.Kinds.
+func kindRank(kind string) int {
+	for i, k := range model.Kinds {
+		if k == kind {
+			return i
+		}
+	}
+	return len(model.Kinds)
+}

@@ -1,0 +1,277 @@
+package migrate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/anvilproj/anvil/deploy/crds"
+	"github.com/anvilproj/anvil/deploy/crds/crdstest"
+	"github.com/anvilproj/anvil/internal/kubetest"
+	"github.com/anvilproj/anvil/internal/migrate"
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/secrets"
+	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/store/backend"
+	"github.com/anvilproj/anvil/internal/store/kube"
+)
+
+// openBound keeps a broken API server from hanging a test; it measures
+// nothing.
+const openBound = time.Minute
+
+// siteFile is a provisioned site's objects with their statuses.
+const siteFile = "testdata/site.yaml"
+
+// openStore opens the store cfg names, closed when the test ends.
+func openStore(t *testing.T, cfg backend.Config) store.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), openBound)
+	defer cancel()
+	st, err := backend.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("open %s store: %v", cfg.Kind, err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// sealerIn opens (making it) the seal key where `anvil serve` keeps it in
+// dataDir.
+func sealerIn(t *testing.T, dataDir string) *secrets.Sealer {
+	t.Helper()
+	s, err := secrets.OpenSealer(filepath.Join(dataDir, "secrets", secrets.KeyFileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// loadSite stores the site's objects as the server would hold them: the
+// Secret sealed with sealer, every status as the file gives it.
+func loadSite(t *testing.T, st store.Store, sealer *secrets.Sealer) {
+	t.Helper()
+	data, err := os.ReadFile(siteFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := model.ParseManifests(siteFile, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []model.Object
+	for _, d := range res.Docs {
+		if s, ok := d.Object.(*model.Secret); ok {
+			if err := sealer.Seal(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		objs = append(objs, d.Object)
+	}
+	if _, err := st.Apply(t.Context(), objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// snapshot is what must survive a move: every object as JSON without the
+// metadata a store owns, a Secret's values instead of their sealed form,
+// and each object's creation time (the store's, or the one a move kept
+// in migrate.AnnotationCreated).
+type snapshot struct {
+	objects map[string]string // "Kind ns/name" -> JSON
+	created map[string]string // "Kind ns/name" -> RFC 3339
+}
+
+func take(t *testing.T, st store.Store, open migrate.SecretOpener) snapshot {
+	t.Helper()
+	s := snapshot{objects: map[string]string{}, created: map[string]string{}}
+	for _, kind := range model.Kinds {
+		objs, _, err := st.List(t.Context(), kind, store.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			m := o.GetObjectMeta()
+			key := kind + " " + m.Key()
+			if at, ok := m.Annotations[migrate.AnnotationCreated]; ok {
+				s.created[key] = at
+				delete(m.Annotations, migrate.AnnotationCreated)
+				if len(m.Annotations) == 0 {
+					m.Annotations = nil
+				}
+			} else if m.CreationTimestamp != nil {
+				s.created[key] = m.CreationTimestamp.UTC().Format(time.RFC3339Nano)
+			}
+			m.UID, m.ResourceVersion, m.Generation, m.CreationTimestamp = "", "", 0, nil
+			var v any = o
+			if sec, ok := o.(*model.Secret); ok {
+				vals, err := open(sec)
+				if err != nil {
+					t.Fatalf("%s: %v", key, err)
+				}
+				sec.Data, sec.StringData, sec.Sealed, sec.Keys = nil, nil, "", nil
+				v = struct {
+					*model.Secret
+					Values map[string][]byte
+				}{sec, vals}
+			}
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.objects[key] = string(b)
+		}
+	}
+	return s
+}
+
+// same fails t unless got holds exactly want's objects and creation times.
+func same(t *testing.T, stage string, want, got snapshot) {
+	t.Helper()
+	for key, w := range want.objects {
+		switch g, ok := got.objects[key]; {
+		case !ok:
+			t.Errorf("%s: %s is missing", stage, key)
+		case g != w:
+			t.Errorf("%s: %s =\n%s\nwant\n%s", stage, key, g, w)
+		}
+		if g, w := got.created[key], want.created[key]; g != w {
+			t.Errorf("%s: %s created at %q; want %q", stage, key, g, w)
+		}
+	}
+	for key := range got.objects {
+		if _, ok := want.objects[key]; !ok {
+			t.Errorf("%s: %s is not in the source", stage, key)
+		}
+	}
+}
+
+// TestRoundTripThroughKubernetes moves a provisioned site from the
+// embedded store into a cluster (a real kube-apiserver) and from there
+// into another embedded store with another seal key: every object, its
+// status and its creation time arrive unchanged, and the BMC credentials
+// still open at each step.
+func TestRoundTripThroughKubernetes(t *testing.T) {
+	ctx := t.Context()
+	dirA := t.TempDir()
+	sealA := sealerIn(t, dirA)
+	a := openStore(t, backend.Config{DataDir: dirA})
+	loadSite(t, a, sealA)
+	want := take(t, a, sealA.Open)
+	if len(want.objects) != 8 {
+		t.Fatalf("the site holds %d objects; want 8", len(want.objects))
+	}
+
+	var fileA bytes.Buffer
+	res, err := migrate.Export(ctx, a, &fileA, migrate.ExportOptions{Unseal: sealA.Open, Source: dirA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total() != 8 || res.Counts[model.KindHardware] != 1 || res.Counts[model.KindSecret] != 1 {
+		t.Errorf("export counted %s; want one Hardware, one Secret, 8 objects", res.Summary())
+	}
+	if out := fileA.String(); strings.Contains(out, "sealed:") || strings.Contains(out, "resourceVersion") || strings.Contains(out, "uid:") {
+		t.Errorf("an --unseal export holds a sealed value or store-owned metadata:\n%s", out)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "in the clear") {
+		t.Errorf("export warnings = %q; want one, that a Secret is in the clear", res.Warnings)
+	}
+
+	c := kubetest.Start(t)
+	defs, err := crds.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdstest.Install(t, c, defs)
+	k := openStore(t, backend.Config{Kind: backend.Kubernetes, Kubeconfig: c.WriteKubeconfig(t, t.TempDir())})
+	// A Secret of another application in the same namespace: a cluster's
+	// export leaves it out, as no Machine names it.
+	other := &model.Secret{ObjectMeta: model.ObjectMeta{Namespace: "site-a", Name: "other-app"},
+		Data: map[string]string{"token": base64.StdEncoding.EncodeToString([]byte("not anvil's"))}}
+	if _, err := k.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Restore(ctx, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	inCluster := take(t, k, sealA.ClusterKept().Open)
+	delete(inCluster.objects, "Secret site-a/other-app")
+	same(t, "in the cluster", want, inCluster)
+
+	// What kubectl and CAPT read: the Workflow's status as Tinkerbell
+	// writes it, and the Secret's values plain.
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf, err := dyn.Resource(kube.Resource(model.KindWorkflow)).Namespace("site-a").Get(ctx, "node07-install", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := unstructured.NestedString(wf.Object, "status", "state"); st != "SUCCESS" {
+		t.Errorf("the cluster's Workflow status.state = %q; want SUCCESS", st)
+	}
+	actions, _, _ := unstructured.NestedSlice(wf.Object, "status", "tasks")
+	if len(actions) != 1 {
+		t.Errorf("the cluster's Workflow has %d status.tasks; want 1", len(actions))
+	}
+	sec, err := dyn.Resource(kube.Resource(model.KindSecret)).Namespace("site-a").Get(ctx, "bmc-node07", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, _, _ := unstructured.NestedString(sec.Object, "data", "password"); pw != base64.StdEncoding.EncodeToString([]byte("pässword with spaces: and {braces}")) {
+		t.Errorf("the cluster's Secret data.password = %q; want the password, base64", pw)
+	}
+
+	// Restoring again is refused, and writes nothing.
+	before, _, err := k.List(ctx, model.KindWorkflow, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Restore(ctx, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{}); err == nil ||
+		!strings.Contains(err.Error(), "8 objects already exist") || !strings.Contains(err.Error(), "Workflow site-a/node07-install") {
+		t.Errorf("a second restore = %v; want refused, naming the objects that exist", err)
+	}
+	after, _, err := k.List(ctx, model.KindWorkflow, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rv := after[0].GetObjectMeta().ResourceVersion; rv != before[0].GetObjectMeta().ResourceVersion {
+		t.Errorf("a refused restore wrote the Workflow (resourceVersion %s, was %s)", rv, before[0].GetObjectMeta().ResourceVersion)
+	}
+
+	var fileK bytes.Buffer
+	if _, err := migrate.Export(ctx, k, &fileK, migrate.ExportOptions{ReferencedSecretsOnly: true, Source: "cluster"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(fileK.String(), "other-app") {
+		t.Errorf("the cluster's export holds a Secret no Machine names:\n%s", fileK.String())
+	}
+
+	dirB := t.TempDir()
+	sealB := sealerIn(t, dirB)
+	b := openStore(t, backend.Config{DataDir: dirB})
+	if _, err := migrate.Restore(ctx, b, "cluster.yaml", fileK.Bytes(), migrate.RestoreOptions{Sealer: sealB}); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "back in an embedded store", want, take(t, b, sealB.Open))
+	got, err := b.Get(ctx, model.KindSecret, "site-a", "bmc-node07")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got.(*model.Secret); s.Sealed == "" || len(s.Data) > 0 {
+		t.Errorf("the embedded store holds the Secret unsealed: %+v", s)
+	} else if _, err := sealA.Open(s); err == nil {
+		t.Error("the Secret restored with seal key B opens with key A")
+	}
+}
