@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -273,5 +275,180 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 		t.Errorf("the embedded store holds the Secret unsealed: %+v", s)
 	} else if _, err := sealA.Open(s); err == nil {
 		t.Error("the Secret restored with seal key B opens with key A")
+	}
+}
+
+// empty fails t unless st holds no object of any kind.
+func empty(t *testing.T, st store.Store) {
+	t.Helper()
+	for _, kind := range model.Kinds {
+		objs, _, err := st.List(t.Context(), kind, store.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			t.Errorf("a refused restore wrote %s %s", kind, o.GetObjectMeta().Key())
+		}
+	}
+}
+
+const goodHardware = `apiVersion: tinkerbell.org/v1alpha1
+kind: Hardware
+metadata: {name: node01}
+spec:
+  interfaces:
+    - dhcp: {mac: "3c:ec:ef:00:00:01", arch: x86_64}
+`
+
+// TestRestoreRefusesBadInput: a file with one bad document is refused with
+// an error naming that document, and nothing of it is written, not even
+// the good documents before it.
+func TestRestoreRefusesBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string
+		want []string // in the error
+	}{
+		{
+			name: "unknown kind",
+			file: goodHardware + "---\napiVersion: example.org/v1\nkind: Gizmo\nmetadata: {name: g}\n",
+			want: []string{"site.yaml:", "document 2", `unknown kind "Gizmo"`},
+		},
+		{
+			name: "field of the wrong type",
+			file: goodHardware + "---\napiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\nmetadata: {name: w}\nspec: {templateRef: t, hardwareRef: node01}\nstatus: {tasks: \"not a list\"}\n",
+			want: []string{"site.yaml:12: document 2", "status.tasks: cannot use string"},
+		},
+		{
+			name: "broken YAML",
+			file: goodHardware + "---\nkind: Hardware\nmetadata: {name: [unclosed\n",
+			want: []string{"document 2", "invalid YAML"},
+		},
+		{
+			name: "invalid object",
+			file: goodHardware + "---\napiVersion: tinkerbell.org/v1alpha1\nkind: Hardware\nmetadata: {name: Not_A_Name}\n",
+			want: []string{"document 2", "metadata.name"},
+		},
+		{
+			name: "defined twice",
+			file: goodHardware + "---\n" + goodHardware,
+			want: []string{"document 2 (Hardware default/node01)", "defined again"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			st := openStore(t, backend.Config{DataDir: dir})
+			_, err := migrate.Restore(t.Context(), st, "site.yaml", []byte(tc.file), migrate.RestoreOptions{Sealer: sealerIn(t, dir)})
+			if err == nil {
+				t.Fatal("Restore succeeded")
+			}
+			for _, w := range append(tc.want, "nothing written") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Restore = %v; want it to say %q", err, w)
+				}
+			}
+			empty(t, st)
+		})
+	}
+}
+
+// TestSealedSecrets: an export without --unseal keeps a Secret sealed,
+// and says so; an embedded store with the same key takes it, one with
+// another key refuses the whole file, naming the Secret.
+func TestSealedSecrets(t *testing.T) {
+	ctx := t.Context()
+	dirA := t.TempDir()
+	sealA := sealerIn(t, dirA)
+	a := openStore(t, backend.Config{DataDir: dirA})
+	loadSite(t, a, sealA)
+	var file bytes.Buffer
+	res, err := migrate.Export(ctx, a, &file, migrate.ExportOptions{Source: dirA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "written sealed (site-a/bmc-node07)") {
+		t.Errorf("export warnings = %q; want that the Secret is written sealed", res.Warnings)
+	}
+	if strings.Contains(file.String(), "pässword") || strings.Contains(file.String(), "\ndata:") {
+		t.Errorf("a sealed export names a value:\n%s", file.String())
+	}
+
+	dirB := t.TempDir()
+	b := openStore(t, backend.Config{DataDir: dirB})
+	_, err = migrate.Restore(ctx, b, "site.yaml", file.Bytes(), migrate.RestoreOptions{Sealer: sealerIn(t, dirB)})
+	if err == nil || !strings.Contains(err.Error(), "Secret site-a/bmc-node07") || !strings.Contains(err.Error(), "--unseal") {
+		t.Errorf("restore with another key = %v; want refused, naming the Secret and --unseal", err)
+	}
+	empty(t, b)
+
+	// The source's key (restore --seal-key-file) opens it.
+	if _, err := migrate.Restore(ctx, b, "site.yaml", file.Bytes(), migrate.RestoreOptions{Sealer: sealA}); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "restored with the source's key", take(t, a, sealA.Open), take(t, b, sealA.Open))
+}
+
+// TestRestoreOverwrite: objects the target holds are refused, naming them,
+// with nothing written — not even the file's new objects; --overwrite
+// replaces them.
+func TestRestoreOverwrite(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	st := openStore(t, backend.Config{DataDir: dir})
+	opts := migrate.RestoreOptions{Sealer: sealerIn(t, dir)}
+	if _, err := migrate.Restore(ctx, st, "one.yaml", []byte(goodHardware), opts); err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(goodHardware, "metadata: {name: node01}", "metadata: {name: node01, labels: {rack: r9}}", 1)
+	file := []byte(changed + "---\n" + strings.ReplaceAll(goodHardware, "01", "02"))
+	_, err := migrate.Restore(ctx, st, "two.yaml", file, opts)
+	if err == nil || !strings.Contains(err.Error(), "1 objects already exist in the target (Hardware default/node01)") {
+		t.Errorf("Restore over an existing object = %v; want refused, naming it", err)
+	}
+	if _, err := st.Get(ctx, model.KindHardware, "default", "node02"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a refused restore wrote node02 (Get: %v)", err)
+	}
+	opts.Overwrite = true
+	res, err := migrate.Restore(ctx, st, "two.yaml", file, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "1 objects replaced (Hardware default/node01)") {
+		t.Errorf("overwrite warnings = %q; want one naming the replaced Hardware", res.Warnings)
+	}
+	hw, err := st.Get(ctx, model.KindHardware, "default", "node01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hw.GetObjectMeta().Labels["rack"]; got != "r9" {
+		t.Errorf("after --overwrite node01's label rack = %q; want r9", got)
+	}
+}
+
+// TestRunningWorkflowWarns: exporting a RUNNING workflow warns that its
+// agent's token will not be accepted by the target store.
+func TestRunningWorkflowWarns(t *testing.T) {
+	dir := t.TempDir()
+	st := openStore(t, backend.Config{DataDir: dir})
+	loadSite(t, st, sealerIn(t, dir))
+	obj, err := st.Get(t.Context(), model.KindWorkflow, "site-a", "node07-install")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := obj.(*model.Workflow)
+	wf.Status.State = model.StateRunning
+	if _, err := st.Update(t.Context(), wf); err != nil {
+		t.Fatal(err)
+	}
+	res, err := migrate.Export(t.Context(), st, io.Discard, migrate.ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, w := range res.Warnings {
+		found = found || strings.Contains(w, "1 workflows are RUNNING (site-a/node07-install)")
+	}
+	if !found {
+		t.Errorf("export warnings = %q; want one naming the RUNNING workflow", res.Warnings)
 	}
 }
