@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/anvilproj/anvil/internal/migrate"
+	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/backend"
@@ -111,10 +112,18 @@ store objects: see docs/kubernetes.md, "Moving a site between stores".`,
 			opts := migrate.ExportOptions{Source: sf.describe(), ReferencedSecretsOnly: sf.cfg.IsKubernetes()}
 			if unseal {
 				key, err := existingSealer(sf.sealKeyPath())
-				if err != nil {
+				switch {
+				case err == nil:
+					opts.Unseal = key.Open
+				case sf.cfg.IsKubernetes():
+					// A cluster's Secrets are plain, but for those moved
+					// in sealed: only these need the key.
+					opts.Unseal = func(s *model.Secret) (map[string][]byte, error) {
+						return nil, fmt.Errorf("secret %s is sealed: %w", s.Key(), err)
+					}
+				default:
 					return err
 				}
-				opts.Unseal = key.Open
 			}
 			st, err := sf.open(cmd, true)
 			if err != nil {

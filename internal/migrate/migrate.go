@@ -156,16 +156,16 @@ func Export(ctx context.Context, st store.Reader, w io.Writer, opts ExportOption
 		}
 	}
 	if len(sealed) > 0 {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("%d Secrets are written sealed (%s): only an Anvil with the seal key that sealed them can use them; export with --unseal to move them into a cluster",
-			len(sealed), listed(sealed)))
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s written sealed (%s): only an Anvil with the same seal key can open sealed Secrets; export with --unseal for a cluster",
+			count(len(sealed), "Secret is", "Secrets are"), listed(sealed)))
 	}
 	if len(clear) > 0 {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("%d Secrets are written with their values in the clear (%s): keep the file as safe as the credentials",
-			len(clear), listed(clear)))
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s written with plain values (%s): keep the file as safe as the credentials",
+			count(len(clear), "Secret is", "Secrets are"), listed(clear)))
 	}
 	if len(running) > 0 {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("%d workflows are RUNNING (%s): an agent's token is bound to its workflow's uid, which the target store gives anew, so the agent is refused there; let them finish before moving, or reboot those machines into the boot environment afterwards",
-			len(running), listed(running)))
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s RUNNING (%s): an agent's token is bound to its workflow's uid, which the target store gives anew, so the agent is refused there; let them finish before moving, or reboot those machines into the boot environment afterwards",
+			count(len(running), "workflow is", "workflows are"), listed(running)))
 	}
 
 	var buf bytes.Buffer
@@ -237,6 +237,14 @@ func listed(keys []string) string {
 		return strings.Join(keys, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(keys[:maxListed], ", "), len(keys)-maxListed)
+}
+
+// count is "1 thing" or "n things".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // SecretSealer prepares Secrets for a target store that keeps them sealed
@@ -321,17 +329,17 @@ func Restore(ctx context.Context, st store.Store, source string, data []byte, op
 	}
 	if len(exist) > 0 && !opts.Overwrite {
 		errs = append(errs, &model.FieldError{Source: source, Msg: fmt.Sprintf(
-			"%d objects already exist in the target (%s): nothing was written; --overwrite replaces them", len(exist), listed(exist))})
+			"%s already in the target (%s); --overwrite replaces them", count(len(exist), "object is", "objects are"), listed(exist))})
 	}
 	if len(errs) > 0 {
 		return Result{}, fmt.Errorf("restore: nothing written:\n%w", errs)
 	}
 	if len(sealed) > 0 {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("%d Secrets are kept sealed (%s): the cluster's Anvil opens them only with the key that sealed them (its --seal-key-file); export with --unseal to store them plain",
-			len(sealed), listed(sealed)))
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s kept sealed (%s): the cluster's Anvil opens sealed Secrets only with the same seal key (its --seal-key-file); export with --unseal to store values plain",
+			count(len(sealed), "Secret is", "Secrets are"), listed(sealed)))
 	}
 	if len(exist) > 0 {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("%d objects replaced (%s)", len(exist), listed(exist)))
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s replaced (%s)", count(len(exist), "object", "objects"), listed(exist)))
 	}
 	if len(objs) == 0 {
 		return res, nil

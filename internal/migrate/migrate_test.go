@@ -185,7 +185,7 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	if out := fileA.String(); strings.Contains(out, "sealed:") || strings.Contains(out, "resourceVersion") || strings.Contains(out, "uid:") {
 		t.Errorf("an --unseal export holds a sealed value or store-owned metadata:\n%s", out)
 	}
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "in the clear") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "1 Secret is written with plain values") {
 		t.Errorf("export warnings = %q; want one, that a Secret is in the clear", res.Warnings)
 	}
 
@@ -241,7 +241,7 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := migrate.Restore(ctx, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{}); err == nil ||
-		!strings.Contains(err.Error(), "8 objects already exist") || !strings.Contains(err.Error(), "Workflow site-a/node07-install") {
+		!strings.Contains(err.Error(), "8 objects are already in the target") || !strings.Contains(err.Error(), "Workflow site-a/node07-install") {
 		t.Errorf("a second restore = %v; want refused, naming the objects that exist", err)
 	}
 	after, _, err := k.List(ctx, model.KindWorkflow, store.ListOptions{})
@@ -366,7 +366,7 @@ func TestSealedSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "written sealed (site-a/bmc-node07)") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "1 Secret is written sealed (site-a/bmc-node07)") {
 		t.Errorf("export warnings = %q; want that the Secret is written sealed", res.Warnings)
 	}
 	if strings.Contains(file.String(), "pässword") || strings.Contains(file.String(), "\ndata:") {
@@ -402,7 +402,7 @@ func TestRestoreOverwrite(t *testing.T) {
 	changed := strings.Replace(goodHardware, "metadata: {name: node01}", "metadata: {name: node01, labels: {rack: r9}}", 1)
 	file := []byte(changed + "---\n" + strings.ReplaceAll(goodHardware, "01", "02"))
 	_, err := migrate.Restore(ctx, st, "two.yaml", file, opts)
-	if err == nil || !strings.Contains(err.Error(), "1 objects already exist in the target (Hardware default/node01)") {
+	if err == nil || !strings.Contains(err.Error(), "1 object is already in the target (Hardware default/node01)") {
 		t.Errorf("Restore over an existing object = %v; want refused, naming it", err)
 	}
 	if _, err := st.Get(ctx, model.KindHardware, "default", "node02"); !errors.Is(err, store.ErrNotFound) {
@@ -413,7 +413,7 @@ func TestRestoreOverwrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "1 objects replaced (Hardware default/node01)") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "1 object replaced (Hardware default/node01)") {
 		t.Errorf("overwrite warnings = %q; want one naming the replaced Hardware", res.Warnings)
 	}
 	hw, err := st.Get(ctx, model.KindHardware, "default", "node01")
@@ -446,7 +446,7 @@ func TestRunningWorkflowWarns(t *testing.T) {
 	}
 	found := false
 	for _, w := range res.Warnings {
-		found = found || strings.Contains(w, "1 workflows are RUNNING (site-a/node07-install)")
+		found = found || strings.Contains(w, "1 workflow is RUNNING (site-a/node07-install)")
 	}
 	if !found {
 		t.Errorf("export warnings = %q; want one naming the RUNNING workflow", res.Warnings)
