@@ -193,6 +193,12 @@ Into a cluster, Secrets are written as the file has them.
 			if err != nil {
 				return fmt.Errorf("read %s: %w", source, err)
 			}
+			// Parsed before the store opens: a broken file leaves nothing
+			// behind, not even a new empty store.
+			file, err := migrate.Parse(source, data)
+			if err != nil {
+				return err
+			}
 			var opts migrate.RestoreOptions
 			opts.Overwrite = overwrite
 			if !sf.cfg.IsKubernetes() {
@@ -210,7 +216,7 @@ Into a cluster, Secrets are written as the file has them.
 				return err
 			}
 			defer st.Close()
-			res, err := migrate.Restore(cmd.Context(), st, source, data, opts)
+			res, err := migrate.Restore(cmd.Context(), st, file, opts)
 			if err != nil {
 				return err
 			}

@@ -75,15 +75,17 @@ func FuzzExportRoundTrip(f *testing.F) {
 	f.Add([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: s, annotations: {anvil.dev/created-at: x}}\nsealed: v1:abc\nkeys: [a]\n"))
 	f.Add([]byte("apiVersion: v1\nkind: List\nitems:\n- " + "{apiVersion: v1, kind: Secret, metadata: {name: s}, stringData: {a: b}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		docs, _, err := migrate.Parse("in.yaml", data)
+		in, err := migrate.Parse("in.yaml", data)
 		if err != nil {
 			return
 		}
+		docs := in.Docs
 		file := exportDocs(t, docs)
-		again, _, err := migrate.Parse("export.yaml", file)
+		out, err := migrate.Parse("export.yaml", file)
 		if err != nil {
 			t.Fatalf("the export of accepted input does not parse: %v\n%s", err, file)
 		}
+		again := out.Docs
 		want, got := objectsJSON(t, docs), objectsJSON(t, again)
 		if len(got) != len(want) {
 			t.Fatalf("the export holds %d objects; the input %d", len(got), len(want))

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -266,28 +267,36 @@ type RestoreOptions struct {
 	Sealer SecretSealer
 }
 
-// Parse reads an export (or any manifest file of the stored kinds) and
-// returns its objects, or an error naming every broken document; it never
-// returns some objects and an error. source names the file in errors.
-func Parse(source string, data []byte) ([]model.Document, []string, error) {
-	res, err := model.ParseManifests(source, data)
-	if err != nil {
-		return nil, nil, err
-	}
-	return res.Docs, res.Warnings, nil
+// File is a parsed export (or any manifest file of the stored kinds).
+type File struct {
+	// Source names the file in errors.
+	Source string
+	// Docs are its objects, every one valid.
+	Docs []model.Document
+	// Warnings name input that was ignored (fields Anvil does not know).
+	Warnings []string
 }
 
-// Restore writes the objects of the file data (named source in errors)
-// into st with their status, in one Apply. Everything is checked before
-// anything is written — every document parses and validates, every
-// Secret can be sealed or opened, no object exists in the target unless
+// Parse reads a file (named source in errors) and returns its objects,
+// or an error naming every broken document: it never returns some
+// objects and an error. Parse before opening the target, so that a
+// broken file leaves nothing behind, not even a new empty store.
+func Parse(source string, data []byte) (*File, error) {
+	res, err := model.ParseManifests(source, data)
+	if err != nil {
+		return nil, fmt.Errorf("restore: nothing written:\n%w", err)
+	}
+	return &File{Source: source, Docs: res.Docs, Warnings: res.Warnings}, nil
+}
+
+// Restore writes f's objects into st with their status, in one Apply.
+// Everything is checked before anything is written — every Secret can be
+// sealed or opened, no object exists in the target unless
 // opts.Overwrite — so a refused restore leaves the target as it was.
 // Objects of the target that the file does not hold are left alone.
-func Restore(ctx context.Context, st store.Store, source string, data []byte, opts RestoreOptions) (Result, error) {
-	docs, warns, err := Parse(source, data)
-	if err != nil {
-		return Result{}, fmt.Errorf("restore: nothing written:\n%w", err)
-	}
+func Restore(ctx context.Context, st store.Store, f *File, opts RestoreOptions) (Result, error) {
+	source, warns := f.Source, f.Warnings
+	docs := slices.Clone(f.Docs)
 	res := Result{Counts: map[string]int{}, Warnings: warns}
 	// Apply writes in the order given; model.Kinds order puts what an
 	// object refers to first, whatever order the file has.
@@ -302,7 +311,7 @@ func Restore(ctx context.Context, st store.Store, source string, data []byte, op
 	objs := make([]model.Object, len(docs))
 	for i := range docs {
 		d := &docs[i]
-		o := d.Object
+		o := model.DeepCopy(d.Object) // sealing must not change f
 		kind, key := model.KindOf(o), o.GetObjectMeta().Key()
 		if s, ok := o.(*model.Secret); ok {
 			switch {

@@ -203,7 +203,7 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	if _, err := k.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := migrate.Restore(ctx, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{}); err != nil {
+	if _, err := restore(t, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	inCluster := take(t, k, sealA.ClusterKept().Open)
@@ -240,7 +240,7 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := migrate.Restore(ctx, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{}); err == nil ||
+	if _, err := restore(t, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{}); err == nil ||
 		!strings.Contains(err.Error(), "8 objects are already in the target") || !strings.Contains(err.Error(), "Workflow site-a/node07-install") {
 		t.Errorf("a second restore = %v; want refused, naming the objects that exist", err)
 	}
@@ -263,7 +263,7 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	dirB := t.TempDir()
 	sealB := sealerIn(t, dirB)
 	b := openStore(t, backend.Config{DataDir: dirB})
-	if _, err := migrate.Restore(ctx, b, "cluster.yaml", fileK.Bytes(), migrate.RestoreOptions{Sealer: sealB}); err != nil {
+	if _, err := restore(t, b, "cluster.yaml", fileK.Bytes(), migrate.RestoreOptions{Sealer: sealB}); err != nil {
 		t.Fatal(err)
 	}
 	same(t, "back in an embedded store", want, take(t, b, sealB.Open))
@@ -276,6 +276,16 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	} else if _, err := sealA.Open(s); err == nil {
 		t.Error("the Secret restored with seal key B opens with key A")
 	}
+}
+
+// restore is Parse and Restore, as the command runs them.
+func restore(t *testing.T, st store.Store, source string, data []byte, opts migrate.RestoreOptions) (migrate.Result, error) {
+	t.Helper()
+	f, err := migrate.Parse(source, data)
+	if err != nil {
+		return migrate.Result{}, err
+	}
+	return migrate.Restore(t.Context(), st, f, opts)
 }
 
 // empty fails t unless st holds no object of any kind.
@@ -338,7 +348,7 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			st := openStore(t, backend.Config{DataDir: dir})
-			_, err := migrate.Restore(t.Context(), st, "site.yaml", []byte(tc.file), migrate.RestoreOptions{Sealer: sealerIn(t, dir)})
+			_, err := restore(t, st, "site.yaml", []byte(tc.file), migrate.RestoreOptions{Sealer: sealerIn(t, dir)})
 			if err == nil {
 				t.Fatal("Restore succeeded")
 			}
@@ -375,14 +385,14 @@ func TestSealedSecrets(t *testing.T) {
 
 	dirB := t.TempDir()
 	b := openStore(t, backend.Config{DataDir: dirB})
-	_, err = migrate.Restore(ctx, b, "site.yaml", file.Bytes(), migrate.RestoreOptions{Sealer: sealerIn(t, dirB)})
+	_, err = restore(t, b, "site.yaml", file.Bytes(), migrate.RestoreOptions{Sealer: sealerIn(t, dirB)})
 	if err == nil || !strings.Contains(err.Error(), "Secret site-a/bmc-node07") || !strings.Contains(err.Error(), "--unseal") {
 		t.Errorf("restore with another key = %v; want refused, naming the Secret and --unseal", err)
 	}
 	empty(t, b)
 
 	// The source's key (restore --seal-key-file) opens it.
-	if _, err := migrate.Restore(ctx, b, "site.yaml", file.Bytes(), migrate.RestoreOptions{Sealer: sealA}); err != nil {
+	if _, err := restore(t, b, "site.yaml", file.Bytes(), migrate.RestoreOptions{Sealer: sealA}); err != nil {
 		t.Fatal(err)
 	}
 	same(t, "restored with the source's key", take(t, a, sealA.Open), take(t, b, sealA.Open))
@@ -396,12 +406,12 @@ func TestRestoreOverwrite(t *testing.T) {
 	dir := t.TempDir()
 	st := openStore(t, backend.Config{DataDir: dir})
 	opts := migrate.RestoreOptions{Sealer: sealerIn(t, dir)}
-	if _, err := migrate.Restore(ctx, st, "one.yaml", []byte(goodHardware), opts); err != nil {
+	if _, err := restore(t, st, "one.yaml", []byte(goodHardware), opts); err != nil {
 		t.Fatal(err)
 	}
 	changed := strings.Replace(goodHardware, "metadata: {name: node01}", "metadata: {name: node01, labels: {rack: r9}}", 1)
 	file := []byte(changed + "---\n" + strings.ReplaceAll(goodHardware, "01", "02"))
-	_, err := migrate.Restore(ctx, st, "two.yaml", file, opts)
+	_, err := restore(t, st, "two.yaml", file, opts)
 	if err == nil || !strings.Contains(err.Error(), "1 object is already in the target (Hardware default/node01)") {
 		t.Errorf("Restore over an existing object = %v; want refused, naming it", err)
 	}
@@ -409,7 +419,7 @@ func TestRestoreOverwrite(t *testing.T) {
 		t.Errorf("a refused restore wrote node02 (Get: %v)", err)
 	}
 	opts.Overwrite = true
-	res, err := migrate.Restore(ctx, st, "two.yaml", file, opts)
+	res, err := restore(t, st, "two.yaml", file, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
