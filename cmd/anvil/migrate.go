@@ -98,7 +98,7 @@ another store. The embedded store is opened while its server is stopped
 (the file's lock refuses a running server's).
 
 uid, resourceVersion and generation are dropped; each object's creation time
-is kept in the annotation ` + migrate.AnnotationCreated + `. Sealed Secrets
+is kept in the annotation ` + model.AnnotationCreatedAt + `. Sealed Secrets
 stay sealed unless --unseal opens them with the seal key, which a cluster
 needs. From a cluster only the Secrets a Machine or Task names are written.
 

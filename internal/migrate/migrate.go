@@ -13,10 +13,11 @@
 // in another store and are dropped (a resourceVersion would also make the
 // API server refuse the create). The creation time is history, but a
 // store stamps its own on every create, so it moves in the annotation
-// AnnotationCreated, which a later move keeps: it always says when the
-// object was first created, whichever store holds it now. What a
-// workflow went through — state, tasks and actions with their times,
-// history — is its status, and moves as it is.
+// model.AnnotationCreatedAt, which a later move keeps: it says when the
+// object was first created, whichever store holds it now, and the
+// workflow engine orders waiting workflows by it (model.CompareActive).
+// What a workflow went through — state, tasks and actions with their
+// times, history — is its status, and moves as it is.
 package migrate
 
 import (
@@ -37,10 +38,6 @@ import (
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
-
-// AnnotationCreated holds, on an exported object, the creation time the
-// object had in the first store that held it (RFC 3339, UTC).
-const AnnotationCreated = "anvil.dev/created-at"
 
 // maxListed bounds how many objects one error or warning names; the
 // count says how many more there are.
@@ -122,11 +119,13 @@ func Export(ctx context.Context, st store.Reader, w io.Writer, opts ExportOption
 		for _, o := range byKind[kind] {
 			o = model.DeepCopy(o)
 			m := o.GetObjectMeta()
-			if m.CreationTimestamp != nil && m.Annotations[AnnotationCreated] == "" {
+			// CreatedAt is CreationTimestamp itself unless the annotation
+			// holds a valid time from an earlier move, which is kept.
+			if m.CreationTimestamp != nil && m.CreatedAt() == m.CreationTimestamp {
 				if m.Annotations == nil {
 					m.Annotations = map[string]string{}
 				}
-				m.Annotations[AnnotationCreated] = m.CreationTimestamp.UTC().Format(time.RFC3339Nano)
+				m.Annotations[model.AnnotationCreatedAt] = m.CreationTimestamp.UTC().Format(time.RFC3339Nano)
 			}
 			m.UID, m.ResourceVersion, m.Generation, m.CreationTimestamp = "", "", 0, nil
 			switch o := o.(type) {

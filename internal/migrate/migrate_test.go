@@ -88,7 +88,7 @@ func loadSite(t *testing.T, st store.Store, sealer *secrets.Sealer) {
 // snapshot is what must survive a move: every object as JSON without the
 // metadata a store owns, a Secret's values instead of their sealed form,
 // and each object's creation time (the store's, or the one a move kept
-// in migrate.AnnotationCreated).
+// in model.AnnotationCreatedAt).
 type snapshot struct {
 	objects map[string]string // "Kind ns/name" -> JSON
 	created map[string]string // "Kind ns/name" -> RFC 3339
@@ -105,9 +105,9 @@ func take(t *testing.T, st store.Store, open migrate.SecretOpener) snapshot {
 		for _, o := range objs {
 			m := o.GetObjectMeta()
 			key := kind + " " + m.Key()
-			if at, ok := m.Annotations[migrate.AnnotationCreated]; ok {
+			if at, ok := m.Annotations[model.AnnotationCreatedAt]; ok {
 				s.created[key] = at
-				delete(m.Annotations, migrate.AnnotationCreated)
+				delete(m.Annotations, model.AnnotationCreatedAt)
 				if len(m.Annotations) == 0 {
 					m.Annotations = nil
 				}
