@@ -252,6 +252,19 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 		t.Errorf("a refused restore wrote the Workflow (resourceVersion %s, was %s)", rv, before[0].GetObjectMeta().ResourceVersion)
 	}
 
+	// --overwrite rewrites every object, status through its subresource,
+	// and the cluster still holds the site.
+	res, err = restore(t, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{Overwrite: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "8 objects replaced") {
+		t.Errorf("overwrite warnings = %q; want that 8 objects were replaced", res.Warnings)
+	}
+	inCluster = take(t, k, sealA.ClusterKept().Open)
+	delete(inCluster.objects, "Secret site-a/other-app")
+	same(t, "in the cluster after --overwrite", want, inCluster)
+
 	var fileK bytes.Buffer
 	if _, err := migrate.Export(ctx, k, &fileK, migrate.ExportOptions{ReferencedSecretsOnly: true, Source: "cluster"}); err != nil {
 		t.Fatal(err)
