@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/anvilproj/anvil/internal/atomicfile"
 	"github.com/anvilproj/anvil/internal/migrate"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/secrets"
@@ -130,22 +132,19 @@ store objects: see docs/kubernetes.md, "Moving a site between stores".`,
 				return err
 			}
 			defer st.Close()
-			w := cmd.OutOrStdout()
-			var f *os.File
-			if out != "" && out != "-" {
-				// 0600: the file may hold credentials (--unseal).
-				if f, err = os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
+			var buf bytes.Buffer
+			res, err := migrate.Export(cmd.Context(), st, &buf, opts)
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				if _, err := cmd.OutOrStdout().Write(buf.Bytes()); err != nil {
 					return err
 				}
-				w = f
-			}
-			res, err := migrate.Export(cmd.Context(), st, w, opts)
-			if f != nil {
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-			}
-			if err != nil {
+				// Whole or not at all, so that a failed export never
+				// leaves a cut file (or an earlier export truncated);
+				// 0600: with --unseal it holds credentials.
+			} else if err := atomicfile.Write(out, buf.Bytes(), 0o600); err != nil {
 				return err
 			}
 			printWarnings(cmd.ErrOrStderr(), res.Warnings)

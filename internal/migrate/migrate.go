@@ -114,7 +114,7 @@ func Export(ctx context.Context, st store.Reader, w io.Writer, opts ExportOption
 		byKind[model.KindSecret] = referencedSecrets(byKind)
 	}
 	var out []model.Object
-	var sealed, clear, running []string
+	var sealed, plain, running []string
 	for _, kind := range model.Kinds {
 		for _, o := range byKind[kind] {
 			o = model.DeepCopy(o)
@@ -144,7 +144,7 @@ func Export(ctx context.Context, st store.Reader, w io.Writer, opts ExportOption
 				if o.Sealed != "" {
 					sealed = append(sealed, m.Key())
 				} else if len(o.Data) > 0 || len(o.StringData) > 0 {
-					clear = append(clear, m.Key())
+					plain = append(plain, m.Key())
 				}
 			case *model.Workflow:
 				if o.Status.State == model.StateRunning {
@@ -159,9 +159,9 @@ func Export(ctx context.Context, st store.Reader, w io.Writer, opts ExportOption
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s written sealed (%s): only an Anvil with the same seal key can open sealed Secrets; export with --unseal for a cluster",
 			count(len(sealed), "Secret is", "Secrets are"), listed(sealed)))
 	}
-	if len(clear) > 0 {
+	if len(plain) > 0 {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s written with plain values (%s): keep the file as safe as the credentials",
-			count(len(clear), "Secret is", "Secrets are"), listed(clear)))
+			count(len(plain), "Secret is", "Secrets are"), listed(plain)))
 	}
 	if len(running) > 0 {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s RUNNING (%s): an agent's token is bound to its workflow's uid, which the target store gives anew, so the agent is refused there; let them finish before moving, or reboot those machines into the boot environment afterwards",
