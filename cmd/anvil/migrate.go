@@ -138,13 +138,14 @@ store objects: see docs/kubernetes.md, "Moving a site between stores".`,
 				return err
 			}
 			if out == "" || out == "-" {
-				if _, err := cmd.OutOrStdout().Write(buf.Bytes()); err != nil {
-					return err
-				}
+				_, err = cmd.OutOrStdout().Write(buf.Bytes())
+			} else {
 				// Whole or not at all, so that a failed export never
 				// leaves a cut file (or an earlier export truncated);
 				// 0600: with --unseal it holds credentials.
-			} else if err := atomicfile.Write(out, buf.Bytes(), 0o600); err != nil {
+				err = atomicfile.Write(out, buf.Bytes(), 0o600)
+			}
+			if err != nil {
 				return err
 			}
 			printWarnings(cmd.ErrOrStderr(), res.Warnings)
