@@ -357,7 +357,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	res.add(sec.close)
-	secretStore, sealer, err := openSecrets(cfg)
+	secretStore, sealer, err := openSecrets(cfg, st)
 	if err != nil {
 		return err
 	}
