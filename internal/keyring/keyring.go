@@ -104,14 +104,16 @@ func Sync(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("read keys from Secret %s: %w", where, err)
 	}
 	data, _, _ := unstructured.NestedStringMap(u.Object, "data")
+	var missing []File
 	for _, f := range cfg.Files {
 		v, ok := data[f.Key]
 		if !ok {
-			return fmt.Errorf("Secret %s has no %s (delete it to have the next replica to start make a full set)", where, f.Key)
+			missing = append(missing, f)
+			continue
 		}
 		b, err := base64.StdEncoding.DecodeString(v)
 		if err != nil {
-			return fmt.Errorf("Secret %s: %s is not base64", where, f.Key)
+			return fmt.Errorf("secret %s: %s is not base64", where, f.Key)
 		}
 		if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {
 			return err
@@ -119,6 +121,30 @@ func Sync(ctx context.Context, cfg Config) error {
 		if err := atomicfile.Write(f.Path, b, 0o600); err != nil {
 			return err
 		}
+	}
+	if len(missing) > 0 {
+		// A key the first replica did not make (TLS switched on since,
+		// say): made here and added, unless another replica adds it
+		// first (the update is conditional on what was read).
+		if err := cfg.Generate(); err != nil {
+			return fmt.Errorf("keys for Secret %s: %w", where, err)
+		}
+		for _, f := range missing {
+			b, err := os.ReadFile(f.Path)
+			if err != nil {
+				return fmt.Errorf("keys for Secret %s: %w", where, err)
+			}
+			if err := unstructured.SetNestedField(u.Object, base64.StdEncoding.EncodeToString(b), "data", f.Key); err != nil {
+				return err
+			}
+		}
+		if _, err := c.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				return Sync(ctx, cfg) // read what the other replica stored
+			}
+			return fmt.Errorf("add keys to Secret %s: %w", where, err)
+		}
+		log.Info("keys: added this replica's to the cluster's", "secret", where, "files", len(missing))
 	}
 	log.Info("keys: taken from the cluster", "secret", where, "files", len(cfg.Files))
 	return nil
