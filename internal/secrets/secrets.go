@@ -3,6 +3,9 @@
 // once, on first use, and kept durably in a JSON file so every later
 // rendering and every restart sees the same value.
 //
+// In Kubernetes mode InStore keeps them as Secret objects in the cluster
+// instead, so that every replica hands out the same value.
+//
 // Values leave the Store only through Secret (used by config templates, see
 // internal/render) and Get (for admins); List shows names, kinds and
 // creation times only.

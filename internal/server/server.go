@@ -338,6 +338,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	// Stage 2: the sockets, the certificate they serve, what the API and
 	// the boot scripts need; all before anything runs.
+	if err := shareKeys(ctx, cfg); err != nil {
+		return err
+	}
 	tlsConf, err := newTLSConfig(cfg, log)
 	if err != nil {
 		return err
@@ -354,7 +357,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	res.add(sec.close)
-	secretStore, sealer, err := openSecrets(cfg)
+	secretStore, sealer, err := openSecrets(cfg, st)
 	if err != nil {
 		return err
 	}
