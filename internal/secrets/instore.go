@@ -80,14 +80,8 @@ func (s *InStore) Secret(namespace, name, kind string) (string, error) {
 		if v, err = generate(s.rand(), kind); err != nil {
 			return "", fmt.Errorf("secret %q: %w", name, err)
 		}
-		sec := &model.Secret{
-			ObjectMeta: model.ObjectMeta{Namespace: namespace, Name: objectName(name),
-				Labels: map[string]string{LabelGenerated: "true"},
-				Annotations: map[string]string{annName: name, annKind: kind,
-					annCreated: clock.Or(s.Clock).Now().UTC().Format(time.RFC3339)}},
-			Type: "Opaque",
-			Data: map[string]string{valueKey: base64.StdEncoding.EncodeToString([]byte(v))},
-		}
+		sec := GeneratedObject(Generated{Info: Info{Namespace: namespace, Name: name, Kind: kind,
+			Created: clock.Or(s.Clock).Now()}, Value: v})
 		if _, err = s.Store.Create(ctx, sec); err == nil {
 			return v, nil
 		}
@@ -100,7 +94,7 @@ func (s *InStore) Secret(namespace, name, kind string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("secret %q: %w", name, err)
 	}
-	v, info, err := generated(obj.(*model.Secret))
+	v, info, err := ReadGenerated(obj.(*model.Secret))
 	if err != nil {
 		return "", err
 	}
@@ -122,7 +116,7 @@ func (s *InStore) Get(namespace, name string) (string, Info, error) {
 	if err != nil {
 		return "", Info{}, err
 	}
-	return generated(obj.(*model.Secret))
+	return ReadGenerated(obj.(*model.Secret))
 }
 
 // List describes every generated secret, sorted by namespace and name,
@@ -137,7 +131,7 @@ func (s *InStore) List() []Info {
 	}
 	out := make([]Info, 0, len(objs))
 	for _, o := range objs {
-		if _, info, err := generated(o.(*model.Secret)); err == nil {
+		if _, info, err := ReadGenerated(o.(*model.Secret)); err == nil {
 			out = append(out, info)
 		}
 	}
@@ -150,9 +144,27 @@ func (s *InStore) List() []Info {
 	return out
 }
 
-// generated reads a generated secret's value and description from its
+// GeneratedObject is the Secret object that holds g in a store: InStore's
+// form, which `anvil restore` writes into a cluster.
+func GeneratedObject(g Generated) *model.Secret {
+	return &model.Secret{
+		TypeMeta: model.TypeMeta{APIVersion: model.CoreAPIVersion, Kind: model.KindSecret},
+		ObjectMeta: model.ObjectMeta{Namespace: g.Namespace, Name: objectName(g.Name),
+			Labels: map[string]string{LabelGenerated: "true"},
+			Annotations: map[string]string{annName: g.Name, annKind: g.Kind,
+				annCreated: g.Created.UTC().Format(time.RFC3339)}},
+		Type: "Opaque",
+		Data: map[string]string{valueKey: base64.StdEncoding.EncodeToString([]byte(g.Value))},
+	}
+}
+
+// IsGenerated reports whether sec is labelled as a generated secret's
+// object (ReadGenerated reads it).
+func IsGenerated(sec *model.Secret) bool { return sec.Labels[LabelGenerated] == "true" }
+
+// ReadGenerated reads a generated secret's value and description from its
 // object.
-func generated(sec *model.Secret) (string, Info, error) {
+func ReadGenerated(sec *model.Secret) (string, Info, error) {
 	info := Info{Namespace: sec.Namespace, Name: sec.Annotations[annName], Kind: sec.Annotations[annKind]}
 	info.Created, _ = time.Parse(time.RFC3339, sec.Annotations[annCreated])
 	plain, err := sec.Plain()
