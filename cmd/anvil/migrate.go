@@ -19,6 +19,10 @@ import (
 	"github.com/anvilproj/anvil/internal/store/backend"
 )
 
+// secretsDir holds the seal key and the generated secrets in a data
+// directory, where `anvil serve` keeps them.
+const secretsDir = "secrets"
+
 // storeFlags are the flags of the commands that open a store directly:
 // backend's, --data-dir and --seal-key-file.
 type storeFlags struct {
@@ -41,7 +45,7 @@ func (f *storeFlags) sealKeyPath() string {
 	if f.sealKey != "" {
 		return f.sealKey
 	}
-	return filepath.Join(f.cfg.DataDir, "secrets", secrets.KeyFileName)
+	return filepath.Join(f.cfg.DataDir, secretsDir, secrets.KeyFileName)
 }
 
 // open opens the store the flags name. For the embedded store, mustExist
@@ -56,6 +60,12 @@ func (f *storeFlags) open(cmd *cobra.Command, mustExist bool) (store.Store, erro
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
 	return backend.Open(ctx, f.cfg)
+}
+
+// generated opens the generated secrets the embedded store's server
+// keeps beside the store (a cluster keeps them as Secrets).
+func (f *storeFlags) generated() (*secrets.Store, error) {
+	return secrets.Open(secrets.Config{Dir: filepath.Join(f.cfg.DataDir, secretsDir)})
 }
 
 // describe names the store for messages.
@@ -111,7 +121,7 @@ Machine records and the audit log are files in the data directory, not
 store objects: see docs/kubernetes.md, "Moving a site between stores".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := migrate.ExportOptions{Source: sf.describe(), ReferencedSecretsOnly: sf.cfg.IsKubernetes()}
+			opts := migrate.ExportOptions{Source: sf.describe(), AnvilSecretsOnly: sf.cfg.IsKubernetes()}
 			if unseal {
 				key, err := existingSealer(sf.sealKeyPath())
 				switch {
@@ -132,6 +142,13 @@ store objects: see docs/kubernetes.md, "Moving a site between stores".`,
 				return err
 			}
 			defer st.Close()
+			if !sf.cfg.IsKubernetes() {
+				gen, err := sf.generated()
+				if err != nil {
+					return err
+				}
+				opts.Generated = gen.All()
+			}
 			var buf bytes.Buffer
 			res, err := migrate.Export(cmd.Context(), st, &buf, opts)
 			if err != nil {
@@ -210,6 +227,9 @@ Into a cluster, Secrets are written as the file has them.
 					return err
 				}
 				opts.Sealer = sealer
+				if opts.Generated, err = sf.generated(); err != nil {
+					return err
+				}
 			}
 			st, err := sf.open(cmd, false)
 			if err != nil {

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store"
 )
 
@@ -53,10 +54,16 @@ type ExportOptions struct {
 	// Secrets are written sealed, and only an Anvil with the key that
 	// sealed them can use them.
 	Unseal SecretOpener
-	// ReferencedSecretsOnly writes only the Secrets that a Machine or a
-	// Task names (authSecretRef). Set it for a cluster, whose other
-	// Secrets (service accounts', other applications') are not Anvil's.
-	ReferencedSecretsOnly bool
+	// AnvilSecretsOnly writes only Anvil's Secrets: those a Machine or a
+	// Task names (authSecretRef) and generated ones (secrets.InStore's).
+	// Set it for a cluster, whose other Secrets (service accounts', other
+	// applications', Anvil's own keyring) are not the site's.
+	AnvilSecretsOnly bool
+	// Generated are the generated secrets a store keeps outside its
+	// objects (the embedded one: DATA_DIR/secrets/secrets.json). They are
+	// written as Secrets in secrets.InStore's form, which is how a
+	// cluster keeps them.
+	Generated []secrets.Generated
 	// Source names the store in the file's header comment.
 	Source string
 	// Now stamps the header. If nil, time.Now.
@@ -110,8 +117,16 @@ func Export(ctx context.Context, st store.Reader, w io.Writer, opts ExportOption
 		}
 		byKind[kind] = objs
 	}
-	if opts.ReferencedSecretsOnly {
-		byKind[model.KindSecret] = referencedSecrets(byKind)
+	if opts.AnvilSecretsOnly {
+		byKind[model.KindSecret] = anvilSecrets(byKind)
+	}
+	if len(opts.Generated) > 0 {
+		for _, g := range opts.Generated {
+			byKind[model.KindSecret] = append(byKind[model.KindSecret], secrets.GeneratedObject(g))
+		}
+		slices.SortFunc(byKind[model.KindSecret], func(a, b model.Object) int {
+			return strings.Compare(a.GetObjectMeta().Key(), b.GetObjectMeta().Key())
+		})
 	}
 	var out []model.Object
 	var sealed, plain, running []string
@@ -201,9 +216,9 @@ func encode(w *bytes.Buffer, objs []model.Object) error {
 	return nil
 }
 
-// referencedSecrets returns the Secrets of byKind that a Machine or a
-// Task names.
-func referencedSecrets(byKind map[string][]model.Object) []model.Object {
+// anvilSecrets returns the Secrets of byKind that a Machine or a Task
+// names, and the generated ones.
+func anvilSecrets(byKind map[string][]model.Object) []model.Object {
 	want := map[string]bool{}
 	ref := func(ns string, r model.SecretReference) {
 		if r.Name == "" {
@@ -224,7 +239,7 @@ func referencedSecrets(byKind map[string][]model.Object) []model.Object {
 	}
 	var out []model.Object
 	for _, o := range byKind[model.KindSecret] {
-		if want[o.GetObjectMeta().Key()] {
+		if want[o.GetObjectMeta().Key()] || secrets.IsGenerated(o.(*model.Secret)) {
 			out = append(out, o)
 		}
 	}
@@ -264,6 +279,18 @@ type RestoreOptions struct {
 	// Nil: the target keeps Secrets as they are (a cluster); sealed ones
 	// are kept sealed, with a warning.
 	Sealer SecretSealer
+	// Generated, for a target that keeps generated secrets outside its
+	// objects (the embedded store's secrets.Store), takes the Secrets in
+	// secrets.InStore's form. Nil: they are objects like any other (a
+	// cluster).
+	Generated GeneratedSecrets
+}
+
+// GeneratedSecrets is where an embedded store's server keeps generated
+// secrets: a secrets.Store.
+type GeneratedSecrets interface {
+	Get(namespace, name string) (string, secrets.Info, error)
+	Import(gs []secrets.Generated, replace bool) error
 }
 
 // File is a parsed export (or any manifest file of the stored kinds).
@@ -307,11 +334,28 @@ func Restore(ctx context.Context, st store.Store, f *File, opts RestoreOptions) 
 		errs = append(errs, &model.FieldError{Source: d.Source, Line: d.Line, Doc: d.Describe(), Msg: msg})
 	}
 	var sealed, exist []string
-	objs := make([]model.Object, len(docs))
+	var objs []model.Object
+	var gens []secrets.Generated
 	for i := range docs {
 		d := &docs[i]
 		o := model.DeepCopy(d.Object) // sealing must not change f
 		kind, key := model.KindOf(o), o.GetObjectMeta().Key()
+		if s, ok := o.(*model.Secret); ok && opts.Generated != nil && secrets.IsGenerated(s) {
+			v, info, err := secrets.ReadGenerated(s)
+			if err != nil {
+				fail(d, err.Error())
+				continue
+			}
+			switch _, _, err := opts.Generated.Get(info.Namespace, info.Name); {
+			case err == nil:
+				exist = append(exist, "generated secret "+info.Namespace+"/"+info.Name)
+			case !errors.Is(err, secrets.ErrNotFound):
+				return Result{}, fmt.Errorf("restore: read the target's generated secrets: %w", err)
+			}
+			gens = append(gens, secrets.Generated{Info: info, Value: v})
+			res.Counts[kind]++
+			continue
+		}
 		if s, ok := o.(*model.Secret); ok {
 			switch {
 			case opts.Sealer == nil && s.Sealed != "":
@@ -332,7 +376,7 @@ func Restore(ctx context.Context, st store.Store, f *File, opts RestoreOptions) 
 		case !errors.Is(err, store.ErrNotFound):
 			return Result{}, fmt.Errorf("restore: read the target: %w", err)
 		}
-		objs[i] = o
+		objs = append(objs, o)
 		res.Counts[kind]++
 	}
 	if len(exist) > 0 && !opts.Overwrite {
@@ -349,13 +393,19 @@ func Restore(ctx context.Context, st store.Store, f *File, opts RestoreOptions) 
 	if len(exist) > 0 {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s replaced (%s)", count(len(exist), "object", "objects"), listed(exist)))
 	}
-	if len(objs) == 0 {
-		return res, nil
-	}
 	// One Apply: the embedded store writes it in one transaction, the
 	// Kubernetes one undoes its writes if one fails.
-	if _, err := st.Apply(ctx, objs); err != nil {
-		return Result{}, fmt.Errorf("restore: nothing written: %w", err)
+	if len(objs) > 0 {
+		if _, err := st.Apply(ctx, objs); err != nil {
+			return Result{}, fmt.Errorf("restore: nothing written: %w", err)
+		}
+	}
+	// Last, as the one write that cannot be undone with the others: a
+	// local file, checked above, is the least likely to fail.
+	if len(gens) > 0 {
+		if err := opts.Generated.Import(gens, opts.Overwrite); err != nil {
+			return Result{}, fmt.Errorf("restore: the objects were written, not the generated secrets: %w", err)
+		}
 	}
 	return res, nil
 }

@@ -103,6 +103,9 @@ func take(t *testing.T, st store.Store, open migrate.SecretOpener) snapshot {
 			t.Fatal(err)
 		}
 		for _, o := range objs {
+			if sec, ok := o.(*model.Secret); ok && secrets.IsGenerated(sec) {
+				continue // compared by generatedIn
+			}
 			m := o.GetObjectMeta()
 			key := kind + " " + m.Key()
 			if at, ok := m.Annotations[model.AnnotationCreatedAt]; ok {
@@ -135,6 +138,34 @@ func take(t *testing.T, st store.Store, open migrate.SecretOpener) snapshot {
 		}
 	}
 	return s
+}
+
+// generatedIn opens the generated secrets of an embedded store's server.
+func generatedIn(t *testing.T, dataDir string) *secrets.Store {
+	t.Helper()
+	g, err := secrets.Open(secrets.Config{Dir: filepath.Join(dataDir, "secrets")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// sameGenerated fails t unless every generated secret of want reads from
+// got with its value, kind and creation time (to the second: a cluster
+// keeps no finer).
+func sameGenerated(t *testing.T, stage string, want []secrets.Generated, got interface {
+	Get(ns, name string) (string, secrets.Info, error)
+}) {
+	t.Helper()
+	for _, w := range want {
+		v, info, err := got.Get(w.Namespace, w.Name)
+		switch {
+		case err != nil:
+			t.Errorf("%s: generated secret %s/%s: %v", stage, w.Namespace, w.Name, err)
+		case v != w.Value || info.Kind != w.Kind || !info.Created.Equal(w.Created.Truncate(time.Second)):
+			t.Errorf("%s: generated secret %s/%s = %q, %+v; want %q, %+v", stage, w.Namespace, w.Name, v, info, w.Value, w.Info)
+		}
+	}
 }
 
 // same fails t unless got holds exactly want's objects and creation times.
@@ -173,19 +204,32 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	if len(want.objects) != 8 {
 		t.Fatalf("the site holds %d objects; want 8", len(want.objects))
 	}
+	// Generated secrets a machine's config uses: the embedded store's
+	// server keeps them in a file beside the store.
+	genA := generatedIn(t, dirA)
+	for _, name := range []string{"node07-join", "node07-host-key"} {
+		kind := secrets.KindKubeadmToken
+		if name == "node07-host-key" {
+			kind = secrets.KindSSHEd25519
+		}
+		if _, err := genA.Secret("site-a", name, kind); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantGen := genA.All()
 
 	var fileA bytes.Buffer
-	res, err := migrate.Export(ctx, a, &fileA, migrate.ExportOptions{Unseal: sealA.Open, Source: dirA})
+	res, err := migrate.Export(ctx, a, &fileA, migrate.ExportOptions{Unseal: sealA.Open, Source: dirA, Generated: wantGen})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Total() != 8 || res.Counts[model.KindHardware] != 1 || res.Counts[model.KindSecret] != 1 {
-		t.Errorf("export counted %s; want one Hardware, one Secret, 8 objects", res.Summary())
+	if res.Total() != 10 || res.Counts[model.KindHardware] != 1 || res.Counts[model.KindSecret] != 3 {
+		t.Errorf("export counted %s; want one Hardware, 3 Secrets (2 generated), 10 objects", res.Summary())
 	}
 	if out := fileA.String(); strings.Contains(out, "sealed:") || strings.Contains(out, "resourceVersion") || strings.Contains(out, "uid:") {
 		t.Errorf("an --unseal export holds a sealed value or store-owned metadata:\n%s", out)
 	}
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "1 Secret is written with plain values") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "3 Secrets are written with plain values") {
 		t.Errorf("export warnings = %q; want one, that a Secret is in the clear", res.Warnings)
 	}
 
@@ -209,6 +253,8 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	inCluster := take(t, k, sealA.ClusterKept().Open)
 	delete(inCluster.objects, "Secret site-a/other-app")
 	same(t, "in the cluster", want, inCluster)
+	// The replicas read the generated secrets from the cluster.
+	sameGenerated(t, "in the cluster", wantGen, &secrets.InStore{Store: k})
 
 	// What kubectl and CAPT read: the Workflow's status as Tinkerbell
 	// writes it, and the Secret's values plain.
@@ -241,7 +287,7 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := restore(t, k, "site.yaml", fileA.Bytes(), migrate.RestoreOptions{}); err == nil ||
-		!strings.Contains(err.Error(), "8 objects are already in the target") || !strings.Contains(err.Error(), "Workflow site-a/node07-install") {
+		!strings.Contains(err.Error(), "10 objects are already in the target") || !strings.Contains(err.Error(), "Workflow site-a/node07-install") {
 		t.Errorf("a second restore = %v; want refused, naming the objects that exist", err)
 	}
 	after, _, err := k.List(ctx, model.KindWorkflow, store.ListOptions{})
@@ -258,7 +304,7 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "8 objects replaced") {
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "10 objects replaced") {
 		t.Errorf("overwrite warnings = %q; want that 8 objects were replaced", res.Warnings)
 	}
 	inCluster = take(t, k, sealA.ClusterKept().Open)
@@ -266,7 +312,7 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	same(t, "in the cluster after --overwrite", want, inCluster)
 
 	var fileK bytes.Buffer
-	if _, err := migrate.Export(ctx, k, &fileK, migrate.ExportOptions{ReferencedSecretsOnly: true, Source: "cluster"}); err != nil {
+	if _, err := migrate.Export(ctx, k, &fileK, migrate.ExportOptions{AnvilSecretsOnly: true, Source: "cluster"}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(fileK.String(), "other-app") {
@@ -276,10 +322,17 @@ func TestRoundTripThroughKubernetes(t *testing.T) {
 	dirB := t.TempDir()
 	sealB := sealerIn(t, dirB)
 	b := openStore(t, backend.Config{DataDir: dirB})
-	if _, err := restore(t, b, "cluster.yaml", fileK.Bytes(), migrate.RestoreOptions{Sealer: sealB}); err != nil {
+	genB := generatedIn(t, dirB)
+	if _, err := restore(t, b, "cluster.yaml", fileK.Bytes(), migrate.RestoreOptions{Sealer: sealB, Generated: genB}); err != nil {
 		t.Fatal(err)
 	}
 	same(t, "back in an embedded store", want, take(t, b, sealB.Open))
+	sameGenerated(t, "back in an embedded store", wantGen, generatedIn(t, dirB))
+	if objs, _, err := b.List(ctx, model.KindSecret, store.ListOptions{}); err != nil {
+		t.Fatal(err)
+	} else if len(objs) != 1 {
+		t.Errorf("the embedded store holds %d Secrets; want 1 (generated secrets go to their file)", len(objs))
+	}
 	got, err := b.Get(ctx, model.KindSecret, "site-a", "bmc-node07")
 	if err != nil {
 		t.Fatal(err)
@@ -445,6 +498,31 @@ func TestRestoreOverwrite(t *testing.T) {
 	}
 	if got := hw.GetObjectMeta().Labels["rack"]; got != "r9" {
 		t.Errorf("after --overwrite node01's label rack = %q; want r9", got)
+	}
+
+	// A generated secret goes to the generated secrets' file, under the
+	// same rule.
+	gen := generatedIn(t, dir)
+	if _, err := gen.Secret("default", "join", secrets.KindKubeadmToken); err != nil {
+		t.Fatal(err)
+	}
+	opts.Generated, opts.Overwrite = gen, false
+	moved := secrets.Generated{Info: secrets.Info{Namespace: "default", Name: "join", Kind: secrets.KindKubeadmToken,
+		Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}, Value: "abcdef.0123456789abcdef"}
+	var genFile bytes.Buffer
+	if _, err := migrate.Export(ctx, listReader{}, &genFile, migrate.ExportOptions{Generated: []secrets.Generated{moved}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restore(t, st, "gen.yaml", genFile.Bytes(), opts); err == nil || !strings.Contains(err.Error(), "(generated secret default/join)") {
+		t.Errorf("restore over an existing generated secret = %v; want refused, naming it", err)
+	}
+	opts.Overwrite = true
+	if _, err := restore(t, st, "gen.yaml", genFile.Bytes(), opts); err != nil {
+		t.Fatal(err)
+	}
+	sameGenerated(t, "after --overwrite", []secrets.Generated{moved}, generatedIn(t, dir))
+	if objs, _, err := st.List(ctx, model.KindSecret, store.ListOptions{}); err != nil || len(objs) != 0 {
+		t.Errorf("the store holds Secrets %v (%v); want none: a generated secret goes to its file", objs, err)
 	}
 }
 
