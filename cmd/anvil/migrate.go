@@ -112,7 +112,9 @@ another store. The embedded store is opened while its server is stopped
 uid, resourceVersion and generation are dropped; each object's creation time
 is kept in the annotation ` + model.AnnotationCreatedAt + `. Sealed Secrets
 stay sealed unless --unseal opens them with the seal key, which a cluster
-needs. From a cluster only the Secrets a Machine or Task names are written.
+needs. From a cluster only Anvil's Secrets are written: those a Machine or
+Task names, and the generated ones (kubeadm tokens, passwords, SSH keys),
+which from the embedded store come from DATA_DIR/secrets/secrets.json.
 
   anvil export --data-dir /var/lib/anvil --unseal -o site.yaml
   anvil export --store kubernetes --kubeconfig ~/.kube/config -o site.yaml

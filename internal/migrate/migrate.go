@@ -89,12 +89,16 @@ func (r Result) Total() int {
 }
 
 // Summary is one line of counts, kinds in model.Kinds order: "2 Hardware,
-// 1 Template, …".
+// 1 Template, 3 Workflows, …".
 func (r Result) Summary() string {
 	var parts []string
 	for _, k := range model.Kinds {
 		if n := r.Counts[k]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+			many := k + "s"
+			if k == model.KindHardware {
+				many = k // Tinkerbell's plural too
+			}
+			parts = append(parts, count(n, k, many))
 		}
 	}
 	if len(parts) == 0 {
