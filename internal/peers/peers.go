@@ -1,0 +1,291 @@
+// Package peers is Kubernetes mode's replica registry: how one replica of
+// `anvil serve` finds the others, to ask them for what only they hold.
+//
+// Machine records and the audit log stay on the disk of the replica that
+// received them (they are an append-heavy stream, not etcd material; see
+// docs/kubernetes.md), so a read of them must ask every replica. Each
+// replica keeps a coordination.k8s.io Lease of its own, named
+// "anvil-replica-<identity>", labelled LabelComponent=ComponentValue, with
+// the URL of its API in the annotation AnnotationURL; it renews the Lease
+// every Period and deletes it when it stops cleanly. The peers of a
+// replica are the other replicas whose Lease is current: renewed within
+// its leaseDurationSeconds (3×Period), as this replica's clock reads the
+// Lease's renewTime. A replica that crashed stays a peer until then, and
+// is then skipped; its Lease is deleted by the next replica to renew once
+// it has been stale for an hour (StaleAfter), so crashes leave no litter.
+//
+// It owns those Leases and nothing else: it does not call the peers (the
+// API does, internal/api) and does not elect anyone (internal/leader).
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/anvilproj/anvil/internal/clock"
+)
+
+// The Lease's label, annotation and name prefix.
+const (
+	LabelComponent = "app.kubernetes.io/component"
+	ComponentValue = "anvil-replica"
+	AnnotationURL  = "anvil.dev/api-url"
+	NamePrefix     = "anvil-replica-"
+)
+
+// Defaults of Config.
+const (
+	DefaultPeriod = 10 * time.Second
+	// StaleAfter is how long past its expiry a Lease is left before a
+	// replica deletes it: long enough that a replica paused for a while
+	// (a frozen VM) finds it and renews it, short enough not to pile up.
+	StaleAfter = time.Hour
+)
+
+// Peer is another replica.
+type Peer struct {
+	// Name is its identity (the Lease's holder).
+	Name string
+	// URL is where its API answers (http://10.0.0.3:7080).
+	URL string
+}
+
+// Config configures a Registry.
+type Config struct {
+	// REST reaches the API server. Required.
+	REST *rest.Config
+	// Namespace holds the Leases (the leader's Lease's namespace).
+	// Required.
+	Namespace string
+	// Identity names this replica: the Lease's holder and the end of its
+	// name (lower-cased, characters a name cannot hold turned into '-').
+	// Required.
+	Identity string
+	// URL is where the other replicas reach this one's API. If empty,
+	// this replica publishes no Lease (no peer can ask it) but still
+	// finds its peers.
+	URL string
+	// Period is how often the Lease is renewed; a Lease is current for
+	// 3×Period after its renewal. A whole number of seconds (the Lease
+	// records seconds). If 0, DefaultPeriod.
+	Period time.Duration
+	// Clock reads the time. If nil, clock.Real.
+	Clock clock.Clock
+	// Log receives renewal failures. If nil, slog.Default().
+	Log *slog.Logger
+}
+
+// Registry publishes this replica's Lease and lists the others. Peers is
+// safe for concurrent use; Run is called once.
+type Registry struct {
+	cfg    Config
+	name   string
+	leases coordclient.LeaseInterface
+}
+
+// New returns a Registry, or an error naming what is wrong with cfg. It
+// makes no request.
+func New(cfg Config) (*Registry, error) {
+	switch {
+	case cfg.REST == nil:
+		return nil, errors.New("peers: Config.REST is nil")
+	case cfg.Namespace == "":
+		return nil, errors.New("peers: Config.Namespace is empty")
+	case cfg.Identity == "":
+		return nil, errors.New("peers: Config.Identity is empty")
+	case cfg.Period < 0 || cfg.Period%time.Second != 0:
+		return nil, fmt.Errorf("peers: Config.Period %v is not a whole number of seconds: the Lease records seconds", cfg.Period)
+	}
+	if cfg.Period == 0 {
+		cfg.Period = DefaultPeriod
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	name := LeaseName(cfg.Identity)
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return nil, fmt.Errorf("peers: identity %q makes the Lease name %q: %s", cfg.Identity, name, errs[0])
+	}
+	rc := rest.CopyConfig(cfg.REST)
+	if rc.Timeout == 0 {
+		// One hung request must not hold a renewal past its Lease.
+		rc.Timeout = cfg.Period
+	}
+	c, err := coordclient.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("peers: %w", err)
+	}
+	cfg.Log = cfg.Log.With("replica_lease", cfg.Namespace+"/"+name)
+	return &Registry{cfg: cfg, name: name, leases: c.Leases(cfg.Namespace)}, nil
+}
+
+// LeaseName is the name of the Lease of the replica identity: NamePrefix
+// and the identity lower-cased, every character a Lease name cannot hold
+// turned into '-'.
+func LeaseName(identity string) string {
+	b := []byte(strings.ToLower(identity))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '.' {
+			b[i] = '-'
+		}
+	}
+	return NamePrefix + strings.Trim(string(b), "-.")
+}
+
+// Run publishes this replica's Lease and renews it every Period until ctx
+// ends, then deletes it and returns nil. A failed renewal is logged and
+// tried again at the next period: the API server being away must not stop
+// the replica (its Lease then lapses, and the others skip it). Without a
+// URL it waits for ctx and publishes nothing.
+func (r *Registry) Run(ctx context.Context) error {
+	if r.cfg.URL == "" {
+		r.cfg.Log.Warn("no URL for the API of this replica: the other replicas will not ask it for its machine records and audit log")
+		<-ctx.Done()
+		return nil
+	}
+	failing := false
+	for {
+		err := r.renew(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.cfg.Log.Warn("replica Lease not renewed; trying again", "in", r.cfg.Period, "err", err)
+			failing = true
+		case err == nil && failing:
+			r.cfg.Log.Info("replica Lease renewed again")
+			failing = false
+		}
+		if err == nil {
+			r.sweep(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			// Going away cleanly: say so at once rather than let the
+			// others ask a replica that is gone for 3 periods.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Period)
+			defer cancel()
+			if err := r.leases.Delete(dctx, r.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				r.cfg.Log.Warn("replica Lease not deleted; it lapses by itself", "err", err)
+			}
+			return nil
+		case <-r.cfg.Clock.After(r.cfg.Period):
+		}
+	}
+}
+
+// renew creates the Lease or brings its renewal time, holder and URL up
+// to date.
+func (r *Registry) renew(ctx context.Context) error {
+	now := metav1.NewMicroTime(r.cfg.Clock.Now())
+	secs := int32(3 * r.cfg.Period / time.Second)
+	l, err := r.leases.Get(ctx, r.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		l = &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: r.cfg.Namespace}}
+		r.fill(l, now, secs)
+		l.Spec.AcquireTime = &now
+		_, err = r.leases.Create(ctx, l, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	r.fill(l, now, secs)
+	_, err = r.leases.Update(ctx, l, metav1.UpdateOptions{})
+	return err
+}
+
+func (r *Registry) fill(l *coordv1.Lease, now metav1.MicroTime, secs int32) {
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Labels[LabelComponent] = ComponentValue
+	l.Annotations[AnnotationURL] = r.cfg.URL
+	id := r.cfg.Identity
+	l.Spec.HolderIdentity = &id
+	l.Spec.LeaseDurationSeconds = &secs
+	l.Spec.RenewTime = &now
+}
+
+// Peers returns the other replicas whose Lease is current, in name order.
+// It asks the API server each time: reads of the machine records are rare,
+// and a cached list would keep a replica that has just gone.
+func (r *Registry) Peers(ctx context.Context) ([]Peer, error) {
+	list, err := r.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := r.cfg.Clock.Now()
+	var out []Peer
+	for _, l := range list {
+		if l.Name == r.name || !current(&l, now) {
+			continue
+		}
+		u := l.Annotations[AnnotationURL]
+		if u == "" {
+			continue
+		}
+		name := l.Name
+		if h := l.Spec.HolderIdentity; h != nil && *h != "" {
+			name = *h
+		}
+		out = append(out, Peer{Name: name, URL: u})
+	}
+	return out, nil
+}
+
+func (r *Registry) list(ctx context.Context) ([]coordv1.Lease, error) {
+	ls, err := r.leases.List(ctx, metav1.ListOptions{LabelSelector: LabelComponent + "=" + ComponentValue})
+	if err != nil {
+		return nil, fmt.Errorf("listing the replicas' Leases: %w", err)
+	}
+	return ls.Items, nil
+}
+
+// expiry is when l stops being current; zero if it was never renewed.
+func expiry(l *coordv1.Lease) time.Time {
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+}
+
+func current(l *coordv1.Lease, now time.Time) bool {
+	return now.Before(expiry(l))
+}
+
+// sweep deletes the Leases of replicas that have been gone for
+// StaleAfter; with a precondition on the version read, so a replica that
+// came back and renewed meanwhile keeps its Lease.
+func (r *Registry) sweep(ctx context.Context) {
+	list, err := r.list(ctx)
+	if err != nil {
+		return
+	}
+	now := r.cfg.Clock.Now()
+	for _, l := range list {
+		if l.Name == r.name || now.Before(expiry(&l).Add(StaleAfter)) {
+			continue
+		}
+		rv := l.ResourceVersion
+		err := r.leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		if err == nil {
+			r.cfg.Log.Info("deleted the Lease of a replica gone since", "lease", l.Name, "expired", expiry(&l))
+		}
+	}
+}
