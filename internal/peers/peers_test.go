@@ -56,16 +56,18 @@ func TestLeaseName(t *testing.T) {
 // and is no longer a peer.
 func TestRegistry(t *testing.T) {
 	c := kubetest.Start(t)
-	start := func(id, url string) (*Registry, context.CancelFunc, <-chan error) {
+	start := func(id, url string) (*Registry, context.CancelFunc, func() error) {
 		r, err := New(Config{REST: c.RESTConfig(), Namespace: "default", Identity: id, URL: url, Period: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- r.Run(ctx) }()
+		done := make(chan struct{})
+		var runErr error
+		go func() { runErr = r.Run(ctx); close(done) }()
+		wait := func() error { <-done; return runErr }
 		t.Cleanup(func() { cancel(); <-done })
-		return r, cancel, done
+		return r, cancel, wait
 	}
 	// A replica that crashed a minute ago (lapsed, kept) and one that
 	// crashed two hours ago (to be swept).
@@ -81,7 +83,7 @@ func TestRegistry(t *testing.T) {
 	lapsed("anvil-replica-long-gone", 2*time.Hour)
 
 	a, _, _ := start("anvil-a", "http://10.0.0.1:7080")
-	b, stopB, doneB := start("anvil-b", "http://10.0.0.2:7080")
+	b, stopB, waitB := start("anvil-b", "http://10.0.0.2:7080")
 	peersOf := func(r *Registry) []Peer {
 		p, err := r.Peers(context.Background())
 		if err != nil {
@@ -103,7 +105,7 @@ func TestRegistry(t *testing.T) {
 	}
 
 	stopB()
-	if err := testtool.Receive(t, doneB, "replica b's Run"); err != nil {
+	if err := waitB(); err != nil {
 		t.Fatalf("Run = %v; want nil after a clean stop", err)
 	}
 	if code, _ := c.Do(t, http.MethodGet, leases+"anvil-replica-anvil-b", nil, "application/json"); code != http.StatusNotFound {
