@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
@@ -106,6 +107,11 @@ func New(cfg Config) (*Registry, error) {
 		return nil, errors.New("peers: Config.Identity is empty")
 	case cfg.Period < 0 || cfg.Period%time.Second != 0:
 		return nil, fmt.Errorf("peers: Config.Period %v is not a whole number of seconds: the Lease records seconds", cfg.Period)
+	}
+	if cfg.URL != "" {
+		if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("peers: Config.URL %q: want http://HOST:PORT or https://HOST:PORT, where the other replicas reach this one's API", cfg.URL)
+		}
 	}
 	if cfg.Period == 0 {
 		cfg.Period = DefaultPeriod
