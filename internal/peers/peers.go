@@ -7,12 +7,18 @@
 // replica keeps a coordination.k8s.io Lease of its own, named
 // "anvil-replica-<identity>", labelled LabelComponent=ComponentValue, with
 // the URL of its API in the annotation AnnotationURL; it renews the Lease
-// every Period and deletes it when it stops cleanly. The peers of a
-// replica are the other replicas whose Lease is current: renewed within
-// its leaseDurationSeconds (3×Period), as this replica's clock reads the
-// Lease's renewTime. A replica that crashed stays a peer until then, and
-// is then skipped; its Lease is deleted by the next replica to renew once
-// it has been stale for an hour (StaleAfter), so crashes leave no litter.
+// every Period and, when it stops cleanly, releases it (clears its holder).
+// The peers of a replica are the other replicas whose Lease is held and
+// current: renewed within its leaseDurationSeconds (3×Period), as this
+// replica's clock reads the Lease's renewTime. A replica that crashed
+// stays a peer until then, and is then skipped.
+//
+// Identities carry a random suffix (internal/leader), so every start makes
+// a new Lease. In a pod (Config.Pod set) the Lease is owned by the Pod,
+// and Kubernetes' garbage collector deletes it with the Pod; so replicas
+// need no right to delete Leases (the deployment's Role grants none: the
+// leader's Lease is not theirs to delete). Run out of a pod, the Leases
+// stay, released or lapsed, until deleted by hand.
 //
 // It owns those Leases and nothing else: it does not call the peers (the
 // API does, internal/api) and does not elect anyone (internal/leader).
@@ -30,6 +36,7 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -45,14 +52,15 @@ const (
 	NamePrefix     = "anvil-replica-"
 )
 
-// Defaults of Config.
-const (
-	DefaultPeriod = 10 * time.Second
-	// StaleAfter is how long past its expiry a Lease is left before a
-	// replica deletes it: long enough that a replica paused for a while
-	// (a frozen VM) finds it and renews it, short enough not to pile up.
-	StaleAfter = time.Hour
-)
+// DefaultPeriod is Config.Period's default.
+const DefaultPeriod = 10 * time.Second
+
+// Pod names the Pod a replica runs in (from the downward API), the owner
+// of its Lease.
+type Pod struct {
+	Name string
+	UID  string
+}
 
 // Peer is another replica.
 type Peer struct {
@@ -77,6 +85,9 @@ type Config struct {
 	// this replica publishes no Lease (no peer can ask it) but still
 	// finds its peers.
 	URL string
+	// Pod, if its UID is set, owns the Lease, which is then deleted with
+	// it. `anvil serve` reads $POD_NAME and $POD_UID.
+	Pod Pod
 	// Period is how often the Lease is renewed; a Lease is current for
 	// 3×Period after its renewal. A whole number of seconds (the Lease
 	// records seconds). If 0, DefaultPeriod.
@@ -153,7 +164,7 @@ func LeaseName(identity string) string {
 }
 
 // Run publishes this replica's Lease and renews it every Period until ctx
-// ends, then deletes it and returns nil. A failed renewal is logged and
+// ends, then releases it and returns nil. A failed renewal is logged and
 // tried again at the next period: the API server being away must not stop
 // the replica (its Lease then lapses, and the others skip it). Without a
 // URL it waits for ctx and publishes nothing.
@@ -165,7 +176,7 @@ func (r *Registry) Run(ctx context.Context) error {
 	}
 	failing := false
 	for {
-		err := r.renew(ctx)
+		err := r.renew(ctx, true)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.cfg.Log.Warn("replica Lease not renewed; trying again", "in", r.cfg.Period, "err", err)
@@ -174,17 +185,14 @@ func (r *Registry) Run(ctx context.Context) error {
 			r.cfg.Log.Info("replica Lease renewed again")
 			failing = false
 		}
-		if err == nil {
-			r.sweep(ctx)
-		}
 		select {
 		case <-ctx.Done():
 			// Going away cleanly: say so at once rather than let the
 			// others ask a replica that is gone for 3 periods.
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Period)
 			defer cancel()
-			if err := r.leases.Delete(dctx, r.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				r.cfg.Log.Warn("replica Lease not deleted; it lapses by itself", "err", err)
+			if err := r.renew(dctx, false); err != nil && !apierrors.IsNotFound(err) {
+				r.cfg.Log.Warn("replica Lease not released; it lapses by itself", "err", err)
 			}
 			return nil
 		case <-r.cfg.Clock.After(r.cfg.Period):
@@ -193,14 +201,17 @@ func (r *Registry) Run(ctx context.Context) error {
 }
 
 // renew creates the Lease or brings its renewal time, holder and URL up
-// to date.
-func (r *Registry) renew(ctx context.Context) error {
+// to date; with held false it releases the Lease (clears its holder).
+func (r *Registry) renew(ctx context.Context, held bool) error {
 	now := metav1.NewMicroTime(r.cfg.Clock.Now())
 	secs := int32(3 * r.cfg.Period / time.Second)
 	l, err := r.leases.Get(ctx, r.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) && held {
 		l = &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: r.cfg.Namespace}}
-		r.fill(l, now, secs)
+		if p := r.cfg.Pod; p.UID != "" {
+			l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: types.UID(p.UID)}}
+		}
+		r.fill(l, now, secs, held)
 		l.Spec.AcquireTime = &now
 		_, err = r.leases.Create(ctx, l, metav1.CreateOptions{})
 		return err
@@ -208,12 +219,12 @@ func (r *Registry) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.fill(l, now, secs)
+	r.fill(l, now, secs, held)
 	_, err = r.leases.Update(ctx, l, metav1.UpdateOptions{})
 	return err
 }
 
-func (r *Registry) fill(l *coordv1.Lease, now metav1.MicroTime, secs int32) {
+func (r *Registry) fill(l *coordv1.Lease, now metav1.MicroTime, secs int32, held bool) {
 	if l.Labels == nil {
 		l.Labels = map[string]string{}
 	}
@@ -224,6 +235,9 @@ func (r *Registry) fill(l *coordv1.Lease, now metav1.MicroTime, secs int32) {
 	l.Annotations[AnnotationURL] = r.cfg.URL
 	id := r.cfg.Identity
 	l.Spec.HolderIdentity = &id
+	if !held {
+		l.Spec.HolderIdentity = nil
+	}
 	l.Spec.LeaseDurationSeconds = &secs
 	l.Spec.RenewTime = &now
 }
@@ -232,35 +246,23 @@ func (r *Registry) fill(l *coordv1.Lease, now metav1.MicroTime, secs int32) {
 // It asks the API server each time: reads of the machine records are rare,
 // and a cached list would keep a replica that has just gone.
 func (r *Registry) Peers(ctx context.Context) ([]Peer, error) {
-	list, err := r.list(ctx)
-	if err != nil {
-		return nil, err
-	}
-	now := r.cfg.Clock.Now()
-	var out []Peer
-	for _, l := range list {
-		if l.Name == r.name || !current(&l, now) {
-			continue
-		}
-		u := l.Annotations[AnnotationURL]
-		if u == "" {
-			continue
-		}
-		name := l.Name
-		if h := l.Spec.HolderIdentity; h != nil && *h != "" {
-			name = *h
-		}
-		out = append(out, Peer{Name: name, URL: u})
-	}
-	return out, nil
-}
-
-func (r *Registry) list(ctx context.Context) ([]coordv1.Lease, error) {
 	ls, err := r.leases.List(ctx, metav1.ListOptions{LabelSelector: LabelComponent + "=" + ComponentValue})
 	if err != nil {
 		return nil, fmt.Errorf("listing the replicas' Leases: %w", err)
 	}
-	return ls.Items, nil
+	now := r.cfg.Clock.Now()
+	var out []Peer
+	for _, l := range ls.Items {
+		if l.Name == r.name || !current(&l, now) {
+			continue
+		}
+		u, h := l.Annotations[AnnotationURL], l.Spec.HolderIdentity
+		if u == "" || h == nil || *h == "" {
+			continue // released: that replica stopped
+		}
+		out = append(out, Peer{Name: *h, URL: u})
+	}
+	return out, nil
 }
 
 // expiry is when l stops being current; zero if it was never renewed.
@@ -273,25 +275,4 @@ func expiry(l *coordv1.Lease) time.Time {
 
 func current(l *coordv1.Lease, now time.Time) bool {
 	return now.Before(expiry(l))
-}
-
-// sweep deletes the Leases of replicas that have been gone for
-// StaleAfter; with a precondition on the version read, so a replica that
-// came back and renewed meanwhile keeps its Lease.
-func (r *Registry) sweep(ctx context.Context) {
-	list, err := r.list(ctx)
-	if err != nil {
-		return
-	}
-	now := r.cfg.Clock.Now()
-	for _, l := range list {
-		if l.Name == r.name || now.Before(expiry(&l).Add(StaleAfter)) {
-			continue
-		}
-		rv := l.ResourceVersion
-		err := r.leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
-		if err == nil {
-			r.cfg.Log.Info("deleted the Lease of a replica gone since", "lease", l.Name, "expired", expiry(&l))
-		}
-	}
 }

@@ -52,13 +52,13 @@ func TestLeaseName(t *testing.T) {
 }
 
 // TestRegistry, against a real API server: two replicas find each other
-// (not themselves); a Lease that lapsed is no peer, and one gone for
-// StaleAfter is deleted; a replica that stops cleanly deletes its Lease
-// and is no longer a peer.
+// (not themselves); a Lease that lapsed is no peer; a replica that stops
+// cleanly releases its Lease and is no longer a peer; a replica in a pod
+// has its Lease owned by the pod (deleted with it).
 func TestRegistry(t *testing.T) {
 	c := kubetest.Start(t)
-	start := func(id, url string) (*Registry, context.CancelFunc, func() error) {
-		r, err := New(Config{REST: c.RESTConfig(), Namespace: "default", Identity: id, URL: url, Period: time.Second})
+	start := func(id, url string, pod Pod) (*Registry, context.CancelFunc, func() error) {
+		r, err := New(Config{REST: c.RESTConfig(), Namespace: "default", Identity: id, URL: url, Pod: pod, Period: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,21 +70,16 @@ func TestRegistry(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		return r, cancel, wait
 	}
-	// A replica that crashed a minute ago (lapsed, kept) and one that
-	// crashed two hours ago (to be swept).
-	lapsed := func(name string, ago time.Duration) {
-		c.JSON(t, http.MethodPost, "/apis/coordination.k8s.io/v1/namespaces/default/leases", map[string]any{
-			"metadata": map[string]any{"name": name, "labels": map[string]any{LabelComponent: ComponentValue},
-				"annotations": map[string]any{AnnotationURL: "http://192.0.2.9:7080"}},
-			"spec": map[string]any{"holderIdentity": name, "leaseDurationSeconds": 30,
-				"renewTime": time.Now().Add(-ago).UTC().Format("2006-01-02T15:04:05.000000Z07:00")},
-		}, http.StatusCreated)
-	}
-	lapsed("anvil-replica-crashed", time.Minute)
-	lapsed("anvil-replica-long-gone", 2*time.Hour)
+	// A replica that crashed a minute ago: its Lease lapsed.
+	c.JSON(t, http.MethodPost, "/apis/coordination.k8s.io/v1/namespaces/default/leases", map[string]any{
+		"metadata": map[string]any{"name": "anvil-replica-crashed", "labels": map[string]any{LabelComponent: ComponentValue},
+			"annotations": map[string]any{AnnotationURL: "http://192.0.2.9:7080"}},
+		"spec": map[string]any{"holderIdentity": "crashed", "leaseDurationSeconds": 30,
+			"renewTime": time.Now().Add(-time.Minute).UTC().Format("2006-01-02T15:04:05.000000Z07:00")},
+	}, http.StatusCreated)
 
-	a, _, _ := start("anvil-a", "http://10.0.0.1:7080")
-	b, stopB, waitB := start("anvil-b", "http://10.0.0.2:7080")
+	a, _, _ := start("anvil-a", "http://10.0.0.1:7080", Pod{})
+	b, stopB, waitB := start("anvil-b", "http://10.0.0.2:7080", Pod{Name: "anvil-7f9c-x2k4p", UID: "0c4e1f8a-2b7d-4e55-9a31-6f0d2c9b1e77"})
 	peersOf := func(r *Registry) []Peer {
 		p, err := r.Peers(context.Background())
 		if err != nil {
@@ -97,20 +92,21 @@ func TestRegistry(t *testing.T) {
 			slices.Equal(peersOf(b), []Peer{{"anvil-a", "http://10.0.0.1:7080"}})
 	})
 	const leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases/"
-	testtool.WaitFor(t, "the Lease gone for two hours to be deleted", func() bool {
-		code, _ := c.Do(t, http.MethodGet, leases+"anvil-replica-long-gone", nil, "application/json")
-		return code == http.StatusNotFound
-	})
-	if code, _ := c.Do(t, http.MethodGet, leases+"anvil-replica-crashed", nil, "application/json"); code != http.StatusOK {
-		t.Errorf("the Lease lapsed a minute ago: GET %d; want it kept (a paused replica may come back)", code)
+	lease := func(name string) map[string]any { return c.JSON(t, http.MethodGet, leases+name, nil, http.StatusOK) }
+	refs, _ := lease("anvil-replica-anvil-b")["metadata"].(map[string]any)["ownerReferences"].([]any)
+	if len(refs) != 1 || refs[0].(map[string]any)["kind"] != "Pod" || refs[0].(map[string]any)["uid"] != "0c4e1f8a-2b7d-4e55-9a31-6f0d2c9b1e77" {
+		t.Errorf("b's Lease ownerReferences = %v; want its Pod", refs)
+	}
+	if refs := lease("anvil-replica-anvil-a")["metadata"].(map[string]any)["ownerReferences"]; refs != nil {
+		t.Errorf("a's Lease ownerReferences = %v; want none (no pod)", refs)
 	}
 
 	stopB()
 	if err := waitB(); err != nil {
 		t.Fatalf("Run = %v; want nil after a clean stop", err)
 	}
-	if code, _ := c.Do(t, http.MethodGet, leases+"anvil-replica-anvil-b", nil, "application/json"); code != http.StatusNotFound {
-		t.Errorf("after b stopped cleanly, GET its Lease = %d; want 404", code)
+	if h := lease("anvil-replica-anvil-b")["spec"].(map[string]any)["holderIdentity"]; h != nil {
+		t.Errorf("after b stopped cleanly its Lease's holder is %v; want none (released)", h)
 	}
 	if p := peersOf(a); len(p) != 0 {
 		t.Errorf("a's peers after b stopped: %v; want none", p)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"os"
 	"strconv"
 
 	"github.com/anvilproj/anvil/internal/leader"
@@ -27,5 +28,7 @@ func replicaRegistry(cfg Config, el *leader.Elector) (*peers.Registry, error) {
 			u = "http://" + net.JoinHostPort(public.String(), strconv.Itoa(cfg.HTTPPort))
 		}
 	}
-	return peers.New(peers.Config{REST: rc, Namespace: leaseNamespace(cfg), Identity: el.Identity(), URL: u, Log: cfg.Logger})
+	// In a pod the Lease is the pod's, deleted with it.
+	pod := peers.Pod{Name: os.Getenv("POD_NAME"), UID: os.Getenv("POD_UID")}
+	return peers.New(peers.Config{REST: rc, Namespace: leaseNamespace(cfg), Identity: el.Identity(), URL: u, Pod: pod, Log: cfg.Logger})
 }

@@ -120,7 +120,7 @@ func TestKubernetesPeerReads(t *testing.T) {
 		}
 	}
 
-	// A replica that stops cleanly withdraws its Lease.
+	// A replica that stops cleanly releases its Lease.
 	urlB := b // the registry publishes http://PUBLIC_IP:HTTP_PORT
 	if got := replicaURLs(t, c); !slices.Contains(got, urlB) {
 		t.Fatalf("replica Leases %v; want B's URL %s among them", got, urlB)
@@ -130,7 +130,10 @@ func TestKubernetesPeerReads(t *testing.T) {
 		t.Fatalf("replica B: %v", err)
 	}
 	if got := replicaURLs(t, c); !slices.Equal(got, []string{a}) {
-		t.Errorf("replica Leases after B stopped: %v; want A's alone", got)
+		t.Errorf("held replica Leases after B stopped: %v; want A's alone", got)
+	}
+	if lines, h := machineLog(a); !slices.Equal(lines, wantLines[:1]) || len(h.Values(api.PeersUnansweredHeader)) != 0 {
+		t.Errorf("GetLogs at A after B stopped cleanly: %q, unanswered %q; want A's own line and no peer to name", lines, h.Values(api.PeersUnansweredHeader))
 	}
 	// Now B's Lease as a SIGKILL leaves it (its port closed), and a
 	// replica that accepts a connection and never answers.
@@ -174,7 +177,7 @@ func TestKubernetesPeerReads(t *testing.T) {
 	}
 }
 
-// replicaURLs lists the URLs in the replica Leases, sorted.
+// replicaURLs lists the URLs in the held replica Leases, sorted.
 func replicaURLs(t *testing.T, c *kubetest.Cluster) []string {
 	t.Helper()
 	code, b := c.Do(t, http.MethodGet, "/apis/coordination.k8s.io/v1/namespaces/default/leases?labelSelector="+peers.LabelComponent+"%3D"+peers.ComponentValue, nil, "application/json")
@@ -186,6 +189,9 @@ func replicaURLs(t *testing.T, c *kubetest.Cluster) []string {
 			Metadata struct {
 				Annotations map[string]string `json:"annotations"`
 			} `json:"metadata"`
+			Spec struct {
+				HolderIdentity string `json:"holderIdentity"`
+			} `json:"spec"`
 		} `json:"items"`
 	}
 	if err := json.Unmarshal(b, &list); err != nil {
@@ -193,7 +199,9 @@ func replicaURLs(t *testing.T, c *kubetest.Cluster) []string {
 	}
 	var out []string
 	for _, l := range list.Items {
-		out = append(out, l.Metadata.Annotations[peers.AnnotationURL])
+		if l.Spec.HolderIdentity != "" {
+			out = append(out, l.Metadata.Annotations[peers.AnnotationURL])
+		}
 	}
 	slices.Sort(out)
 	return out
