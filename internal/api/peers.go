@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/peers"
 )
 
@@ -20,26 +21,15 @@ import (
 // (docs/kubernetes.md), so GetLogs, ListUnknownMachines and the audit List
 // answer from the local store and from every peer replica: the replica
 // that was asked puts the same request to each peer, marked with
-// PeerQueryHeader (a peer answers from its own data only, so a query
+// v1.PeerQueryHeader (a peer answers from its own data only, so a query
 // never goes round) and with the caller's Authorization (every replica
 // accepts the same tokens, and each authorizes the caller itself), waits
 // at most Config.PeerTimeout, and merges. A peer that does not answer in
 // time, or fails, is logged and named in the answer's
-// PeersUnansweredHeader; the answer comes anyway, from those that did.
+// v1.PeersUnansweredHeader; the answer comes anyway, from those that did.
 
-const (
-	// PeerQueryHeader marks a request one replica sends another: answer
-	// from local data only. Anyone may send it; it widens nothing (the
-	// call is authorized as any other), it only narrows the answer.
-	PeerQueryHeader = "Anvil-Peer-Query"
-	// PeersUnansweredHeader is in an answer once per peer replica that did
-	// not answer in time or failed: "NAME (URL): REASON". Its absence
-	// means the answer is complete (or there are no peers).
-	PeersUnansweredHeader = "Anvil-Peers-Unanswered"
-	// DefaultPeerTimeout bounds a peer's answer when Config.PeerTimeout
-	// is 0.
-	DefaultPeerTimeout = 2 * time.Second
-)
+// DefaultPeerTimeout bounds a peer's answer when Config.PeerTimeout is 0.
+const DefaultPeerTimeout = 2 * time.Second
 
 // Peers lists the other replicas answering this API (internal/peers'
 // Registry implements it).
@@ -50,7 +40,7 @@ type Peers interface {
 // fanOut reports whether the call req should be put to the peers too:
 // there are peers, and req is not itself a peer's query.
 func (s *Services) fanOut(h http.Header) bool {
-	return s.cfg.Peers != nil && h.Get(PeerQueryHeader) == ""
+	return s.cfg.Peers != nil && h.Get(v1.PeerQueryHeader) == ""
 }
 
 // askPeers puts msg to every peer with call, concurrently, each bounded
@@ -74,7 +64,7 @@ func askPeers[Req, Resp any](ctx context.Context, s *Services, in http.Header, m
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
 			defer cancel()
 			r := connect.NewRequest(msg)
-			r.Header().Set(PeerQueryHeader, "1")
+			r.Header().Set(v1.PeerQueryHeader, "1")
 			if a := in.Get("Authorization"); a != "" {
 				r.Header().Set("Authorization", a)
 			}
@@ -98,10 +88,10 @@ func askPeers[Req, Resp any](ctx context.Context, s *Services, in http.Header, m
 	return answers, unanswered
 }
 
-// markUnanswered adds the PeersUnansweredHeader values to h.
+// markUnanswered adds the v1.PeersUnansweredHeader values to h.
 func markUnanswered(h http.Header, unanswered []string) {
 	for _, u := range unanswered {
-		h.Add(PeersUnansweredHeader, u)
+		h.Add(v1.PeersUnansweredHeader, u)
 	}
 }
 

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
-	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/kubetest"
 	"github.com/anvilproj/anvil/internal/peers"
 	"github.com/anvilproj/anvil/internal/store/backend"
@@ -108,14 +107,14 @@ func TestKubernetesPeerReads(t *testing.T) {
 		if !slices.Equal(lines, wantLines) {
 			t.Errorf("GetLogs at replica %d: %q; want A's fetch then B's", i, lines)
 		}
-		if u := h.Values(api.PeersUnansweredHeader); len(u) != 0 {
+		if u := h.Values(v1.PeersUnansweredHeader); len(u) != 0 {
 			t.Errorf("GetLogs at replica %d says %q went unanswered; want every peer answering", i, u)
 		}
 		procs, h = auditLog(base)
 		if !slices.Equal(procs, wantAudit) {
 			t.Errorf("audit List at replica %d: %q; want A's create then B's refused delete", i, procs)
 		}
-		if u := h.Values(api.PeersUnansweredHeader); len(u) != 0 {
+		if u := h.Values(v1.PeersUnansweredHeader); len(u) != 0 {
 			t.Errorf("audit List at replica %d says %q went unanswered", i, u)
 		}
 	}
@@ -132,8 +131,8 @@ func TestKubernetesPeerReads(t *testing.T) {
 	if got := replicaURLs(t, c); !slices.Equal(got, []string{a}) {
 		t.Errorf("held replica Leases after B stopped: %v; want A's alone", got)
 	}
-	if lines, h := machineLog(a); !slices.Equal(lines, wantLines[:1]) || len(h.Values(api.PeersUnansweredHeader)) != 0 {
-		t.Errorf("GetLogs at A after B stopped cleanly: %q, unanswered %q; want A's own line and no peer to name", lines, h.Values(api.PeersUnansweredHeader))
+	if lines, h := machineLog(a); !slices.Equal(lines, wantLines[:1]) || len(h.Values(v1.PeersUnansweredHeader)) != 0 {
+		t.Errorf("GetLogs at A after B stopped cleanly: %q, unanswered %q; want A's own line and no peer to name", lines, h.Values(v1.PeersUnansweredHeader))
 	}
 	// Now B's Lease as a SIGKILL leaves it (its port closed), and a
 	// replica that accepts a connection and never answers.
@@ -167,13 +166,13 @@ func TestKubernetesPeerReads(t *testing.T) {
 	if !slices.Equal(lines, wantLines[:1]) {
 		t.Errorf("GetLogs at A with B gone: %q; want A's own line", lines)
 	}
-	u := h.Values(api.PeersUnansweredHeader)
+	u := h.Values(v1.PeersUnansweredHeader)
 	slices.Sort(u)
 	if len(u) != 2 || !strings.HasPrefix(u[0], "hung-c (") || !strings.HasPrefix(u[1], "killed-b ("+urlB+")") {
-		t.Errorf("%s = %q; want the hung and the killed replica named", api.PeersUnansweredHeader, u)
+		t.Errorf("%s = %q; want the hung and the killed replica named", v1.PeersUnansweredHeader, u)
 	}
-	if procs, h := auditLog(a); !slices.Equal(procs, wantAudit[:1]) || len(h.Values(api.PeersUnansweredHeader)) != 2 {
-		t.Errorf("audit List at A with B gone: %q, unanswered %q; want A's create, and 2 peers named", procs, h.Values(api.PeersUnansweredHeader))
+	if procs, h := auditLog(a); !slices.Equal(procs, wantAudit[:1]) || len(h.Values(v1.PeersUnansweredHeader)) != 2 {
+		t.Errorf("audit List at A with B gone: %q, unanswered %q; want A's create, and 2 peers named", procs, h.Values(v1.PeersUnansweredHeader))
 	}
 }
 
