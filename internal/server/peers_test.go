@@ -168,6 +168,7 @@ func TestKubernetesPeerReads(t *testing.T) {
 	}
 	u := h.Values(v1.PeersUnansweredHeader)
 	slices.Sort(u)
+	t.Logf("GetLogs at A with B killed and C hung: %q, %s: %q", lines, v1.PeersUnansweredHeader, u)
 	if len(u) != 2 || !strings.HasPrefix(u[0], "hung-c (") || !strings.HasPrefix(u[1], "killed-b ("+urlB+")") {
 		t.Errorf("%s = %q; want the hung and the killed replica named", v1.PeersUnansweredHeader, u)
 	}
