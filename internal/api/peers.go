@@ -51,10 +51,14 @@ func (s *Services) fanOut(h http.Header) bool {
 func askPeers[Req, Resp any](ctx context.Context, s *Services, in http.Header, msg *Req,
 	call func(ctx context.Context, hc connect.HTTPClient, base string, r *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (answers []*Resp, unanswered []string) {
-	ps, err := s.cfg.Peers.Peers(ctx)
+	// The list comes from the API server: when that is away, the answer
+	// must not wait for it longer than for a peer.
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
+	ps, err := s.cfg.Peers.Peers(lctx)
+	cancel()
 	if err != nil {
 		s.log.Warn("api: the peer replicas are unknown; answering from this replica's data alone", "err", err)
-		return nil, []string{fmt.Sprintf("the replica list: %v", err)}
+		return nil, []string{fmt.Sprintf("the list of replicas: %v", err)}
 	}
 	results := make([]*Resp, len(ps))
 	errs := make([]error, len(ps))

@@ -322,6 +322,6 @@ func listUnknown(cmd *cobra.Command, c *clients, limit int) error {
 // merged read is missing: they did not answer the replica that was asked.
 func warnUnanswered(w io.Writer, h http.Header) {
 	for _, u := range h.Values(v1.PeersUnansweredHeader) {
-		fmt.Fprintf(w, "warning: replica %s: its part is missing\n", u)
+		fmt.Fprintf(w, "warning: not every replica answered, a part may be missing: %s\n", u)
 	}
 }
