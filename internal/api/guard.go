@@ -191,7 +191,7 @@ func (a auditService) List(ctx context.Context, req *connect.Request[v1.ListAudi
 		// Each peer applies the same filter and limit to its own
 		// records: the newest limit of the whole are among theirs.
 		var answers []*v1.ListAuditResponse
-		answers, unanswered = askPeers(ctx, s, req.Header(), m,
+		answers, unanswered = askPeers(ctx, s, req.Spec().Procedure, req.Header(), m,
 			func(ctx context.Context, hc connect.HTTPClient, base string, r *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 				return anvilv1connect.NewAuditServiceClient(hc, base).List(ctx, r)
 			})

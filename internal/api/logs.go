@@ -111,7 +111,7 @@ func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogs
 		// Each peer applies since and tail to its own lines: the last
 		// tail lines of the whole are among the last tail of each.
 		var answers []*v1.GetLogsResponse
-		answers, unanswered = askPeers(ctx, s, req.Header(), m,
+		answers, unanswered = askPeers(ctx, s, req.Spec().Procedure, req.Header(), m,
 			func(ctx context.Context, hc connect.HTTPClient, base string, r *connect.Request[v1.GetLogsRequest]) (*connect.Response[v1.GetLogsResponse], error) {
 				return anvilv1connect.NewLogServiceClient(hc, base).GetLogs(ctx, r)
 			})
@@ -223,7 +223,7 @@ func (l logService) ListUnknownMachines(ctx context.Context, req *connect.Reques
 	var unanswered []string
 	if s.fanOut(req.Header()) {
 		var answers []*v1.ListUnknownMachinesResponse
-		answers, unanswered = askPeers(ctx, s, req.Header(), req.Msg,
+		answers, unanswered = askPeers(ctx, s, req.Spec().Procedure, req.Header(), req.Msg,
 			func(ctx context.Context, hc connect.HTTPClient, base string, r *connect.Request[v1.ListUnknownMachinesRequest]) (*connect.Response[v1.ListUnknownMachinesResponse], error) {
 				return anvilv1connect.NewLogServiceClient(hc, base).ListUnknownMachines(ctx, r)
 			})

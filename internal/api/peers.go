@@ -43,12 +43,12 @@ func (s *Services) fanOut(h http.Header) bool {
 	return s.cfg.Peers != nil && h.Get(v1.PeerQueryHeader) == ""
 }
 
-// askPeers puts msg to every peer with call, concurrently, each bounded
+// askPeers puts msg, a call of procedure, to every peer with call, concurrently, each bounded
 // by the peer timeout, forwarding the caller's Authorization from in. It
 // returns the answers of those that answered and a description of each
 // that did not (in peer order), having logged the latter. A failure to
 // list the peers is one such description.
-func askPeers[Req, Resp any](ctx context.Context, s *Services, in http.Header, msg *Req,
+func askPeers[Req, Resp any](ctx context.Context, s *Services, procedure string, in http.Header, msg *Req,
 	call func(ctx context.Context, hc connect.HTTPClient, base string, r *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (answers []*Resp, unanswered []string) {
 	// The list comes from the API server: when that is away, the answer
@@ -57,7 +57,8 @@ func askPeers[Req, Resp any](ctx context.Context, s *Services, in http.Header, m
 	ps, err := s.cfg.Peers.Peers(lctx)
 	cancel()
 	if err != nil {
-		s.log.Warn("api: the peer replicas are unknown; answering from this replica's data alone", "err", err)
+		s.log.Warn("api: the peer replicas are unknown; answering from this replica's data alone", "procedure", procedure, "err", err)
+		peerUnanswered.WithLabelValues(procedure).Inc()
 		return nil, []string{fmt.Sprintf("the list of replicas: %v", err)}
 	}
 	results := make([]*Resp, len(ps))
@@ -83,7 +84,8 @@ func askPeers[Req, Resp any](ctx context.Context, s *Services, in http.Header, m
 	wg.Wait()
 	for i, p := range ps {
 		if errs[i] != nil {
-			s.log.Warn("api: a peer replica did not answer; its part is missing from the answer", "peer", p.Name, "url", p.URL, "err", errs[i])
+			s.log.Warn("api: a peer replica did not answer; its part is missing from the answer", "procedure", procedure, "peer", p.Name, "url", p.URL, "err", errs[i])
+			peerUnanswered.WithLabelValues(procedure).Inc()
 			unanswered = append(unanswered, fmt.Sprintf("%s (%s): %v", p.Name, p.URL, errs[i]))
 			continue
 		}
