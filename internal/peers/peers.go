@@ -121,7 +121,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	if cfg.URL != "" {
 		if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("peers: Config.URL %q: want http://HOST:PORT or https://HOST:PORT, where the other replicas reach this one's API", cfg.URL)
+			return nil, fmt.Errorf("peers: URL %q: want http://HOST:PORT or https://HOST:PORT, where the other replicas reach this one's API", cfg.URL)
 		}
 	}
 	if cfg.Period == 0 {

@@ -27,7 +27,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no namespace", with(func(c *Config) { c.Namespace = "" }), "Config.Namespace is empty"},
 		{"no identity", with(func(c *Config) { c.Identity = "" }), "Config.Identity is empty"},
 		{"fractional period", with(func(c *Config) { c.Period = 1500 * time.Millisecond }), "Period 1.5s is not a whole number of seconds"},
-		{"URL without a scheme", with(func(c *Config) { c.URL = "10.0.0.3:7080" }), `Config.URL "10.0.0.3:7080": want http://HOST:PORT`},
+		{"URL without a scheme", with(func(c *Config) { c.URL = "10.0.0.3:7080" }), `URL "10.0.0.3:7080": want http://HOST:PORT`},
 		{"identity too long", with(func(c *Config) { c.Identity = strings.Repeat("a", 300) }), "makes the Lease name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -30,5 +31,9 @@ func replicaRegistry(cfg Config, el *leader.Elector) (*peers.Registry, error) {
 	}
 	// In a pod the Lease is the pod's, deleted with it.
 	pod := peers.Pod{Name: os.Getenv("POD_NAME"), UID: os.Getenv("POD_UID")}
-	return peers.New(peers.Config{REST: rc, Namespace: leaseNamespace(cfg), Identity: el.Identity(), URL: u, Pod: pod, Log: cfg.Logger})
+	reg, err := peers.New(peers.Config{REST: rc, Namespace: leaseNamespace(cfg), Identity: el.Identity(), URL: u, Pod: pod, Log: cfg.Logger})
+	if err != nil && cfg.PeerURL != "" {
+		return nil, fmt.Errorf("--peer-url: %w", err)
+	}
+	return reg, err
 }
