@@ -93,6 +93,7 @@ instead of --bind and the ports.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/anvil", "directory of the store and the logs")
 	cfg.Store.AddFlags(f)
 	f.StringVar(&cfg.Leader.Namespace, "lease-namespace", "", "with --store kubernetes, the namespace of the Lease that elects the replica running the workflow engine and BMC jobs (default $POD_NAMESPACE, else default)")
+	f.StringVar(&cfg.PeerURL, "peer-url", "", "with --store kubernetes, the URL at which the other replicas reach this one's API to merge its machine records and audit log into their answers (default http://PUBLIC_IP:HTTP_PORT)")
 	f.DurationVar(&cfg.Leader.LeaseDuration, "lease-duration", leader.DefaultLeaseDuration, "with --store kubernetes, how long the other replicas wait for a silent leader before one takes over (whole seconds)")
 	f.StringVar(&cfg.Bind, "bind", server.DefaultBind, "IP address every listener binds to")
 	f.IntVar(&cfg.HTTPPort, "http-port", server.DefaultHTTPPort, "port of the HTTP API (HTTP/1.1 and h2c), /healthz, /readyz, /metrics")

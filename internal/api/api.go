@@ -149,6 +149,17 @@ type Config struct {
 	// would); "" lets the agent choose (native when it implements the
 	// image).
 	ActionRuntime string
+
+	// Peers lists the other replicas of Kubernetes mode, whose machine
+	// records and audit entries GetLogs, ListUnknownMachines and the
+	// audit List merge into their answers (peers.go). If nil (the
+	// embedded store: one server), they answer from local data.
+	Peers Peers
+	// PeerTimeout bounds each peer's answer. If 0, DefaultPeerTimeout.
+	PeerTimeout time.Duration
+	// PeerClient sends the requests to the peers. If nil, a client of
+	// its own (HTTP/1.1 and h2c).
+	PeerClient connect.HTTPClient
 }
 
 // Services implements every anvil.v1 service. It is safe for concurrent use.
@@ -180,6 +191,12 @@ func New(cfg Config) *Services {
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.PeerTimeout <= 0 {
+		cfg.PeerTimeout = DefaultPeerTimeout
+	}
+	if cfg.PeerClient == nil {
+		cfg.PeerClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}}
 	}
 	stopping, stop := context.WithCancel(context.Background())
 	return &Services{cfg: cfg, log: cfg.Logger, stopping: stopping, stop: stop}

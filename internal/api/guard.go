@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
 )
@@ -184,11 +186,44 @@ func (a auditService) List(ctx context.Context, req *connect.Request[v1.ListAudi
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
+	var unanswered []string
+	if s.fanOut(req.Header()) {
+		// Each peer applies the same filter and limit to its own
+		// records: the newest limit of the whole are among theirs.
+		var answers []*v1.ListAuditResponse
+		answers, unanswered = askPeers(ctx, s, req.Spec().Procedure, req.Header(), m,
+			func(ctx context.Context, hc connect.HTTPClient, base string, r *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+				return anvilv1connect.NewAuditServiceClient(hc, base).List(ctx, r)
+			})
+		for i := range recs {
+			recs[i].Time = recs[i].Time.UTC() // as a peer's come, to compare equal
+		}
+		lists := [][]audit.Record{recs}
+		for _, a := range answers {
+			l := make([]audit.Record, 0, len(a.GetRecords()))
+			for _, r := range a.GetRecords() {
+				l = append(l, auditFromWire(r))
+			}
+			lists = append(lists, l)
+		}
+		recs = lastN(mergeByTime(lists, func(r audit.Record) time.Time { return r.Time }), f.Limit)
+	}
 	out := &v1.ListAuditResponse{Records: make([]*v1.AuditRecord, 0, len(recs))}
 	for _, r := range recs {
 		out.Records = append(out.Records, auditToWire(r))
 	}
-	return connect.NewResponse(out), nil
+	resp := connect.NewResponse(out)
+	markUnanswered(resp.Header(), unanswered)
+	return resp, nil
+}
+
+// auditFromWire is auditToWire's reverse, for a peer's records.
+func auditFromWire(r *v1.AuditRecord) audit.Record {
+	return audit.Record{
+		Time: r.GetTime().AsTime().UTC(), Subject: r.GetSubject(), Org: r.GetOrg(), Procedure: r.GetProcedure(),
+		Namespace: r.GetNamespace(), Object: r.GetObject(), Outcome: r.GetOutcome(), Message: r.GetMessage(),
+		ClientIP: r.GetClientIp(), Unauthenticated: r.GetUnauthenticated(),
+	}
 }
 
 func auditToWire(r audit.Record) *v1.AuditRecord {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/macaddr"
@@ -104,10 +105,23 @@ func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogs
 		// Agents stamp their own lines: a file's order need not be time
 		// order, so filter rather than search.
 		lines = slices.DeleteFunc(lines, func(l logstore.Line) bool { return l.Time.Before(since) })
-		if n := int(m.GetTail()); n > 0 && len(lines) > n {
-			lines = lines[len(lines)-n:]
-		}
 	}
+	var unanswered []string
+	if s.fanOut(req.Header()) {
+		// Each peer applies since and tail to its own lines: the last
+		// tail lines of the whole are among the last tail of each.
+		var answers []*v1.GetLogsResponse
+		answers, unanswered = askPeers(ctx, s, req.Spec().Procedure, req.Header(), m,
+			func(ctx context.Context, hc connect.HTTPClient, base string, r *connect.Request[v1.GetLogsRequest]) (*connect.Response[v1.GetLogsResponse], error) {
+				return anvilv1connect.NewLogServiceClient(hc, base).GetLogs(ctx, r)
+			})
+		lists := [][]logstore.Line{utcLines(lines)}
+		for _, a := range answers {
+			lists = append(lists, linesFromWire(a.GetLines()))
+		}
+		lines = mergeByTime(lists, func(l logstore.Line) time.Time { return l.Time })
+	}
+	lines = lastN(lines, int(m.GetTail()))
 	out := &v1.GetLogsResponse{Lines: make([]*v1.LogLine, 0, len(lines))}
 	if hw != nil {
 		out.Hardware = hw.Key()
@@ -115,7 +129,9 @@ func (l logService) GetLogs(ctx context.Context, req *connect.Request[v1.GetLogs
 	for _, x := range lines {
 		out.Lines = append(out.Lines, lineToWire(x))
 	}
-	return connect.NewResponse(out), nil
+	resp := connect.NewResponse(out)
+	markUnanswered(resp.Header(), unanswered)
+	return resp, nil
 }
 
 // authorizeAgentLogs authorizes reading a workflow's lines (its namespace)
@@ -204,11 +220,62 @@ func (l logService) ListUnknownMachines(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
+	var unanswered []string
+	if s.fanOut(req.Header()) {
+		var answers []*v1.ListUnknownMachinesResponse
+		answers, unanswered = askPeers(ctx, s, req.Spec().Procedure, req.Header(), req.Msg,
+			func(ctx context.Context, hc connect.HTTPClient, base string, r *connect.Request[v1.ListUnknownMachinesRequest]) (*connect.Response[v1.ListUnknownMachinesResponse], error) {
+				return anvilv1connect.NewLogServiceClient(hc, base).ListUnknownMachines(ctx, r)
+			})
+		lists := [][]logstore.Line{utcLines(lasts)}
+		for _, a := range answers {
+			var l []logstore.Line
+			for _, um := range a.GetMachines() {
+				x := lineFromWire(um.GetLast())
+				x.Machine = um.GetMachine()
+				l = append(l, x)
+			}
+			lists = append(lists, l)
+		}
+		// A machine heard by several replicas: its newest line.
+		lasts = newestPerKey(lists, func(l logstore.Line) string { return l.Machine }, func(l logstore.Line) time.Time { return l.Time })
+		if n := int(req.Msg.GetLimit()); n > 0 && len(lasts) > n {
+			lasts = lasts[:n]
+		}
+	}
 	out := &v1.ListUnknownMachinesResponse{Machines: make([]*v1.UnknownMachine, 0, len(lasts))}
 	for _, x := range lasts {
 		out.Machines = append(out.Machines, &v1.UnknownMachine{Machine: x.Machine, Last: lineToWire(x)})
 	}
-	return connect.NewResponse(out), nil
+	resp := connect.NewResponse(out)
+	markUnanswered(resp.Header(), unanswered)
+	return resp, nil
+}
+
+// lineFromWire is lineToWire's reverse, for a peer's lines.
+func lineFromWire(x *v1.LogLine) logstore.Line {
+	return logstore.Line{
+		WorkflowID: x.GetWorkflowId(), AgentID: x.GetAgentId(), TaskName: x.GetTaskName(),
+		ActionName: x.GetActionName(), Time: x.GetTime().AsTime().UTC(), Stream: x.GetStream(), Line: x.GetLine(),
+		HardwareID: x.GetHardware(), Machine: x.GetMachine(),
+	}
+}
+
+func linesFromWire(xs []*v1.LogLine) []logstore.Line {
+	out := make([]logstore.Line, len(xs))
+	for i, x := range xs {
+		out[i] = lineFromWire(x)
+	}
+	return out
+}
+
+// utcLines puts lines' times in UTC, as a peer's come, so that the same
+// line read here and from a peer compares equal.
+func utcLines(lines []logstore.Line) []logstore.Line {
+	for i := range lines {
+		lines[i].Time = lines[i].Time.UTC()
+	}
+	return lines
 }
 
 func lineToWire(x logstore.Line) *v1.LogLine {

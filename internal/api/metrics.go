@@ -29,4 +29,8 @@ var (
 		Name: "anvil_audit_write_failures_total",
 		Help: "Audit records that could not be written (each also logged as an error).",
 	})
+	peerUnanswered = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_api_peer_unanswered_total",
+		Help: "Kubernetes mode: peer replicas that did not answer a merged read (or an unreadable list of them), by procedure; that part was missing from the answer.",
+	}, []string{"procedure"})
 )

@@ -42,6 +42,7 @@ organisation's records; anyone else those of its own organisation.`,
 			if err != nil {
 				return c.explain(err)
 			}
+			warnUnanswered(cmd.ErrOrStderr(), resp.Header())
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "TIME\tSUBJECT\tORG\tCALL\tNAMESPACE\tOBJECT\tOUTCOME\tFROM")
 			for _, r := range resp.Msg.GetRecords() {

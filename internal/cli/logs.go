@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -124,6 +125,7 @@ func runLogs(cmd *cobra.Command, o logsOptions, args []string) error {
 	if err != nil {
 		return c.explain(err)
 	}
+	warnUnanswered(cmd.ErrOrStderr(), resp.Header())
 	lines := resp.Msg.GetLines()
 	if hw := resp.Msg.GetHardware(); hw != "" && req.Hardware == "" {
 		fmt.Fprintf(cmd.ErrOrStderr(), "%s%s is hardware %s\n", o.mac, o.ip, hw)
@@ -299,6 +301,7 @@ func listUnknown(cmd *cobra.Command, c *clients, limit int) error {
 	if err != nil {
 		return c.explain(err)
 	}
+	warnUnanswered(cmd.ErrOrStderr(), resp.Header())
 	ms := resp.Msg.GetMachines()
 	if len(ms) == 0 {
 		fmt.Fprintln(cmd.OutOrStdout(), "No unknown machine has tried to boot.")
@@ -313,4 +316,12 @@ func listUnknown(cmd *cobra.Command, c *clients, limit int) error {
 		fmt.Fprintf(tw, "%s\t%s ago\t%s\t%s\n", m.GetMachine(), humanAge(&seen, now), last.GetStream(), last.GetLine())
 	}
 	return tw.Flush()
+}
+
+// warnUnanswered names the replicas (Kubernetes mode) whose part of a
+// merged read is missing: they did not answer the replica that was asked.
+func warnUnanswered(w io.Writer, h http.Header) {
+	for _, u := range h.Values(v1.PeersUnansweredHeader) {
+		fmt.Fprintf(w, "warning: not every replica answered, a part may be missing: %s\n", u)
+	}
 }

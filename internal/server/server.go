@@ -71,6 +71,10 @@ type Config struct {
 	Store backend.Config
 	// Leader is the leader election of Kubernetes mode.
 	Leader LeaderConfig
+	// PeerURL is where the other replicas of Kubernetes mode reach this
+	// one's API to read its machine records and audit entries
+	// (internal/peers). If empty, http://PUBLIC_IP:HTTP_PORT.
+	PeerURL string
 	// DataDir holds the store and the logs; it is created if missing.
 	// Required.
 	DataDir string
@@ -396,14 +400,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	// Stage 4: the transports: the API and the boot services over HTTP,
-	// DHCP, TFTP and syslog, with the boot policy's views under them.
-	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log,
+	// DHCP, TFTP and syslog, with the boot policy's views under them. In
+	// Kubernetes mode the API merges the machine records and audit
+	// entries of the peer replicas into its reads, and (stage 5, so it
+	// is withdrawn first on the way down) this replica's Lease in the
+	// replica registry tells them where to ask it.
+	registry, err := replicaRegistry(cfg, el)
+	if err != nil {
+		return err
+	}
+	var apiPeers api.Peers
+	if registry != nil {
+		apiPeers = registry
+	}
+	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log, Peers: apiPeers,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: set.registries, BootISO: boot.isoURL != nil,
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP})
 	h := newHandlers(cfg, set, services, boot, secretStore, sup.Ready)
 	sup.Stage("boot policy", boot.policyComponent())
 	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, services.Stop)...)...)
+	if registry != nil {
+		sup.Stage("replica registry", supervise.Component{Name: "replica registry", Run: registry.Run})
+	}
 	return sup.Run(ctx)
 }
 

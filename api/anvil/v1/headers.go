@@ -14,3 +14,16 @@ const SentAtHeader = "Anvil-Sent-At"
 // argument anvil.token=; the server recomputes it from the workflow and
 // refuses calls whose token does not match the workflow they act on.
 const AgentTokenHeader = "Anvil-Agent-Token"
+
+// PeerQueryHeader marks a call one replica of Kubernetes mode makes to
+// another for its part of a merged read (GetLogs, ListUnknownMachines,
+// AuditService.List): the callee answers from its own data only, so a
+// query never goes round. Anyone may send it; it widens nothing (the call
+// is authorized as any other), it only narrows the answer.
+const PeerQueryHeader = "Anvil-Peer-Query"
+
+// PeersUnansweredHeader is in the answer of a merged read once per peer
+// replica that did not answer in time or failed, as "NAME (URL): REASON":
+// that replica's part is missing. Its absence means every replica
+// answered (or there are none).
+const PeersUnansweredHeader = "Anvil-Peers-Unanswered"
