@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"syscall"
 	"time"
@@ -327,17 +328,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer func() { err = errors.Join(err, res.close()) }()
 	sup := &supervise.Supervisor{Logger: log}
 
-	// Stage 1: storage, and the writer of machine records into it.
-	st, logs, err := openStores(ctx, cfg, &res)
-	if err != nil {
-		return err
+	// The sockets and the certificate they serve come first, so that a
+	// busy port fails before anything waits, and so that the HTTP port
+	// answers the probes while the rest opens (probes.go).
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data directory: %w", err)
 	}
-	recorder := bootlog.New(bootlog.Config{Store: st, Logs: logs, Logger: log})
-	sup.Stage("machine records", supervise.Component{Name: "machine record writer",
-		Run: bestEffort(log, "machine record writer stopped", recorder.Run)})
-
-	// Stage 2: the sockets, the certificate they serve, what the API and
-	// the boot scripts need; all before anything runs.
 	tlsConf, err := newTLSConfig(cfg, log)
 	if err != nil {
 		return err
@@ -346,9 +342,27 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	early := serveEarly(lns)
+	res.add(early.close)
+	cfg.Store.Waiting = early.waiting
+
+	// Stage 1: storage, and the writer of machine records into it.
+	early.phase("opening the store")
+	st, logs, err := openStores(ctx, cfg, &res)
+	if err != nil {
+		return err
+	}
+	recorder := bootlog.New(bootlog.Config{Store: st, Logs: logs, Logger: log})
+	sup.Stage("machine records", supervise.Component{Name: "machine record writer",
+		Run: bestEffort(log, "machine record writer stopped", recorder.Run)})
+
+	// Stage 2: what the API and the boot scripts need; all before
+	// anything runs.
+	early.phase("building the boot environment")
 	if err := buildBootEnv(ctx, cfg, log); err != nil {
 		return err
 	}
+	early.phase("starting")
 	sec, err := setupSecurity(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -400,7 +414,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP})
 	h := newHandlers(cfg, set, services, boot, secretStore, sup.Ready)
 	sup.Stage("boot policy", boot.policyComponent())
-	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, services.Stop)...)...)
+	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, services.Stop)...)...)
 	return sup.Run(ctx)
 }
 

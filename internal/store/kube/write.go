@@ -85,7 +85,7 @@ func (s *Store) create(ctx context.Context, kc *kindCache, obj model.Object) (mo
 	if kc.res.status {
 		delete(body, "status") // the main resource ignores it
 	}
-	c := s.client(kc, m.Namespace)
+	c := s.writer(kc, m.Namespace)
 	u, err := c.Create(ctx, &unstructured.Unstructured{Object: body}, metav1.CreateOptions{})
 	if isNamespaceMissing(err) {
 		if nerr := s.ensureNamespace(ctx, m.Namespace); nerr != nil {
@@ -128,7 +128,7 @@ func (s *Store) patch(ctx context.Context, kc *kindCache, ns, name string, patch
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s: %w", kc.kind, ns, name, err)
 	}
-	u, err := s.client(kc, ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, sub...)
+	u, err := s.writer(kc, ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, sub...)
 	if err != nil {
 		return nil, apiError(kc.kind, ns, name, err)
 	}
@@ -192,7 +192,7 @@ func (s *Store) current(ctx context.Context, kc *kindCache, ns, name, want strin
 			return e.obj, nil
 		}
 	}
-	u, err := s.client(kc, ns).Get(ctx, name, metav1.GetOptions{})
+	u, err := s.writer(kc, ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, apiError(kc.kind, ns, name, err)
 	}
@@ -331,7 +331,7 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 		uid = e.obj.GetObjectMeta().UID
 	}
 	kc.mu.Unlock()
-	if err := s.client(kc, namespace).Delete(ctx, name, opts); err != nil {
+	if err := s.writer(kc, namespace).Delete(ctx, name, opts); err != nil {
 		return apiError(kind, namespace, name, err)
 	}
 	gone := func() bool { e := kc.objs[key]; return e == nil || e.obj.GetObjectMeta().UID != uid }
