@@ -17,7 +17,8 @@ import (
 )
 
 // conflictRetries bounds how often an unconditional write is tried again
-// from a fresh read when another writer got in between.
+// from a fresh read when it met a conflict anyway (the API server gave up
+// its own retries of a patch, or a create met a concurrent one).
 const conflictRetries = 8
 
 // prepare checks obj and returns its kind's cache and a private copy with
@@ -154,9 +155,13 @@ func (s *Store) settle(ctx context.Context, kc *kindCache, u *unstructured.Unstr
 }
 
 // Update implements store.Writer. With a resourceVersion the update is
-// conditional on it; without, it is retried from a fresh read when
-// another writer got in between, so it never loses to a concurrent write
-// by replaying a stale one.
+// conditional on it: another writer's change in between is an
+// ErrConflict, never overwritten. Without, the caller's changes — what
+// differs between obj and the object as this replica has it — are sent
+// as merge patches without a precondition, which the API server applies
+// to the newest version: another writer's change survives unless it is
+// to a field the caller changed too (the caller's wins), and a busy
+// object costs no re-read-and-retry rounds.
 func (s *Store) Update(ctx context.Context, obj model.Object) (model.Object, error) {
 	kc, priv, err := s.prepare(obj)
 	if err != nil {
@@ -169,7 +174,7 @@ func (s *Store) Update(ctx context.Context, obj model.Object) (model.Object, err
 		if err != nil {
 			return nil, err
 		}
-		out, err := s.update(ctx, kc, cur, priv)
+		out, err := s.update(ctx, kc, cur, priv, want != "")
 		if err != nil && want == "" && errors.Is(err, store.ErrConflict) && attempt < conflictRetries {
 			continue
 		}
@@ -206,11 +211,12 @@ func (s *Store) current(ctx context.Context, kc *kindCache, ns, name, want strin
 	return cur, nil
 }
 
-// update writes what differs between cur (as stored) and next: metadata
-// and spec on the resource, then status on its subresource, each a merge
-// patch conditional on the version it starts from. Fields neither knows
-// (another tool's) are left as they are.
-func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Object) (model.Object, error) {
+// update writes what differs between cur (as stored, or as this replica
+// last saw it) and next: metadata and spec on the resource, then status
+// on its subresource, each a merge patch — with conditional, conditional
+// on the version it starts from (cur's, then the first patch's). Fields
+// neither knows (another tool's) are left as they are.
+func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Object, conditional bool) (model.Object, error) {
 	m := cur.GetObjectMeta()
 	from, err := encode(kc.kind, cur)
 	if err != nil {
@@ -236,14 +242,18 @@ func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Objec
 	rv := m.ResourceVersion
 	var u *unstructured.Unstructured
 	if p := mergePatch(from, to); p != nil {
-		setPrecondition(p, rv)
+		if conditional {
+			setPrecondition(p, rv)
+		}
 		if u, err = s.patch(ctx, kc, m.Namespace, m.Name, p); err != nil {
 			return nil, err
 		}
 		rv = u.GetResourceVersion()
 	}
 	if p := mergePatch(map[string]any{"status": fromStatus}, map[string]any{"status": toStatus}); kc.res.status && p != nil {
-		setPrecondition(p, rv)
+		if conditional {
+			setPrecondition(p, rv)
+		}
 		su, err := s.patch(ctx, kc, m.Namespace, m.Name, p, "status")
 		if err != nil {
 			if u != nil {
@@ -404,7 +414,7 @@ func (s *Store) applyOne(ctx context.Context, kc *kindCache, obj model.Object) (
 		if store.StatusIsZero(next) {
 			store.CopyStatus(next, cur)
 		}
-		res, err := s.update(ctx, kc, cur, next)
+		res, err := s.update(ctx, kc, cur, next, false)
 		if errors.Is(err, store.ErrConflict) && attempt < conflictRetries {
 			continue
 		}
