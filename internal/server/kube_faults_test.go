@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/store/backend"
 	"github.com/anvilproj/anvil/internal/testtool"
+	"github.com/anvilproj/anvil/test/redfishsim"
 )
 
 // Kubernetes mode without its API server: at start, and mid-run. See
@@ -239,3 +241,68 @@ spec:
 }
 
 func b2s(b []byte) string { return string(b) }
+
+// TestKubernetesKubectlSecret: a BMC credential made by kubectl — a plain
+// kubernetes.io/basic-auth Secret, as Rufio's users write them — serves
+// the Rufio Machine that names it in Kubernetes mode: the power-state
+// poller logs in to the BMC (a Redfish service that refuses any other
+// password) and reads the machine on. The API lists and shows the Secret
+// redacted: its keys, never a value.
+func TestKubernetesKubectlSecret(t *testing.T) {
+	c, kubeconfig := kubeCluster(t)
+	const password = "kubectl-made-pw-7f3a"
+	fake := &redfishsim.FakeMachine{}
+	if err := fake.PowerOn("Hdd"); err != nil {
+		t.Fatal(err)
+	}
+	sim := redfishsim.Start(t, redfishsim.Config{Username: "admin", Password: password,
+		Systems: []redfishsim.System{{ID: "1", Machine: fake}}})
+
+	// What `kubectl create secret generic bmc-auth --type=kubernetes.io/basic-auth
+	// --from-literal=username=admin --from-literal=password=…` sends.
+	c.JSON(t, http.MethodPost, "/api/v1/namespaces/default/secrets", map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/basic-auth",
+		"metadata": map[string]any{"name": "bmc-auth", "namespace": "default"},
+		"data": map[string]any{"username": base64.StdEncoding.EncodeToString([]byte("admin")),
+			"password": base64.StdEncoding.EncodeToString([]byte(password))},
+	}, http.StatusCreated)
+	c.JSON(t, http.MethodPost, "/apis/bmc.tinkerbell.org/v1alpha1/namespaces/default/machines", map[string]any{
+		"apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+		"metadata": map[string]any{"name": "bmc-node", "namespace": "default"},
+		"spec": map[string]any{"connection": map[string]any{
+			"host": sim.Host, "port": sim.Port, "insecureTLS": true,
+			"authSecretRef":   map[string]any{"name": "bmc-auth", "namespace": "default"},
+			"providerOptions": map[string]any{"preferredOrder": []any{"redfish"}},
+		}},
+	}, http.StatusCreated)
+
+	base, _, _, _, logs := startWith(t, func(cfg *Config) {
+		cfg.Store = backend.Config{Kind: backend.Kubernetes, Kubeconfig: kubeconfig}
+		cfg.BMCPollInterval = time.Hour // one poll at start
+	})
+	testtool.WaitFor(t, "the Machine's powerState from its BMC", func() bool {
+		m := c.JSON(t, http.MethodGet, "/apis/bmc.tinkerbell.org/v1alpha1/namespaces/default/machines/bmc-node", nil, http.StatusOK)
+		st, _ := m["status"].(map[string]any)
+		if st["powerState"] != nil && st["powerState"] != "on" {
+			t.Fatalf("Machine status %v; want powerState on\n%s", st, logs)
+		}
+		return st["powerState"] == "on"
+	})
+
+	for _, q := range []struct{ method, body string }{
+		{"CredentialSecretService/List", `{"namespace":"default"}`},
+		{"CredentialSecretService/Get", `{"namespace":"default","name":"bmc-auth"}`},
+	} {
+		code, b := callJSON(t, base, "/anvil.v1."+q.method, "", q.body)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %s", q.method, code, b)
+		}
+		if !strings.Contains(b, `"bmc-auth"`) || !strings.Contains(b, `"redacted":true`) ||
+			!strings.Contains(b, `"keys":["password","username"]`) || !strings.Contains(b, `"kubernetes.io/basic-auth"`) {
+			t.Errorf("%s = %s; want bmc-auth, basic-auth, its keys, redacted", q.method, b)
+		}
+		if strings.Contains(b, password) || strings.Contains(b, base64.StdEncoding.EncodeToString([]byte(password))) {
+			t.Errorf("%s shows the password: %s", q.method, b)
+		}
+	}
+}
