@@ -297,12 +297,33 @@ func TestKubernetesKubectlSecret(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("%s: %d %s", q.method, code, b)
 		}
-		if !strings.Contains(b, `"bmc-auth"`) || !strings.Contains(b, `"redacted":true`) ||
-			!strings.Contains(b, `"keys":["password","username"]`) || !strings.Contains(b, `"kubernetes.io/basic-auth"`) {
-			t.Errorf("%s = %s; want bmc-auth, basic-auth, its keys, redacted", q.method, b)
+		var got struct {
+			credentialJSON
+			Items []credentialJSON `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(b), &got); err != nil {
+			t.Fatalf("%s: %v in %s", q.method, err, b)
+		}
+		cred := got.credentialJSON
+		if len(got.Items) == 1 {
+			cred = got.Items[0]
+		}
+		if cred.Metadata.Name != "bmc-auth" || cred.Type != "kubernetes.io/basic-auth" || !cred.Redacted ||
+			strings.Join(cred.Keys, ",") != "password,username" {
+			t.Errorf("%s = %s; want bmc-auth alone, basic-auth, its keys, redacted", q.method, b)
 		}
 		if strings.Contains(b, password) || strings.Contains(b, base64.StdEncoding.EncodeToString([]byte(password))) {
 			t.Errorf("%s shows the password: %s", q.method, b)
 		}
 	}
+}
+
+// credentialJSON is a CredentialSecret as the API's JSON shows it.
+type credentialJSON struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Type     string   `json:"type"`
+	Keys     []string `json:"keys"`
+	Redacted bool     `json:"redacted"`
 }

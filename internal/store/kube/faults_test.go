@@ -231,19 +231,41 @@ func testForeignFields(t *testing.T, s *kube.Store, dyn dynamic.Interface) {
 			"priority":    map[string]any{"class": "batch", "weight": 3}},
 	}, map[string]any{"state": "STATE_PENDING", "externalTracking": map[string]any{"ticket": "OPS-42"}})
 
+	create(model.KindHardware, map[string]any{"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Hardware",
+		"metadata": foreignMeta("foreign-hw"),
+		"spec": map[string]any{"interfaces": []any{
+			map[string]any{"dhcp": map[string]any{"mac": "02:00:00:00:00:05", "portLabel": "swp5"},
+				"netboot": map[string]any{"allowPXE": true, "allowWorkflow": true, "httpBootURI": "http://boot.example/x"}},
+			map[string]any{"dhcp": map[string]any{"mac": "02:00:00:00:00:06"}, "bond": "bond0"},
+		}},
+	}, nil)
+
 	// Anvil sees them, then writes what it models: the Template's data,
-	// the Workflow's labels, spec and status.
+	// the Workflow's labels, spec and status, the Hardware's allowPXE
+	// (inside a list: spec.interfaces).
 	var tpl *model.Template
 	var wf *model.Workflow
+	var hw *model.Hardware
 	testtool.WaitFor(t, "the objects in the cache", func() bool {
 		to, err1 := s.Get(ctx, model.KindTemplate, "default", "foreign-tpl")
 		wo, err2 := s.Get(ctx, model.KindWorkflow, "default", "foreign-wf")
-		if err1 != nil || err2 != nil {
+		ho, err3 := s.Get(ctx, model.KindHardware, "default", "foreign-hw")
+		if err1 != nil || err2 != nil || err3 != nil {
 			return false
 		}
-		tpl, wf = to.(*model.Template), wo.(*model.Workflow)
+		tpl, wf, hw = to.(*model.Template), wo.(*model.Workflow), ho.(*model.Hardware)
 		return wf.Status.State != ""
 	})
+	hw.Spec.Interfaces[0].Netboot.AllowPXE = model.Bool(false)
+	if _, err := s.Update(ctx, hw); err != nil {
+		t.Fatal(err)
+	}
+	hwAgain := model.DeepCopy(hw)
+	hwAgain.ResourceVersion = ""
+	hwAgain.Spec.Interfaces[1].DHCP.Hostname = "node6"
+	if _, err := s.Update(ctx, hwAgain); err != nil {
+		t.Fatal(err)
+	}
 	data := "version: \"0.1\"\nname: b\n"
 	tpl.Spec.Data = &data
 	if _, err := s.Update(ctx, tpl); err != nil {
@@ -278,7 +300,21 @@ func testForeignFields(t *testing.T, s *kube.Store, dyn dynamic.Interface) {
 			t.Errorf("%s: ownerReferences = %v; want the other tool's", kind, meta["ownerReferences"])
 		}
 	}
-	raw := getRaw(t, dyn, model.KindTemplate, "foreign-tpl")
+	raw := getRaw(t, dyn, model.KindHardware, "foreign-hw")
+	checkMeta("Hardware", raw)
+	ifs := raw["spec"].(map[string]any)["interfaces"].([]any)
+	if0, if1 := ifs[0].(map[string]any), ifs[1].(map[string]any)
+	if nb := if0["netboot"].(map[string]any); nb["allowPXE"] != false || nb["httpBootURI"] != "http://boot.example/x" {
+		t.Errorf("Hardware interfaces[0].netboot = %v; want Anvil's allowPXE false and the other tool's httpBootURI", nb)
+	}
+	if d := if0["dhcp"].(map[string]any); d["portLabel"] != "swp5" {
+		t.Errorf("Hardware interfaces[0].dhcp = %v; want the other tool's portLabel kept", d)
+	}
+	if d := if1["dhcp"].(map[string]any); if1["bond"] != "bond0" || d["hostname"] != "node6" {
+		t.Errorf("Hardware interfaces[1] = %v; want Anvil's hostname and the other tool's bond", if1)
+	}
+
+	raw = getRaw(t, dyn, model.KindTemplate, "foreign-tpl")
 	checkMeta("Template", raw)
 	if spec := raw["spec"].(map[string]any); spec["data"] != data || spec["renderer"] != "gotemplate-v2" {
 		t.Errorf("Template spec = %v; want Anvil's data and the other tool's renderer", spec)

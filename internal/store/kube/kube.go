@@ -22,7 +22,12 @@
 //     and Update write the spec and metadata first, then the status, each
 //     as a JSON merge patch of what changed since the object Anvil read. So
 //     a field Anvil does not model (set by another tool) is kept, and a
-//     watcher may see the two halves as two events.
+//     watcher may see the two halves as two events. A merge patch replaces
+//     a list whole: a list of the metadata or spec is sent as stored, read
+//     from the API server, with the caller's change made in it, so fields
+//     of its elements Anvil does not model are kept too.
+//   - Update without a resourceVersion sends the caller's changes without
+//     a precondition; the API server applies them to the newest version.
 //   - Apply of several objects is not one transaction: every object is
 //     checked first, then written in order; if a write fails, the writes
 //     before it are undone (created objects deleted, updated ones restored)

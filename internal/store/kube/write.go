@@ -242,7 +242,25 @@ func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Objec
 	rv := m.ResourceVersion
 	var u *unstructured.Unstructured
 	if p := mergePatch(from, to); p != nil {
-		if conditional {
+		switch {
+		case hasList(p):
+			// A merge patch replaces a list whole, and Anvil's elements
+			// lack what it does not model: take the stored elements,
+			// with what the caller changed in them, from the object
+			// as the API server has it. The patch is then right for
+			// that version only. (Only for metadata and spec, which
+			// change seldom: the extra read would double the requests
+			// of status writes, whose lists are Anvil's own.)
+			raw, err := s.writer(kc, m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, apiError(kc.kind, m.Namespace, m.Name, err)
+			}
+			if conditional && raw.GetResourceVersion() != rv {
+				return nil, fmt.Errorf("%s %s/%s: resourceVersion %s, stored %s: %w", kc.kind, m.Namespace, m.Name, rv, raw.GetResourceVersion(), store.ErrConflict)
+			}
+			keepForeign(p, from, to, raw.Object)
+			setPrecondition(p, raw.GetResourceVersion())
+		case conditional:
 			setPrecondition(p, rv)
 		}
 		if u, err = s.patch(ctx, kc, m.Namespace, m.Name, p); err != nil {
@@ -267,6 +285,86 @@ func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Objec
 		return cur, nil // nothing changed: the API server would not write either
 	}
 	return s.settle(ctx, kc, u)
+}
+
+// hasList reports whether merge patch p sets a list anywhere.
+func hasList(p map[string]any) bool {
+	for _, v := range p {
+		switch v := v.(type) {
+		case []any:
+			return true
+		case map[string]any:
+			if hasList(v) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// keepForeign rewrites every list in merge patch p (made from from to to)
+// as the stored list raw with the changes from from to to made in it, so
+// that fields of its elements that from and to lack (another tool's) are
+// kept.
+func keepForeign(p, from, to, raw map[string]any) {
+	for k, pv := range p {
+		switch pv.(type) {
+		case map[string]any:
+			fm, _ := from[k].(map[string]any)
+			tm, _ := to[k].(map[string]any)
+			rm, _ := raw[k].(map[string]any)
+			if fm != nil && tm != nil && rm != nil {
+				keepForeign(pv.(map[string]any), fm, tm, rm)
+			}
+		case []any:
+			p[k] = overlay(raw[k], from[k], to[k])
+		}
+	}
+}
+
+// overlay returns stored value raw with the change from from to to made
+// in it: where the caller changed nothing, raw as it is; in maps, key by
+// key; in lists of one length, element by element; else to.
+func overlay(raw, from, to any) any {
+	if raw == nil {
+		return to
+	}
+	if reflect.DeepEqual(from, to) {
+		return raw
+	}
+	switch t := to.(type) {
+	case map[string]any:
+		f, fok := from.(map[string]any)
+		r, rok := raw.(map[string]any)
+		if !fok || !rok {
+			return to
+		}
+		out := make(map[string]any, len(r))
+		for k, v := range r {
+			out[k] = v
+		}
+		for k := range f {
+			if _, ok := t[k]; !ok {
+				delete(out, k)
+			}
+		}
+		for k, tv := range t {
+			out[k] = overlay(r[k], f[k], tv)
+		}
+		return out
+	case []any:
+		f, fok := from.([]any)
+		r, rok := raw.([]any)
+		if !fok || !rok || len(f) != len(t) || len(r) != len(t) {
+			return to
+		}
+		out := make([]any, len(t))
+		for i := range t {
+			out[i] = overlay(r[i], f[i], t[i])
+		}
+		return out
+	}
+	return to
 }
 
 // setPrecondition makes a merge patch conditional on resourceVersion rv.
