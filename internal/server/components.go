@@ -42,8 +42,8 @@ func (c closers) close() error {
 	return errors.Join(errs...)
 }
 
-// openStores opens the store (the embedded
-// one in it, or the Kubernetes API: cfg.Store) and the log store in it.
+// openStores opens the store (the embedded one in the data directory, or
+// the Kubernetes API: cfg.Store) and the log store in the data directory.
 // Machine records stay on local disk in either case: they are an
 // append-heavy stream, not etcd material (docs/kubernetes.md).
 func openStores(ctx context.Context, cfg Config, res *closers) (store.Store, *logstore.Store, error) {
