@@ -38,6 +38,7 @@ FUZZ_TARGETS := \
 	./internal/container:FuzzParseVolume \
 	./internal/model:FuzzParseManifests \
 	./internal/model:FuzzManifestForms \
+	./internal/migrate:FuzzExportRoundTrip \
 	./internal/wire:FuzzDecode \
 	./internal/dhcp:FuzzReply \
 	./internal/dhcp:FuzzWire \

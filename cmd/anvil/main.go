@@ -86,7 +86,8 @@ func newRootCmd() *cobra.Command {
 	pf.String("log-format", "text", "log format: text or json")
 	pf.String("log-level", "info", "log level: debug, info, warn or error")
 
-	root.AddCommand(newServeCmd(), newVersionCmd(), newRelayCmd(), newAgentCmd(), newBootenvCmd(), newTokenCmd(), newTLSCmd())
+	root.AddCommand(newServeCmd(), newVersionCmd(), newRelayCmd(), newAgentCmd(), newBootenvCmd(), newTokenCmd(), newTLSCmd(),
+		newExportCmd(), newRestoreCmd())
 	root.AddCommand(cli.Commands()...)
 	return root
 }

@@ -52,6 +52,11 @@ const (
 // LocalIssuerDir is the local issuer's directory under a data directory.
 func LocalIssuerDir(dataDir string) string { return filepath.Join(dataDir, "auth") }
 
+// LocalIssuerKeyFile is the local issuer's private signing key in dir
+// (what EnsureLocalIssuer makes): Kubernetes mode shares it between
+// replicas, so a token minted by one is good at all.
+func LocalIssuerKeyFile(dir string) string { return filepath.Join(dir, localKeyFile) }
+
 // LocalIssuer signs tokens with a key kept on this machine, so that a
 // single-machine install is authenticated without an identity provider.
 // Its key is an ES256 (P-256) key in a PEM file of mode 0600, created once
@@ -71,7 +76,7 @@ func EnsureLocalIssuer(dir string) (*LocalIssuer, error) {
 	if err := os.MkdirAll(dir, localDirMode); err != nil {
 		return nil, fmt.Errorf("local issuer: %w", err)
 	}
-	key, err := loadOrCreateKey(filepath.Join(dir, localKeyFile))
+	key, err := loadOrCreateKey(LocalIssuerKeyFile(dir))
 	if err != nil {
 		return nil, fmt.Errorf("local issuer: %w", err)
 	}

@@ -19,10 +19,12 @@ func Contends(w *Workflow) bool {
 //  2. a RUNNING one before the others: the machine is busy with it, and a
 //     workflow that became pending again (re-enabled, or older but
 //     reprovisioned) must not take the machine over mid-install;
-//  3. the oldest by creationTimestamp, so that workflows run in the order
-//     they were created. One without a timestamp comes after every one
-//     with: the store stamps every workflow it creates, so one without has
-//     not been stored yet and is the newest;
+//  3. the oldest by creation time (ObjectMeta.CreatedAt: the
+//     creationTimestamp, or the first store's for a workflow moved from
+//     another), so that workflows run in the order they were created. One
+//     without a time comes after every one with: the store stamps every
+//     workflow it creates, so one without has not been stored yet and is
+//     the newest;
 //  4. by name, then namespace, for equal timestamps: the order is total,
 //     so the result does not depend on the order workflows are listed in.
 //
@@ -32,7 +34,7 @@ func CompareActive(a, b *Workflow) int {
 	if c := cmp.Compare(activeRank(a), activeRank(b)); c != 0 {
 		return c
 	}
-	at, bt := a.CreationTimestamp, b.CreationTimestamp
+	at, bt := a.CreatedAt(), b.CreatedAt()
 	switch {
 	case at != nil && bt != nil:
 		if c := at.Compare(*bt); c != 0 {

@@ -26,6 +26,17 @@ func activeWF(key string, state State, minute int, disabled bool) *Workflow {
 	return w
 }
 
+// moved gives w the annotation a restore leaves: created minute minutes
+// after t0 in the store it came from.
+func moved(w *Workflow, minute int) *Workflow {
+	return withAnnotation(w, time.Date(2026, 1, 1, 0, minute, 0, 0, time.UTC).Format(time.RFC3339Nano))
+}
+
+func withAnnotation(w *Workflow, v string) *Workflow {
+	w.Annotations = map[string]string{AnnotationCreatedAt: v}
+	return w
+}
+
 func keyOf(w *Workflow) string {
 	if w == nil {
 		return "nil"
@@ -51,6 +62,12 @@ func TestCompareActive(t *testing.T) {
 			activeWF("d/z", StatePending, 5, false), activeWF("d/a", StatePending, -1, false)},
 		{"no creation timestamp on either: by name",
 			activeWF("d/a", StatePending, -1, false), activeWF("d/b", StatePending, -1, false)},
+		{"moved from another store: its first creation time counts",
+			moved(activeWF("d/moved", StatePending, 9, false), 1), activeWF("d/new", StatePending, 5, false)},
+		{"a moved workflow's time is no exception to the order",
+			activeWF("d/old", StatePending, 1, false), moved(activeWF("d/moved", StatePending, 0, false), 4)},
+		{"an unreadable moved time: the store's",
+			activeWF("d/new", StatePending, 5, false), withAnnotation(activeWF("d/moved", StatePending, 9, false), "yesterday")},
 		{"equal timestamps: by name",
 			activeWF("d/a", StatePending, 3, false), activeWF("d/b", StatePending, 3, false)},
 		{"equal timestamps and names: by namespace",

@@ -74,6 +74,25 @@ type ObjectMeta struct {
 	Annotations       map[string]string `json:"annotations,omitempty"`
 }
 
+// AnnotationCreatedAt holds, on an object moved from another store
+// (`anvil export`, `anvil restore`), the creation time it had in the
+// first store that held it (RFC 3339, UTC): every store stamps its own
+// creationTimestamp on create, and the order of creation is history
+// (CompareActive runs waiting workflows oldest first).
+const AnnotationCreatedAt = "anvil.dev/created-at"
+
+// CreatedAt returns when the object was first created: the time in
+// AnnotationCreatedAt when it holds a valid one, else CreationTimestamp
+// (nil when neither).
+func (m *ObjectMeta) CreatedAt() *time.Time {
+	if v, ok := m.Annotations[AnnotationCreatedAt]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return &t
+		}
+	}
+	return m.CreationTimestamp
+}
+
 // Key returns "namespace/name", the identity of an object within its kind.
 func (m *ObjectMeta) Key() string { return m.Namespace + "/" + m.Name }
 

@@ -3,6 +3,9 @@
 // once, on first use, and kept durably in a JSON file so every later
 // rendering and every restart sees the same value.
 //
+// In Kubernetes mode InStore keeps them as Secret objects in the cluster
+// instead, so that every replica hands out the same value.
+//
 // Values leave the Store only through Secret (used by config templates, see
 // internal/render) and Get (for admins); List shows names, kinds and
 // creation times only.
@@ -22,8 +25,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -58,6 +63,9 @@ const FileName = "secrets.json"
 // ErrNotFound is returned (wrapped) by Get for a secret that does not exist.
 var ErrNotFound = errors.New("secret not found")
 
+// ErrExists is returned (wrapped) by Import for a secret that exists.
+var ErrExists = errors.New("secret exists")
+
 // Config configures a Store.
 type Config struct {
 	// Dir is the directory of the secrets file; it is created (0700) if
@@ -78,15 +86,16 @@ type Info struct {
 	Created   time.Time `json:"created"`
 }
 
-// entry is a secret as kept on disk.
-type entry struct {
+// Generated is a secret with its value, as kept on disk and as a move
+// between stores carries it (All, Import).
+type Generated struct {
 	Info
 	Value string `json:"value"`
 }
 
 // file is the JSON document on disk.
 type file struct {
-	Secrets []entry `json:"secrets"`
+	Secrets []Generated `json:"secrets"`
 }
 
 type key struct{ namespace, name string }
@@ -100,7 +109,7 @@ type Store struct {
 	rand io.Reader
 
 	mu      sync.Mutex
-	entries map[key]entry
+	entries map[key]Generated
 }
 
 // Open loads the Store in cfg.Dir, creating the directory if needed. A
@@ -116,7 +125,7 @@ func Open(cfg Config) (*Store, error) {
 		path:    filepath.Join(cfg.Dir, FileName),
 		now:     clock.Or(cfg.Clock).Now,
 		rand:    cfg.Rand,
-		entries: map[key]entry{},
+		entries: map[key]Generated{},
 	}
 	if s.rand == nil {
 		s.rand = rand.Reader
@@ -166,7 +175,7 @@ func (s *Store) Secret(namespace, name, kind string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("secret %q: %w", name, err)
 	}
-	e := entry{Info: Info{Namespace: namespace, Name: name, Kind: kind, Created: s.now().UTC()}, Value: v}
+	e := Generated{Info: Info{Namespace: namespace, Name: name, Kind: kind, Created: s.now().UTC()}, Value: v}
 	s.entries[k] = e
 	if err := s.save(); err != nil {
 		delete(s.entries, k)
@@ -204,17 +213,52 @@ func (s *Store) List() []Info {
 	return out
 }
 
-// save writes every entry to a temporary file in the same directory, syncs
+// All returns every secret with its value, sorted by namespace and name:
+// for `anvil export`, which moves them to another store.
+func (s *Store) All() []Generated {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Generated, 0, len(s.entries))
+	for _, e := range s.entries {
+		out = append(out, e)
+	}
+	sortGenerated(out)
+	return out
+}
+
+// Import adds secrets made elsewhere (`anvil restore` from another store)
+// in one write. A secret whose name exists is an error wrapping
+// ErrExists, and none is added, unless replace is set.
+func (s *Store) Import(gs []Generated, replace bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range gs {
+		if _, ok := s.entries[key{g.Namespace, g.Name}]; ok && !replace {
+			return fmt.Errorf("secret %s/%s: %w", g.Namespace, g.Name, ErrExists)
+		}
+		if err := checkKind(g.Kind); err != nil {
+			return fmt.Errorf("secret %s/%s: %w", g.Namespace, g.Name, err)
+		}
+	}
+	old := maps.Clone(s.entries)
+	for _, g := range gs {
+		s.entries[key{g.Namespace, g.Name}] = g
+	}
+	if err := s.save(); err != nil {
+		s.entries = old
+		return err
+	}
+	return nil
+}
+
+// save writes every secret to a temporary file in the same directory, syncs
 // it, renames it over the secrets file and syncs the directory. s.mu is held.
 func (s *Store) save() error {
-	f := file{Secrets: make([]entry, 0, len(s.entries))}
+	f := file{Secrets: make([]Generated, 0, len(s.entries))}
 	for _, e := range s.entries {
 		f.Secrets = append(f.Secrets, e)
 	}
-	sort.Slice(f.Secrets, func(i, j int) bool {
-		a, b := f.Secrets[i], f.Secrets[j]
-		return a.Namespace < b.Namespace || (a.Namespace == b.Namespace && a.Name < b.Name)
-	})
+	sortGenerated(f.Secrets)
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode secrets: %w", err)
@@ -223,6 +267,21 @@ func (s *Store) save() error {
 		return fmt.Errorf("save secrets: %w", err)
 	}
 	return nil
+}
+
+func sortGenerated(gs []Generated) {
+	sort.Slice(gs, func(i, j int) bool {
+		a, b := gs[i], gs[j]
+		return a.Namespace < b.Namespace || (a.Namespace == b.Namespace && a.Name < b.Name)
+	})
+}
+
+// checkKind refuses a kind that is not one of Kinds.
+func checkKind(kind string) error {
+	if slices.Contains(Kinds, kind) {
+		return nil
+	}
+	return fmt.Errorf("unknown kind %q (want one of %v)", kind, Kinds)
 }
 
 // alnum is the alphabet of kubeadm bootstrap tokens.
@@ -264,7 +323,7 @@ func generate(r io.Reader, kind string) (string, error) {
 		}
 		return string(pem.EncodeToMemory(blk)), nil
 	}
-	return "", fmt.Errorf("unknown kind %q (want one of %v)", kind, Kinds)
+	return "", checkKind(kind)
 }
 
 // randomString returns n characters drawn uniformly from alphabet (fewer

@@ -158,3 +158,45 @@ func TestConcurrentFirstUse(t *testing.T) {
 		t.Errorf("kept value = %q, %v; want %q", v, err, vals[0])
 	}
 }
+
+// TestImport: secrets moved from another store (anvil restore) are kept
+// across a reopen and read back by All and Secret; a name that exists is
+// refused, none of the batch added, unless replace; an unknown kind is
+// refused.
+func TestImport(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	mine, err := s.Secret("site-a", "join", secrets.KindKubeadmToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 11, 1, 8, 0, 0, 0, time.UTC)
+	moved := []secrets.Generated{
+		{Info: secrets.Info{Namespace: "site-a", Name: "root-pw", Kind: secrets.KindPassword, Created: created}, Value: "moved-password"},
+		{Info: secrets.Info{Namespace: "site-a", Name: "join", Kind: secrets.KindKubeadmToken, Created: created}, Value: "abcdef.0123456789abcdef"},
+	}
+	if err := s.Import(moved, false); !errors.Is(err, secrets.ErrExists) || !strings.Contains(err.Error(), "site-a/join") {
+		t.Errorf("Import over an existing name = %v; want ErrExists naming it", err)
+	}
+	if _, _, err := s.Get("site-a", "root-pw"); !errors.Is(err, secrets.ErrNotFound) {
+		t.Errorf("a refused Import added root-pw (Get: %v)", err)
+	}
+	if v, err := s.Secret("site-a", "join", secrets.KindKubeadmToken); err != nil || v != mine {
+		t.Errorf("after a refused Import, join = %q, %v; want the value it had", v, err)
+	}
+	bad := []secrets.Generated{{Info: secrets.Info{Namespace: "d", Name: "x", Kind: "rot13"}, Value: "v"}}
+	if err := s.Import(bad, false); err == nil || !strings.Contains(err.Error(), `unknown kind "rot13"`) {
+		t.Errorf("Import of an unknown kind = %v; want refused", err)
+	}
+	if err := s.Import(moved, true); err != nil {
+		t.Fatal(err)
+	}
+	again := open(t, dir)
+	all := again.All()
+	if len(all) != 2 || all[0] != moved[1] || all[1] != moved[0] {
+		t.Errorf("All after a reopen = %+v; want the moved secrets, by name", all)
+	}
+	if v, err := again.Secret("site-a", "root-pw", secrets.KindPassword); err != nil || v != "moved-password" {
+		t.Errorf("Secret(root-pw) = %q, %v; want the moved value, not a new one", v, err)
+	}
+}

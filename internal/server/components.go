@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/machinelog"
+	"github.com/anvilproj/anvil/internal/render"
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/backend"
@@ -103,13 +105,21 @@ func openListeners(ctx context.Context, cfg *Config, tls bool, res *closers) ([]
 	return lns, nil
 }
 
+// generatedSecrets are the generated secrets of boot profile templates,
+// as templates (render.SecretSource) and admins (api.SecretStore) use
+// them.
+type generatedSecrets interface {
+	render.SecretSource
+	api.SecretStore
+}
+
 // openSecrets opens the generated secrets of boot profile templates and
-// the sealer of the v1 Secrets.
-func openSecrets(cfg Config) (*secrets.Store, *secrets.Sealer, error) {
-	secretStore, err := secrets.Open(secrets.Config{Dir: filepath.Join(cfg.DataDir, secretsDir)})
-	if err != nil {
-		return nil, nil, err
-	}
+// the sealer of the v1 Secrets. In Kubernetes mode both are the
+// cluster's: generated secrets are Secret objects in st, so that every
+// replica renders the same value, and Secrets are kept in the clear
+// (the cluster's RBAC and encryption at rest guard them; kubectl and
+// Rufio write them so).
+func openSecrets(cfg Config, st store.Store) (generatedSecrets, *secrets.Sealer, error) {
 	sealKey := cfg.SealKeyFile
 	if sealKey == "" {
 		sealKey = filepath.Join(cfg.DataDir, secretsDir, secrets.KeyFileName)
@@ -119,9 +129,11 @@ func openSecrets(cfg Config) (*secrets.Store, *secrets.Sealer, error) {
 		return nil, nil, err
 	}
 	if cfg.Store.IsKubernetes() {
-		// The cluster keeps Secrets (RBAC, encryption at rest), and
-		// kubectl and Rufio write them in the clear: Anvil does too.
-		sealer = sealer.ClusterKept()
+		return &secrets.InStore{Store: st}, sealer.ClusterKept(), nil
+	}
+	secretStore, err := secrets.Open(secrets.Config{Dir: filepath.Join(cfg.DataDir, secretsDir)})
+	if err != nil {
+		return nil, nil, err
 	}
 	return secretStore, sealer, nil
 }

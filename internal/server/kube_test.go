@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -193,4 +196,40 @@ func workflowStatus(t *testing.T, c *kubetest.Cluster) tinkWorkflowStatus {
 		t.Fatal(err)
 	}
 	return wf.Status
+}
+
+// TestKubernetesSharedKeys: two replicas on one cluster, each with its
+// own data directory, end up with the same agent key, token issuer, CA
+// and seal key (the first to start made them, the other took them from
+// the cluster's Secret), so each one's admin token is good at the other.
+func TestKubernetesSharedKeys(t *testing.T) {
+	_, kubeconfig := kubeCluster(t)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	var bases []string
+	for _, dir := range dirs {
+		base, _, _, _, _ := startWith(t, func(cfg *Config) {
+			cfg.Store = backend.Config{Kind: backend.Kubernetes, Kubeconfig: kubeconfig}
+			cfg.InsecureNoAuth = false
+			cfg.TLS, cfg.DisableHTTPS = true, true // the CA is made; the gRPC port serves it
+			cfg.DataDir = dir
+		})
+		bases = append(bases, base)
+	}
+	for _, f := range []string{"auth/agent.key", "auth/signing-key.pem", "tls/ca.pem", "tls/ca-key.pem", "secrets/seal.key"} {
+		a, errA := os.ReadFile(filepath.Join(dirs[0], f))
+		b, errB := os.ReadFile(filepath.Join(dirs[1], f))
+		if errA != nil || errB != nil || len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("%s differs between the replicas (%v, %v)", f, errA, errB)
+		}
+	}
+	for i, dir := range dirs {
+		tok, err := os.ReadFile(filepath.Join(dir, "auth", "admin.token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := bases[1-i]
+		if code, body := callJSON(t, other, listHardware, string(bytes.TrimSpace(tok)), `{}`); code != http.StatusOK {
+			t.Errorf("replica %d's admin token at replica %d: %d %s; want 200", i, 1-i, code, body)
+		}
+	}
 }

@@ -41,13 +41,7 @@ func elector(cfg Config) (*leader.Elector, error) {
 	if err != nil {
 		return nil, err
 	}
-	lc := leader.Config{REST: rc, Namespace: cfg.Leader.Namespace, Identity: cfg.Leader.Identity, Log: cfg.Logger}
-	if lc.Namespace == "" {
-		lc.Namespace = os.Getenv("POD_NAMESPACE")
-	}
-	if lc.Namespace == "" {
-		lc.Namespace = "default"
-	}
+	lc := leader.Config{REST: rc, Namespace: leaseNamespace(cfg), Identity: cfg.Leader.Identity, Log: cfg.Logger}
 	if d := cfg.Leader.LeaseDuration; d > 0 {
 		lc.LeaseDuration = d
 		lc.RenewDeadline = d * 2 / 3
@@ -58,6 +52,18 @@ func elector(cfg Config) (*leader.Elector, error) {
 		return nil, fmt.Errorf("leader election: %w", err)
 	}
 	return el, nil
+}
+
+// leaseNamespace is where Kubernetes mode keeps the Lease and the shared
+// keys: --lease-namespace, else the pod's namespace, else "default".
+func leaseNamespace(cfg Config) string {
+	if ns := cfg.Leader.Namespace; ns != "" {
+		return ns
+	}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "default"
 }
 
 // leaderComponent runs cs only while this replica holds the Lease: each

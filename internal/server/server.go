@@ -328,17 +328,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer func() { err = errors.Join(err, res.close()) }()
 	sup := &supervise.Supervisor{Logger: log}
 
-	// The sockets and the certificate they serve come first, so that a
-	// busy port fails before anything waits, and so that the HTTP port
-	// answers the probes while the rest opens (probes.go).
+	// The sockets come first, so that a busy port fails before anything
+	// waits, and so that the HTTP port answers the probes while the rest
+	// opens (probes.go).
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	tlsConf, err := newTLSConfig(cfg, log)
-	if err != nil {
-		return err
-	}
-	lns, err := openListeners(ctx, &cfg, tlsConf != nil, &res)
+	lns, err := openListeners(ctx, &cfg, cfg.TLS, &res)
 	if err != nil {
 		return err
 	}
@@ -356,8 +352,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	sup.Stage("machine records", supervise.Component{Name: "machine record writer",
 		Run: bestEffort(log, "machine record writer stopped", recorder.Run)})
 
-	// Stage 2: what the API and the boot scripts need; all before
-	// anything runs.
+	// Stage 2: the keys the replicas share (the generated CA among
+	// them), the certificate the listeners serve, what the API and the
+	// boot scripts need; all before anything runs.
+	early.phase("sharing keys with the other replicas")
+	if err := shareKeys(ctx, cfg); err != nil {
+		return err
+	}
+	tlsConf, err := newTLSConfig(cfg, log)
+	if err != nil {
+		return err
+	}
 	early.phase("building the boot environment")
 	if err := buildBootEnv(ctx, cfg, log); err != nil {
 		return err
@@ -368,7 +373,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	res.add(sec.close)
-	secretStore, sealer, err := openSecrets(cfg)
+	secretStore, sealer, err := openSecrets(cfg, st)
 	if err != nil {
 		return err
 	}
@@ -464,6 +469,9 @@ func settle(cfg *Config) (settings, error) {
 		return set, err
 	}
 	if set.registries, err = registrySettings(*cfg); err != nil {
+		return set, err
+	}
+	if err := checkTLSFlags(*cfg); err != nil {
 		return set, err
 	}
 	if err := actions.CheckRuntime(cfg.ActionRuntime); err != nil {

@@ -21,6 +21,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -32,6 +33,7 @@ import (
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -48,11 +50,15 @@ type Options struct {
 	WatchBuffer int
 	// Logger receives operational messages. Default: discard.
 	Logger *slog.Logger
+	// LockTimeout is how long Open waits for the file's lock, which
+	// another process (a running server) may hold. Default 10s.
+	LockTimeout time.Duration
 }
 
 const (
 	defaultWatchHistory = 20000
 	defaultWatchBuffer  = 4096
+	defaultLockTimeout  = 10 * time.Second
 )
 
 var (
@@ -176,13 +182,20 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = defaultLockTimeout
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:      10 * time.Second,
+		Timeout:      opts.LockTimeout,
 		FreelistType: bolt.FreelistMapType,
 		// The freelist is rebuilt by scanning at open instead of being
 		// written on every commit (as etcd does); commits stay fsynced.
 		NoFreelistSync: true,
 	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		// bbolt's own word is just "timeout".
+		return nil, fmt.Errorf("open store %s: another process holds its lock (is `anvil serve` running on this data directory? stop it first): %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}

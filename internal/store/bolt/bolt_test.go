@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -323,5 +325,21 @@ func TestCancelledContext(t *testing.T) {
 	}
 	if _, err := s.Get(t.Context(), model.KindHardware, "default", "m1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("object written despite cancelled ctx: %v", err)
+	}
+}
+
+// TestLockedByAnotherOpen: a store file another Store holds (as a running
+// server does) is refused after LockTimeout with an error that says why,
+// not bbolt's bare "timeout".
+func TestLockedByAnotherOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "anvil.db")
+	openTest(t, path, Options{})
+	s, err := Open(path, Options{LockTimeout: 50 * time.Millisecond})
+	if err == nil {
+		_ = s.Close()
+		t.Fatal("a second Open of a held store succeeded")
+	}
+	if !strings.Contains(err.Error(), "another process holds its lock") || !strings.Contains(err.Error(), path) {
+		t.Errorf("Open = %v; want the path and that another process holds its lock", err)
 	}
 }

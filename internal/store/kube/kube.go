@@ -73,7 +73,9 @@ type Config struct {
 	// Namespace limits the store to one namespace; empty means all.
 	Namespace string
 	// WatchHistory is how many of each kind's latest changes are kept for
-	// watches that resume from an older version. Default 20000.
+	// watches that resume from an older version. Default 4096: each is a
+	// whole decoded object, and a watcher that falls further behind
+	// re-lists (the engine does) instead.
 	WatchHistory int
 	// SyncTimeout bounds the wait for a write to reach this replica's
 	// cache (it normally takes milliseconds); after it the write is
@@ -102,7 +104,7 @@ type Config struct {
 const DefaultRequestTimeout = 15 * time.Second
 
 const (
-	defaultWatchHistory = 20000
+	defaultWatchHistory = 4096
 	defaultSyncTimeout  = 30 * time.Second
 	// Back-off between attempts to list or watch a kind after an error.
 	retryMin = 500 * time.Millisecond
