@@ -300,7 +300,8 @@ func (s *Services) toConnect(err error) error {
 		code = connect.CodeOutOfRange
 	case errors.Is(err, workflow.ErrBadReport), errors.Is(err, workflow.ErrEnded):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, store.ErrClosed), errors.Is(err, logstore.ErrClosed), errors.Is(err, audit.ErrClosed):
+	case errors.Is(err, store.ErrClosed), errors.Is(err, store.ErrUnavailable),
+		errors.Is(err, logstore.ErrClosed), errors.Is(err, audit.ErrClosed):
 		code = connect.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled

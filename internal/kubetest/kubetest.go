@@ -64,6 +64,12 @@ type Cluster struct {
 	// Dir holds both programs' data, certificates and logs
 	// (etcd.log, kube-apiserver.log).
 	Dir string
+
+	// The running kube-apiserver, and how to start one on a given port
+	// against the same etcd (faults.go stops and restarts it).
+	apiProc  *proc
+	apiPort  int
+	apiStart func(port int) started
 }
 
 // APIServerBinary returns the kube-apiserver to run: $KUBE_APISERVER, or
@@ -118,11 +124,11 @@ func Start(t testing.TB) *Cluster {
 	})
 
 	begin := time.Now()
-	c.URL = startWithRetry(t, "kube-apiserver", func(p []int) started {
-		url := "https://127.0.0.1:" + strconv.Itoa(p[0])
+	c.apiStart = func(port int) started {
+		url := "https://127.0.0.1:" + strconv.Itoa(port)
 		pr := startProc(t, c.Dir, "kube-apiserver", apiserver,
 			"--etcd-servers", etcdURL,
-			"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(p[0]),
+			"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
 			// In a network namespace without a default route the server
 			// cannot choose an address to advertise, and fails to start.
 			"--advertise-address", "127.0.0.1",
@@ -142,8 +148,10 @@ func Start(t testing.TB) *Cluster {
 			// Stop at once on SIGTERM instead of waiting for load
 			// balancers that do not exist.
 			"--shutdown-delay-duration", "0s")
+		c.apiProc, c.apiPort = pr, port
 		return started{pr, url, func() bool { return c.ready(url) }}
-	})
+	}
+	c.URL = startWithRetry(t, "kube-apiserver", func(p []int) started { return c.apiStart(p[0]) })
 	t.Logf("kubetest: kube-apiserver ready at %s in %v (dir %s)", c.URL, time.Since(begin).Round(time.Millisecond), c.Dir)
 	return c
 }
@@ -303,6 +311,9 @@ func (p *proc) stop() {
 	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	// A program a test paused (Cluster.PauseAPIServer) only acts on
+	// the SIGTERM once it runs again.
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-p.exited:
 	case <-time.After(stopBound):

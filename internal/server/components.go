@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -45,14 +44,11 @@ func (c closers) close() error {
 	return errors.Join(errs...)
 }
 
-// openStores creates the data directory and opens the store (the embedded
-// one in it, or the Kubernetes API: cfg.Store) and the log store in it.
+// openStores opens the store (the embedded one in the data directory, or
+// the Kubernetes API: cfg.Store) and the log store in the data directory.
 // Machine records stay on local disk in either case: they are an
 // append-heavy stream, not etcd material (docs/kubernetes.md).
 func openStores(ctx context.Context, cfg Config, res *closers) (store.Store, *logstore.Store, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, nil, fmt.Errorf("data directory: %w", err)
-	}
 	sc := cfg.Store
 	sc.DataDir, sc.Logger = cfg.DataDir, cfg.Logger
 	st, err := backend.Open(ctx, sc)
@@ -198,12 +194,21 @@ func bmcComponents(cfg Config, st store.Store, sealer *secrets.Sealer, events ma
 
 // httpServers are the components serving lns, each with its handler.
 // stopping ends the API's long-lived calls when shutdown starts.
-func httpServers(cfg Config, lns []namedListener, h handlers, tlsConf *tls.Config, stopping func()) []supervise.Component {
+// The HTTP port's server is early's, serving since before the store
+// opened (probes.go): its component opens the gate to h.http.
+func httpServers(cfg Config, lns []namedListener, h handlers, tlsConf *tls.Config, early *earlyHTTP, stopping func()) []supervise.Component {
 	var cs []supervise.Component
 	for _, l := range lns {
 		var srv *http.Server
 		switch l.name {
 		case "http":
+			if early != nil {
+				cs = append(cs, serveHTTP(l, early.srv, func() <-chan error {
+					early.gate.open(h.http)
+					return early.served
+				}, stopping, cfg.ShutdownTimeout, cfg.Logger))
+				continue
+			}
 			srv = newHTTPServer(h.http, true)
 		case "https":
 			srv = newTLSServer(h.http, tlsConf, true, cfg.Logger)
@@ -216,22 +221,27 @@ func httpServers(cfg Config, lns []namedListener, h handlers, tlsConf *tls.Confi
 				srv = newHTTPServer(h.grpc, false)
 			}
 		}
-		cs = append(cs, serveHTTP(l, srv, stopping, cfg.ShutdownTimeout, cfg.Logger))
+		cs = append(cs, serveHTTP(l, srv, func() <-chan error {
+			served := make(chan error, 1)
+			go func() { served <- serve(srv, l.ln) }()
+			return served
+		}, stopping, cfg.ShutdownTimeout, cfg.Logger))
 	}
 	return cs
 }
 
-// serveHTTP is the component serving srv on l. Asked to stop, it ends the
-// API's watches and long polls (stopping), stops accepting and gives the
-// calls in flight up to timeout before closing their connections.
-func serveHTTP(l namedListener, srv *http.Server, stopping func(), timeout time.Duration, log *slog.Logger) supervise.Component {
+// serveHTTP is the component serving srv on l: begin starts it (or
+// opens the gate of a server already running) and returns what Serve
+// returns. Asked to stop, it ends the API's watches and long polls
+// (stopping), stops accepting and gives the calls in flight up to timeout
+// before closing their connections.
+func serveHTTP(l namedListener, srv *http.Server, begin func() <-chan error, stopping func(), timeout time.Duration, log *slog.Logger) supervise.Component {
 	return supervise.Component{
 		Name:        fmt.Sprintf("%s listener %s", l.name, l.ln.Addr()),
 		StopTimeout: timeout + closeGrace,
 		Run: func(ctx context.Context) error {
 			log.Info("listening", "service", l.name, "addr", l.ln.Addr().String())
-			served := make(chan error, 1)
-			go func() { served <- serve(srv, l.ln) }()
+			served := begin()
 			select {
 			case err := <-served:
 				return err

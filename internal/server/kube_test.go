@@ -136,10 +136,17 @@ tasks:
 		t.Errorf("status.currentState = %+v; want the last action, reboot, SUCCESS", cs)
 	}
 
-	hw := c.JSON(t, http.MethodGet, tinkPath+"hardware/node07", nil, http.StatusOK)
-	spec := hw["spec"].(map[string]any)
-	nb := spec["interfaces"].([]any)[0].(map[string]any)["netboot"].(map[string]any)
-	if nb["allowPXE"] != false || nb["allowWorkflow"] != true {
+	// The engine switches allowPXE off when it reconciles the workflow
+	// that an agent's last report made SUCCESS: just after, as
+	// Tinkerbell's controller does.
+	var hw, spec, nb map[string]any
+	testtool.WaitFor(t, "allowPXE switched off after success", func() bool {
+		hw = c.JSON(t, http.MethodGet, tinkPath+"hardware/node07", nil, http.StatusOK)
+		spec = hw["spec"].(map[string]any)
+		nb = spec["interfaces"].([]any)[0].(map[string]any)["netboot"].(map[string]any)
+		return nb["allowPXE"] == false
+	})
+	if nb["allowWorkflow"] != true {
 		t.Errorf("Hardware netboot after success = %v; want allowPXE false (toggleAllowNetboot), allowWorkflow true", nb)
 	}
 	if v, _ := spec["vendorSpecific"].(map[string]any); v["rackUnit"] != "U17" {

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"syscall"
 	"time"
@@ -331,7 +332,22 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer func() { err = errors.Join(err, res.close()) }()
 	sup := &supervise.Supervisor{Logger: log}
 
+	// The sockets come first, so that a busy port fails before anything
+	// waits, and so that the HTTP port answers the probes while the rest
+	// opens (probes.go).
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	lns, err := openListeners(ctx, &cfg, cfg.TLS, &res)
+	if err != nil {
+		return err
+	}
+	early := serveEarly(lns)
+	res.add(early.close)
+	cfg.Store.Waiting = early.waiting
+
 	// Stage 1: storage, and the writer of machine records into it.
+	early.phase("opening the store")
 	st, logs, err := openStores(ctx, cfg, &res)
 	if err != nil {
 		return err
@@ -340,8 +356,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	sup.Stage("machine records", supervise.Component{Name: "machine record writer",
 		Run: bestEffort(log, "machine record writer stopped", recorder.Run)})
 
-	// Stage 2: the sockets, the certificate they serve, what the API and
-	// the boot scripts need; all before anything runs.
+	// Stage 2: the keys the replicas share (the generated CA among
+	// them), the certificate the listeners serve, what the API and the
+	// boot scripts need; all before anything runs.
+	early.phase("sharing keys with the other replicas")
 	if err := shareKeys(ctx, cfg); err != nil {
 		return err
 	}
@@ -349,13 +367,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	lns, err := openListeners(ctx, &cfg, tlsConf != nil, &res)
-	if err != nil {
-		return err
-	}
+	early.phase("building the boot environment")
 	if err := buildBootEnv(ctx, cfg, log); err != nil {
 		return err
 	}
+	early.phase("starting")
 	sec, err := setupSecurity(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -419,7 +435,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP})
 	h := newHandlers(cfg, set, services, boot, secretStore, sup.Ready)
 	sup.Stage("boot policy", boot.policyComponent())
-	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, services.Stop)...)...)
+	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, services.Stop)...)...)
 	if registry != nil {
 		sup.Stage("replica registry", supervise.Component{Name: "replica registry", Run: registry.Run})
 	}
@@ -472,6 +488,9 @@ func settle(cfg *Config) (settings, error) {
 		return set, err
 	}
 	if set.registries, err = registrySettings(*cfg); err != nil {
+		return set, err
+	}
+	if err := checkTLSFlags(*cfg); err != nil {
 		return set, err
 	}
 	if err := actions.CheckRuntime(cfg.ActionRuntime); err != nil {

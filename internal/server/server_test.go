@@ -58,7 +58,7 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// start runs Run in the background and waits until /healthz answers.
+// start runs Run in the background and waits until /readyz answers ok.
 func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
 	t.Helper()
 	return startWith(t, nil)
@@ -66,6 +66,13 @@ func start(t *testing.T) (httpBase, grpcAddr string, cancel context.CancelFunc, 
 
 // startWith is start with a Config changed by change (if not nil) first.
 func startWith(t *testing.T, change func(*Config)) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
+	t.Helper()
+	return startUntil(t, "/readyz", change)
+}
+
+// startUntil is startWith waiting until probe (/readyz, or /healthz for a
+// server that is not to be ready yet) answers 200.
+func startUntil(t *testing.T, probe string, change func(*Config)) (httpBase, grpcAddr string, cancel context.CancelFunc, wait func() error, logs *syncBuffer) {
 	t.Helper()
 	httpLn, grpcLn := listenLocal(t), listenLocal(t)
 	logs = newSyncBuffer()
@@ -91,21 +98,23 @@ func startWith(t *testing.T, change func(*Config)) (httpBase, grpcAddr string, c
 	}()
 	httpBase = "http://" + httpLn.Addr().String()
 	grpcAddr = grpcLn.Addr().String()
-	// Wait for the listener by polling; the listeners exist before Run
+	// Wait for the probe by polling; the listeners exist before Run
 	// logs them, so this only waits for startup, never for a fixed time.
 	for i := 0; ; i++ {
-		resp, err := http.Get(httpBase + "/healthz")
+		resp, err := http.Get(httpBase + probe)
 		if err == nil {
 			resp.Body.Close()
-			break
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
 		}
 		select {
 		case <-runDone:
 			t.Fatalf("Run ended during startup: %v", runErr)
 		case <-time.After(10 * time.Millisecond):
 		}
-		if i > 1000 {
-			t.Fatal("server did not start")
+		if i > 3000 {
+			t.Fatalf("server did not start (%s)\n%s", probe, logs)
 		}
 	}
 	t.Cleanup(func() {

@@ -30,24 +30,14 @@ func TLSDir(dataDir string) string { return filepath.Join(dataDir, tlsDir) }
 // where, and for a generated CA its SHA-256 fingerprint, for clients to
 // check what they trust.
 func newTLSConfig(cfg Config, log *slog.Logger) (*tls.Config, error) {
-	files := cfg.TLSCertFile != "" || cfg.TLSKeyFile != ""
-	if !cfg.TLS {
-		if files || len(cfg.TLSSANs) > 0 {
-			return nil, errors.New("--tls-cert, --tls-key and --tls-san need TLS on: drop --no-tls")
-		}
-		return nil, nil
+	if err := checkTLSFlags(cfg); err != nil || !cfg.TLS {
+		return nil, err
 	}
 	grpcMode := "tls"
 	if !grpcTLS(cfg) {
 		grpcMode = "h2c"
 	}
-	if files {
-		if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" {
-			return nil, errors.New("--tls-cert and --tls-key go together")
-		}
-		if len(cfg.TLSSANs) > 0 {
-			return nil, errors.New("--tls-san is for the generated certificate; with --tls-cert the names are the certificate's")
-		}
+	if cfg.TLSCertFile != "" {
 		src, err := tlsconf.NewFileSource(tlsconf.FileConfig{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, Logger: log})
 		if err != nil {
 			return nil, err
@@ -62,6 +52,23 @@ func newTLSConfig(cfg Config, log *slog.Logger) (*tls.Config, error) {
 	log.Info("TLS on", "certificate", "generated", "ca", src.CAFile(), "ca_sha256", tlsconf.Fingerprint(src.CA().Raw),
 		"export", "anvil tls ca --data-dir "+cfg.DataDir, "grpc", grpcMode)
 	return tlsconf.ServerConfig(src.GetCertificate), nil
+}
+
+// checkTLSFlags refuses TLS settings that do not go together; settle
+// calls it, so that they fail before anything opens.
+func checkTLSFlags(cfg Config) error {
+	files := cfg.TLSCertFile != "" || cfg.TLSKeyFile != ""
+	switch {
+	case !cfg.TLS && (files || len(cfg.TLSSANs) > 0):
+		return errors.New("--tls-cert, --tls-key and --tls-san need TLS on: drop --no-tls")
+	case !cfg.TLS:
+		return nil
+	case files && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == ""):
+		return errors.New("--tls-cert and --tls-key go together")
+	case files && len(cfg.TLSSANs) > 0:
+		return errors.New("--tls-san is for the generated certificate; with --tls-cert the names are the certificate's")
+	}
+	return nil
 }
 
 // tlsHosts are the addresses and names the generated certificate covers

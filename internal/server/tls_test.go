@@ -87,10 +87,12 @@ func startTLS(t *testing.T, change func(*Config)) *tlsServer {
 		}
 	})
 	for i := 0; ; i++ {
-		resp, err := http.Get(s.httpBase + "/healthz")
+		resp, err := http.Get(s.httpBase + "/readyz")
 		if err == nil {
 			resp.Body.Close()
-			return s
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
 		}
 		select {
 		case err := <-done:

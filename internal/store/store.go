@@ -39,6 +39,10 @@ var (
 	ErrInvalid = errors.New("invalid object")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("store closed")
+	// ErrUnavailable: the store's server (the Kubernetes API server) did
+	// not answer in time or could not be reached. A write that fails so
+	// may or may not have been made: re-read, or retry it.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Index names. Hardware is indexed by MAC, IP, agent ID and instance ID;

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
@@ -47,6 +48,13 @@ type Config struct {
 	// Namespace limits the Kubernetes store to one namespace; empty:
 	// all namespaces.
 	Namespace string
+	// RequestTimeout bounds each write to the API server (Kubernetes):
+	// a write the API server does not answer within it fails as
+	// unavailable instead of hanging. If 0, kube.DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Waiting, if set, is told why Open is still waiting for the API
+	// server (Kubernetes): each failure to make a kind's first list.
+	Waiting func(err error)
 	// Logger receives the store's operational messages.
 	Logger *slog.Logger
 }
@@ -58,6 +66,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for --store kubernetes (default: the pod's service account in a cluster, else $KUBECONFIG or ~/.kube/config)")
 	fs.StringVar(&c.KubeContext, "kube-context", "", "kubeconfig context for --store kubernetes (default: its current context)")
 	fs.StringVar(&c.Namespace, "kube-namespace", "", "with --store kubernetes, keep to this namespace (default: all namespaces)")
+	fs.DurationVar(&c.RequestTimeout, "kube-request-timeout", kube.DefaultRequestTimeout, "with --store kubernetes, how long a write may wait for the API server before it fails as unavailable (see docs/kubernetes.md, \"When the API server is away\")")
 }
 
 // Check reports a configuration that cannot work, before anything opens.
@@ -68,6 +77,9 @@ func (c *Config) Check() error {
 			return errors.New("no data directory (--data-dir)")
 		}
 	case Kubernetes:
+		if c.RequestTimeout < 0 {
+			return errors.New("--kube-request-timeout must not be negative")
+		}
 	default:
 		return fmt.Errorf("--store %q: want %s or %s", c.Kind, Bolt, Kubernetes)
 	}
@@ -101,7 +113,8 @@ func Open(ctx context.Context, c Config) (store.Store, error) {
 	if c.Logger != nil {
 		c.Logger.Info("opening the Kubernetes store", "server", rc.Host, "namespace", c.Namespace)
 	}
-	st, err := kube.Open(ctx, kube.Config{REST: rc, Namespace: c.Namespace, Log: c.Logger})
+	st, err := kube.Open(ctx, kube.Config{REST: rc, Namespace: c.Namespace, RequestTimeout: c.RequestTimeout,
+		Waiting: c.Waiting, Log: c.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("open store on %s: %w", rc.Host, err)
 	}

@@ -214,11 +214,14 @@ func (kc *kindCache) replace(objs []model.Object, rv uint64) {
 	kc.advanceLocked()
 }
 
-func (kc *kindCache) failed(err error) {
+// failed records err as the last failure and reports whether the cache
+// has had its first list.
+func (kc *kindCache) failed(err error) (synced bool) {
 	kc.mu.Lock()
+	defer kc.mu.Unlock()
 	kc.lastErr = err
 	kc.advanceLocked()
-	kc.mu.Unlock()
+	return kc.synced
 }
 
 func (kc *kindCache) close() {
@@ -238,7 +241,9 @@ func (kc *kindCache) close() {
 func (s *Store) reflect(kc *kindCache) {
 	backoff := retryMin
 	retry := func(what string, err error) bool {
-		kc.failed(err)
+		if !kc.failed(err) && s.cfg.Waiting != nil {
+			s.cfg.Waiting(fmt.Errorf("%s %s: %w", what, kc.res.gvr.GroupResource(), err))
+		}
 		s.log.Warn("kube store: "+what+" failed; retrying", "kind", kc.kind, "in", backoff, "err", err)
 		t := time.NewTimer(backoff)
 		defer t.Stop()

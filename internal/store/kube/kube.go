@@ -22,7 +22,12 @@
 //     and Update write the spec and metadata first, then the status, each
 //     as a JSON merge patch of what changed since the object Anvil read. So
 //     a field Anvil does not model (set by another tool) is kept, and a
-//     watcher may see the two halves as two events.
+//     watcher may see the two halves as two events. A merge patch replaces
+//     a list whole: a list of the metadata or spec is sent as stored, read
+//     from the API server, with the caller's change made in it, so fields
+//     of its elements Anvil does not model are kept too.
+//   - Update without a resourceVersion sends the caller's changes without
+//     a precondition; the API server applies them to the newest version.
 //   - Apply of several objects is not one transaction: every object is
 //     checked first, then written in order; if a write fails, the writes
 //     before it are undone (created objects deleted, updated ones restored)
@@ -40,7 +45,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,9 +81,27 @@ type Config struct {
 	// cache (it normally takes milliseconds); after it the write is
 	// returned anyway and a warning logged. Default 30s.
 	SyncTimeout time.Duration
+	// RequestTimeout bounds each write request to the API server (and the
+	// reads a write makes first): a write to an API server that does not
+	// answer fails with store.ErrUnavailable after it instead of hanging
+	// its caller. Lists and watches are not bounded by it (a watch is
+	// long-lived; a list of a large fleet may take longer); the
+	// reflectors retry them. Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Waiting, if set, is told why Open is still waiting: each failure to
+	// make a kind's first list (the API server unreachable, a CRD
+	// missing). For a readiness probe to say why it is not ready. It is
+	// called from the reflectors' goroutines.
+	Waiting func(err error)
 	// Log receives operational messages. Default: discard.
 	Log *slog.Logger
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout's default: far beyond a
+// write's normal milliseconds, even on a loaded API server, and short
+// enough that an agent's report or an operator's apply gets an answer
+// while it still matters.
+const DefaultRequestTimeout = 15 * time.Second
 
 const (
 	defaultWatchHistory = 4096
@@ -111,7 +136,8 @@ var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namesp
 type Store struct {
 	cfg   Config
 	log   *slog.Logger
-	dyn   dynamic.Interface
+	dyn   dynamic.Interface // lists and watches: unbounded
+	wdyn  dynamic.Interface // writes and their reads: bounded by RequestTimeout
 	kinds map[string]*kindCache
 
 	ctx    context.Context // ends at Close: stops the reflectors
@@ -139,6 +165,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = defaultSyncTimeout
 	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -153,8 +182,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube store: %w", err)
 	}
+	// A second client whose every request has a deadline (the HTTP
+	// client's timeout, which would also cut the watches short: hence
+	// two). A context deadline per call would do the same, but every
+	// call would have to remember it.
+	wrc := rest.CopyConfig(rc)
+	wrc.Timeout = cfg.RequestTimeout
+	wdyn, err := dynamic.NewForConfig(wrc)
+	if err != nil {
+		return nil, fmt.Errorf("kube store: %w", err)
+	}
 	sctx, cancel := context.WithCancel(context.Background())
-	s := &Store{cfg: cfg, log: log, dyn: dyn, kinds: map[string]*kindCache{},
+	s := &Store{cfg: cfg, log: log, dyn: dyn, wdyn: wdyn, kinds: map[string]*kindCache{},
 		ctx: sctx, cancel: cancel, closed: make(chan struct{}), nsOK: map[string]bool{}}
 	for kind, res := range resources {
 		s.kinds[kind] = newKindCache(kind, res, cfg.WatchHistory)
@@ -198,9 +237,17 @@ func (s *Store) isClosed() bool {
 }
 
 // client returns the resource interface of kind in namespace ns (all
-// namespaces if empty).
+// namespaces if empty), for lists and watches.
 func (s *Store) client(kc *kindCache, ns string) dynamic.ResourceInterface {
-	r := s.dyn.Resource(kc.res.gvr)
+	return namespaced(s.dyn.Resource(kc.res.gvr), ns)
+}
+
+// writer is client for writes, each request bounded by RequestTimeout.
+func (s *Store) writer(kc *kindCache, ns string) dynamic.ResourceInterface {
+	return namespaced(s.wdyn.Resource(kc.res.gvr), ns)
+}
+
+func namespaced(r dynamic.NamespaceableResourceInterface, ns string) dynamic.ResourceInterface {
 	if ns == "" {
 		return r
 	}
@@ -308,10 +355,28 @@ func apiError(kind, ns, name string, err error) error {
 		target = store.ErrInvalid
 	case apierrors.IsGone(err), apierrors.IsResourceExpired(err):
 		target = store.ErrGone
+	case unreachable(err):
+		return fmt.Errorf("%s %s/%s: %w: the Kubernetes API server did not answer (%s); the write may or may not have been made", kind, ns, name, store.ErrUnavailable, err.Error())
 	default:
 		return fmt.Errorf("%s %s/%s: %w", kind, ns, name, err)
 	}
 	return fmt.Errorf("%s %s/%s: %w (%s)", kind, ns, name, target, err.Error())
+}
+
+// unreachable reports whether err says the API server could not be
+// reached or did not answer in time (as opposed to an answer refusing
+// the request): a connection refused or reset, a request timeout, or the
+// server saying it is overloaded or unavailable.
+func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false // the caller gave up; that is its own error
+	}
+	if apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsTooManyRequests(err) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // ensureNamespace creates namespace ns if it does not exist yet.
@@ -322,7 +387,7 @@ func (s *Store) ensureNamespace(ctx context.Context, ns string) error {
 	if ok {
 		return nil
 	}
-	nc := s.dyn.Resource(namespacesGVR)
+	nc := s.wdyn.Resource(namespacesGVR)
 	_, err := nc.Get(ctx, ns, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		u := &unstructured.Unstructured{Object: map[string]any{

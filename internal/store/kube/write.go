@@ -17,7 +17,8 @@ import (
 )
 
 // conflictRetries bounds how often an unconditional write is tried again
-// from a fresh read when another writer got in between.
+// from a fresh read when it met a conflict anyway (the API server gave up
+// its own retries of a patch, or a create met a concurrent one).
 const conflictRetries = 8
 
 // prepare checks obj and returns its kind's cache and a private copy with
@@ -85,7 +86,7 @@ func (s *Store) create(ctx context.Context, kc *kindCache, obj model.Object) (mo
 	if kc.res.status {
 		delete(body, "status") // the main resource ignores it
 	}
-	c := s.client(kc, m.Namespace)
+	c := s.writer(kc, m.Namespace)
 	u, err := c.Create(ctx, &unstructured.Unstructured{Object: body}, metav1.CreateOptions{})
 	if isNamespaceMissing(err) {
 		if nerr := s.ensureNamespace(ctx, m.Namespace); nerr != nil {
@@ -128,7 +129,7 @@ func (s *Store) patch(ctx context.Context, kc *kindCache, ns, name string, patch
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s: %w", kc.kind, ns, name, err)
 	}
-	u, err := s.client(kc, ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, sub...)
+	u, err := s.writer(kc, ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, sub...)
 	if err != nil {
 		return nil, apiError(kc.kind, ns, name, err)
 	}
@@ -154,9 +155,13 @@ func (s *Store) settle(ctx context.Context, kc *kindCache, u *unstructured.Unstr
 }
 
 // Update implements store.Writer. With a resourceVersion the update is
-// conditional on it; without, it is retried from a fresh read when
-// another writer got in between, so it never loses to a concurrent write
-// by replaying a stale one.
+// conditional on it: another writer's change in between is an
+// ErrConflict, never overwritten. Without, the caller's changes — what
+// differs between obj and the object as this replica has it — are sent
+// as merge patches without a precondition, which the API server applies
+// to the newest version: another writer's change survives unless it is
+// to a field the caller changed too (the caller's wins), and a busy
+// object costs no re-read-and-retry rounds.
 func (s *Store) Update(ctx context.Context, obj model.Object) (model.Object, error) {
 	kc, priv, err := s.prepare(obj)
 	if err != nil {
@@ -169,7 +174,7 @@ func (s *Store) Update(ctx context.Context, obj model.Object) (model.Object, err
 		if err != nil {
 			return nil, err
 		}
-		out, err := s.update(ctx, kc, cur, priv)
+		out, err := s.update(ctx, kc, cur, priv, want != "")
 		if err != nil && want == "" && errors.Is(err, store.ErrConflict) && attempt < conflictRetries {
 			continue
 		}
@@ -192,7 +197,7 @@ func (s *Store) current(ctx context.Context, kc *kindCache, ns, name, want strin
 			return e.obj, nil
 		}
 	}
-	u, err := s.client(kc, ns).Get(ctx, name, metav1.GetOptions{})
+	u, err := s.writer(kc, ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, apiError(kc.kind, ns, name, err)
 	}
@@ -206,11 +211,12 @@ func (s *Store) current(ctx context.Context, kc *kindCache, ns, name, want strin
 	return cur, nil
 }
 
-// update writes what differs between cur (as stored) and next: metadata
-// and spec on the resource, then status on its subresource, each a merge
-// patch conditional on the version it starts from. Fields neither knows
-// (another tool's) are left as they are.
-func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Object) (model.Object, error) {
+// update writes what differs between cur (as stored, or as this replica
+// last saw it) and next: metadata and spec on the resource, then status
+// on its subresource, each a merge patch — with conditional, conditional
+// on the version it starts from (cur's, then the first patch's). Fields
+// neither knows (another tool's) are left as they are.
+func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Object, conditional bool) (model.Object, error) {
 	m := cur.GetObjectMeta()
 	from, err := encode(kc.kind, cur)
 	if err != nil {
@@ -236,14 +242,36 @@ func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Objec
 	rv := m.ResourceVersion
 	var u *unstructured.Unstructured
 	if p := mergePatch(from, to); p != nil {
-		setPrecondition(p, rv)
+		switch {
+		case hasList(p):
+			// A merge patch replaces a list whole, and Anvil's elements
+			// lack what it does not model: take the stored elements,
+			// with what the caller changed in them, from the object
+			// as the API server has it. The patch is then right for
+			// that version only. (Only for metadata and spec, which
+			// change seldom: the extra read would double the requests
+			// of status writes, whose lists are Anvil's own.)
+			raw, err := s.writer(kc, m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, apiError(kc.kind, m.Namespace, m.Name, err)
+			}
+			if conditional && raw.GetResourceVersion() != rv {
+				return nil, fmt.Errorf("%s %s/%s: resourceVersion %s, stored %s: %w", kc.kind, m.Namespace, m.Name, rv, raw.GetResourceVersion(), store.ErrConflict)
+			}
+			keepForeign(p, from, to, raw.Object)
+			setPrecondition(p, raw.GetResourceVersion())
+		case conditional:
+			setPrecondition(p, rv)
+		}
 		if u, err = s.patch(ctx, kc, m.Namespace, m.Name, p); err != nil {
 			return nil, err
 		}
 		rv = u.GetResourceVersion()
 	}
 	if p := mergePatch(map[string]any{"status": fromStatus}, map[string]any{"status": toStatus}); kc.res.status && p != nil {
-		setPrecondition(p, rv)
+		if conditional {
+			setPrecondition(p, rv)
+		}
 		su, err := s.patch(ctx, kc, m.Namespace, m.Name, p, "status")
 		if err != nil {
 			if u != nil {
@@ -257,6 +285,86 @@ func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Objec
 		return cur, nil // nothing changed: the API server would not write either
 	}
 	return s.settle(ctx, kc, u)
+}
+
+// hasList reports whether merge patch p sets a list anywhere.
+func hasList(p map[string]any) bool {
+	for _, v := range p {
+		switch v := v.(type) {
+		case []any:
+			return true
+		case map[string]any:
+			if hasList(v) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// keepForeign rewrites every list in merge patch p (made from from to to)
+// as the stored list raw with the changes from from to to made in it, so
+// that fields of its elements that from and to lack (another tool's) are
+// kept.
+func keepForeign(p, from, to, raw map[string]any) {
+	for k, pv := range p {
+		switch pv.(type) {
+		case map[string]any:
+			fm, _ := from[k].(map[string]any)
+			tm, _ := to[k].(map[string]any)
+			rm, _ := raw[k].(map[string]any)
+			if fm != nil && tm != nil && rm != nil {
+				keepForeign(pv.(map[string]any), fm, tm, rm)
+			}
+		case []any:
+			p[k] = overlay(raw[k], from[k], to[k])
+		}
+	}
+}
+
+// overlay returns stored value raw with the change from from to to made
+// in it: where the caller changed nothing, raw as it is; in maps, key by
+// key; in lists of one length, element by element; else to.
+func overlay(raw, from, to any) any {
+	if raw == nil {
+		return to
+	}
+	if reflect.DeepEqual(from, to) {
+		return raw
+	}
+	switch t := to.(type) {
+	case map[string]any:
+		f, fok := from.(map[string]any)
+		r, rok := raw.(map[string]any)
+		if !fok || !rok {
+			return to
+		}
+		out := make(map[string]any, len(r))
+		for k, v := range r {
+			out[k] = v
+		}
+		for k := range f {
+			if _, ok := t[k]; !ok {
+				delete(out, k)
+			}
+		}
+		for k, tv := range t {
+			out[k] = overlay(r[k], f[k], tv)
+		}
+		return out
+	case []any:
+		f, fok := from.([]any)
+		r, rok := raw.([]any)
+		if !fok || !rok || len(f) != len(t) || len(r) != len(t) {
+			return to
+		}
+		out := make([]any, len(t))
+		for i := range t {
+			out[i] = overlay(r[i], f[i], t[i])
+		}
+		return out
+	}
+	return to
 }
 
 // setPrecondition makes a merge patch conditional on resourceVersion rv.
@@ -331,7 +439,7 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 		uid = e.obj.GetObjectMeta().UID
 	}
 	kc.mu.Unlock()
-	if err := s.client(kc, namespace).Delete(ctx, name, opts); err != nil {
+	if err := s.writer(kc, namespace).Delete(ctx, name, opts); err != nil {
 		return apiError(kind, namespace, name, err)
 	}
 	gone := func() bool { e := kc.objs[key]; return e == nil || e.obj.GetObjectMeta().UID != uid }
@@ -404,7 +512,7 @@ func (s *Store) applyOne(ctx context.Context, kc *kindCache, obj model.Object) (
 		if store.StatusIsZero(next) {
 			store.CopyStatus(next, cur)
 		}
-		res, err := s.update(ctx, kc, cur, next)
+		res, err := s.update(ctx, kc, cur, next, false)
 		if errors.Is(err, store.ErrConflict) && attempt < conflictRetries {
 			continue
 		}
