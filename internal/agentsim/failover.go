@@ -1,6 +1,8 @@
 package agentsim
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"sync/atomic"
 )
@@ -9,8 +11,8 @@ import (
 // several replicas of the server (Kubernetes mode). It sends every request
 // to the current replica, rewriting the request's host; when a request
 // gets no answer (the replica is gone: refused, reset, closed mid-call),
-// the next replica becomes the current one and the error is returned as
-// it is. The agent's own retries (GetAction's back-off, reportWithRetry)
+// or its reply is cut off, the next replica becomes the current one and
+// the error is returned as it is. The agent's own retries (GetAction's back-off, reportWithRetry)
 // then go to the next replica; Failover never resends a request itself,
 // because it cannot tell whether a request that was cut off reached the
 // server — the retried report is safe because the server treats a repeat
@@ -43,9 +45,35 @@ func (f *Failover) RoundTrip(r *http.Request) (*http.Response, error) {
 	out.URL.Host = f.hosts[i%uint64(len(f.hosts))]
 	out.Host = ""
 	resp, err := f.next.RoundTrip(out)
-	if err != nil && r.Context().Err() == nil {
-		// Only the first of several calls failing at once moves on.
+	if err != nil {
+		f.failed(r.Context(), i)
+		return nil, err
+	}
+	// A reply cut off after its headers (a unary gRPC reply is headers,
+	// body and trailers) is the replica dying too.
+	resp.Body = &failoverBody{ReadCloser: resp.Body, f: f, ctx: r.Context(), i: i}
+	return resp, nil
+}
+
+// failed moves on from replica i, unless the caller gave up (ctx) or
+// another call already moved on.
+func (f *Failover) failed(ctx context.Context, i uint64) {
+	if ctx.Err() == nil {
 		f.cur.CompareAndSwap(i, i+1)
 	}
-	return resp, err
+}
+
+type failoverBody struct {
+	io.ReadCloser
+	f   *Failover
+	ctx context.Context
+	i   uint64
+}
+
+func (b *failoverBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.f.failed(b.ctx, b.i)
+	}
+	return n, err
 }

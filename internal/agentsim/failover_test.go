@@ -52,3 +52,30 @@ func TestFailoverMovesOnWhenAReplicaIsGone(t *testing.T) {
 		t.Fatalf("Host() = %s, want b's", f.Host())
 	}
 }
+
+// TestFailoverMovesOnWhenAReplyIsCutOff: a reply whose body ends early
+// (the replica died while answering) moves on as a refused call does.
+func TestFailoverMovesOnWhenAReplyIsCutOff(t *testing.T) {
+	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		io.WriteString(w, "a partial")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection is closed mid-body
+	}))
+	defer a.Close()
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "b") }))
+	defer b.Close()
+	f := NewFailover(nil, strings.TrimPrefix(a.URL, "http://"), strings.TrimPrefix(b.URL, "http://"))
+	c := &http.Client{Transport: f}
+	resp, err := c.Get("http://replicas.invalid/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatalf("read %q from a cut-off reply without an error", body)
+	}
+	resp.Body.Close()
+	if f.Host() != strings.TrimPrefix(b.URL, "http://") {
+		t.Fatalf("Host() = %s after a cut-off reply, want b's", f.Host())
+	}
+}

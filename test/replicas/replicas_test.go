@@ -120,6 +120,11 @@ func TestLeaderKilledMidFleet(t *testing.T) {
 		wg.Go(func() {
 			results[i].res, results[i].err = agentsim.Run(ctx, agentsim.Config{
 				Client: recorder{cl, rec}, AgentID: mac(i), ActionTime: actionTime, Wait: 5 * time.Second,
+				Observe: func(op string, _ time.Duration, err error) {
+					if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+						rec.failed(op)
+					}
+				},
 			})
 		})
 	}
@@ -170,6 +175,12 @@ func TestLeaderKilledMidFleet(t *testing.T) {
 	if h := clients[leaderIdx].Host(); h == servers[leaderIdx].GRPCAddr {
 		t.Errorf("the killed replica's agents still talk to it (%s): they never failed over", h)
 	}
+	rec.mu.Lock()
+	t.Logf("calls that failed (and were retried): %v", rec.failures)
+	if len(rec.failures) == 0 {
+		t.Errorf("no agent call failed: the kill cut off none, so it tested nothing")
+	}
+	rec.mu.Unlock()
 
 	// What each agent was handed, against what it was acknowledged.
 	rec.mu.Lock()
@@ -268,13 +279,14 @@ type ledger struct {
 	handouts   map[string]int
 	acked      map[string]bool
 	violations []string
+	failures   map[string]int // calls that failed, by operation
 	// reached is closed once threshold SUCCESS reports were acknowledged.
 	reached   chan struct{}
 	threshold int
 }
 
 func newLedger(threshold int) *ledger {
-	return &ledger{handouts: map[string]int{}, acked: map[string]bool{}, reached: make(chan struct{}), threshold: threshold}
+	return &ledger{handouts: map[string]int{}, acked: map[string]bool{}, failures: map[string]int{}, reached: make(chan struct{}), threshold: threshold}
 }
 
 func (l *ledger) handedOut(k string) {
@@ -293,6 +305,12 @@ func (l *ledger) succeeded(k string) {
 	if len(l.acked) == l.threshold {
 		close(l.reached)
 	}
+}
+
+func (l *ledger) failed(op string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures[op]++
 }
 
 // killed returns the SUCCESS reports acknowledged so far.
