@@ -36,8 +36,8 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
-	"github.com/anvilproj/anvil/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/agentsim"
+	"github.com/anvilproj/anvil/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
