@@ -205,8 +205,12 @@ func (s *Server) Cleanup(keep bool) {
 }
 
 // CPU is the server's CPU time so far (user + system), in seconds.
-func (s *Server) CPU() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.PID))
+func (s *Server) CPU() float64 { return ProcCPU(s.PID) }
+
+// ProcCPU is process pid's CPU time so far (user + system), in seconds;
+// 0 once it has exited.
+func ProcCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}

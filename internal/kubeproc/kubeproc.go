@@ -495,6 +495,10 @@ func FindBinaries(root string) (apiserver, etcd string, err error) {
 	if apiserver == "" {
 		apiserver = filepath.Join(root, ".cache", "kube", "bin", "kube-apiserver")
 	}
+	// Absolute: the programs run in the cluster's directory.
+	if apiserver, err = filepath.Abs(apiserver); err != nil {
+		return "", "", err
+	}
 	if fi, serr := os.Stat(apiserver); serr != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return "", "", fmt.Errorf("%w: kube-apiserver at %s (run `make kube`, i.e. scripts/fetch-kube.sh, or set KUBE_APISERVER)", ErrNoBinary, apiserver)
 	}
