@@ -38,6 +38,15 @@ type Config struct {
 	// ISOURL, if set, is the URL of the server's own boot ISO for a
 	// Hardware: an isoboot workflow without bootOptions.isoURL boots it.
 	ISOURL func(*model.Hardware) string
+	// MissingGrace is how long a workflow whose Template, Hardware or
+	// worker's Hardware is not in the store yet is rendered again (every
+	// errorRequeueDelay) before it fails, counted from the first miss this
+	// engine saw. 0 fails it at the first miss, right for a store whose
+	// reads are consistent across kinds (the embedded one). The Kubernetes
+	// store watches each kind apart, so a Workflow can be seen before the
+	// Template created just before it; and objects applied together by
+	// kubectl or a GitOps tool arrive in any order.
+	MissingGrace time.Duration
 }
 
 // DefaultMaxWait is the GetAction long-poll cap when Config.MaxWait is 0.
@@ -94,7 +103,20 @@ type Engine struct {
 	// it (a Template's rendering can take its whole time budget).
 	rmu       sync.Mutex
 	rendering map[string]context.CancelCauseFunc
+
+	// mmu guards missingSince: when this engine first found each
+	// workflow's referenced object missing (Config.MissingGrace).
+	missingGrace time.Duration
+	mmu          sync.Mutex
+	missingSince map[string]time.Time
 }
+
+// retryLater is a reconcile to try again soon that is not a failure worth
+// a warning (a referenced object not seen yet).
+type retryLater struct{ err error }
+
+func (r *retryLater) Error() string { return r.err.Error() }
+func (r *retryLater) Unwrap() error { return r.err }
 
 // errWorkflowDeleted cancels the rendering of a workflow that was deleted.
 var errWorkflowDeleted = errors.New("the workflow was deleted")
@@ -126,6 +148,9 @@ func New(cfg Config) *Engine {
 		warned:  map[string]bool{},
 
 		rendering: map[string]context.CancelCauseFunc{},
+
+		missingGrace: cfg.MissingGrace,
+		missingSince: map[string]time.Time{},
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -177,7 +202,11 @@ func (e *Engine) Run(ctx context.Context) error {
 					return
 				}
 				if err := e.reconcile(ctx, key); err != nil && ctx.Err() == nil {
-					e.log.Warn("workflow reconcile failed; will retry", "workflow", key, "err", err)
+					if r := (*retryLater)(nil); errors.As(err, &r) {
+						e.log.Debug("workflow: will render again", "workflow", key, "err", r.err)
+					} else {
+						e.log.Warn("workflow reconcile failed; will retry", "workflow", key, "err", err)
+					}
 					e.clock.AfterFunc(errorRequeueDelay, func() { e.queue.add(key) })
 				}
 				e.queue.done(key)
@@ -225,6 +254,7 @@ func (e *Engine) watch(ctx context.Context) error {
 					}
 					if ev.Type == store.Deleted {
 						e.cancelRendering(wf.Key())
+						e.forgetMissing(wf.Key())
 						e.forget(wf.Key())
 						e.queue.add(wf.Key())
 						e.notifyWorkflowAgents(wf)
@@ -373,9 +403,13 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 			if !errors.As(err, &rerr) {
 				return err // the store failed or the engine is stopping; try again later
 			}
+			if e.stillMissing(key, err, now) {
+				return &retryLater{err}
+			}
 			RenderFailedStatus(st, err, now)
 			e.log.Info("workflow template rendering failed", "workflow", key, "err", err)
 		} else {
+			e.forgetMissing(key)
 			*st = InitialStatus(wf, def, now)
 			if err := e.resolveWorkers(ctx, wf.Namespace, st); err != nil {
 				return err
@@ -689,6 +723,34 @@ func (e *Engine) resolveWorkers(ctx context.Context, ns string, st *model.Workfl
 		}
 	}
 	return nil
+}
+
+// stillMissing reports whether a render that failed with err should be
+// tried again instead of failing the workflow: err is a referenced object
+// missing, and MissingGrace has not passed since this engine first saw
+// it missing.
+func (e *Engine) stillMissing(key string, err error, now time.Time) bool {
+	var we WorkerErrors
+	if e.missingGrace <= 0 || (!errors.Is(err, errMissing) && !errors.As(err, &we)) {
+		return false
+	}
+	e.mmu.Lock()
+	defer e.mmu.Unlock()
+	since, ok := e.missingSince[key]
+	if !ok {
+		e.missingSince[key], since = now, now
+	}
+	if now.Sub(since) < e.missingGrace {
+		return true
+	}
+	delete(e.missingSince, key)
+	return false
+}
+
+func (e *Engine) forgetMissing(key string) {
+	e.mmu.Lock()
+	delete(e.missingSince, key)
+	e.mmu.Unlock()
 }
 
 // GetAction returns the next action for agentID (any of its machine's

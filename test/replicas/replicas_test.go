@@ -6,10 +6,12 @@
 package replicas
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -80,6 +82,9 @@ func TestLeaderKilledMidFleet(t *testing.T) {
 		servers[i] = s
 		t.Cleanup(func() {
 			s.Kill()
+			if b, err := os.ReadFile(s.LogPath); err == nil && bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+				t.Errorf("replica %d: the race detector reported a data race (log %s)", i, s.LogPath)
+			}
 			if t.Failed() {
 				t.Logf("replica %d's log (%s) ends:\n%s", i, s.LogPath, s.LogTail())
 			}
@@ -353,11 +358,17 @@ func (r recorder) ReportActionStatus(ctx context.Context, req *connect.Request[v
 // ---------------------------------------------------------------------------
 // The cluster
 
-// buildAnvil builds cmd/anvil into the test's temporary directory.
+// buildAnvil builds cmd/anvil into the test's temporary directory, with
+// the race detector when the test has it: the replicas are where the
+// concurrency under test is.
 func buildAnvil(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "anvil")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/anvil")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/anvil")...)
 	cmd.Dir = testtool.ModuleRoot(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/anvil: %v\n%s", err, out)
