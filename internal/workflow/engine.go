@@ -70,7 +70,10 @@ const errorRequeueDelay = time.Second
 // agent API (GetAction, ReportActionStatus) hands out actions and records
 // reports. Workflows are identified by "namespace/name".
 type Engine struct {
-	store   store.Store
+	store store.Store
+	// live, if not nil, confirms a workflow read from store's cache
+	// before one of its actions is handed out (store.LiveReader).
+	live    store.LiveReader
 	clock   clock.Clock
 	log     *slog.Logger
 	maxWait time.Duration
@@ -135,6 +138,7 @@ type deadlineTimer struct {
 func New(cfg Config) *Engine {
 	e := &Engine{
 		store:   cfg.Store,
+		live:    store.AsLiveReader(cfg.Store),
 		clock:   clock.Or(cfg.Clock),
 		log:     cfg.Logger,
 		maxWait: cfg.MaxWait,
@@ -833,10 +837,41 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 	now := e.clock.Now()
 	for _, w := range cands {
 		if na := NextActionFor(&w.Status, WorkflowID(w), agentID, now); na != nil {
+			if fresh, err := e.confirm(ctx, w); err != nil || !fresh {
+				return nil, err
+			}
 			return na, nil
 		}
 	}
 	return nil, nil
+}
+
+// confirm reports whether w, as read from the store's cache, is still the
+// stored version: with a store whose cache can lag (Kubernetes mode), the
+// action this replica is about to hand out may have been reported done
+// through another replica a moment ago, and the agent that reported it,
+// having moved here, would run it again. When the cache is behind it
+// answers false: nothing now; its watch brings the newer version within
+// moments and wakes the waiting GetAction, which looks again. Without
+// such a store (the embedded one) every read is current.
+func (e *Engine) confirm(ctx context.Context, w *model.Workflow) (bool, error) {
+	if e.live == nil {
+		return true, nil
+	}
+	obj, err := e.live.GetLive(ctx, model.KindWorkflow, w.Namespace, w.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil // deleted meanwhile
+	}
+	if err != nil {
+		return false, err
+	}
+	if rv := obj.GetObjectMeta().ResourceVersion; rv != w.ResourceVersion {
+		staleHandout.Inc()
+		e.log.Debug("workflow: cache behind the store; not handing out an action from it", "workflow", w.Key(),
+			"cached", w.ResourceVersion, "stored", rv)
+		return false, nil
+	}
+	return true, nil
 }
 
 // ownWorkflows keeps the workflows of namespaces that have a Hardware

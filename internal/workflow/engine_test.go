@@ -544,3 +544,64 @@ func TestEngineMissingGrace(t *testing.T) {
 		t.Fatalf("condition %+v", c)
 	}
 }
+
+// laggingStore answers reads of workflows from a snapshot, as a Kubernetes
+// replica's cache does while it has not yet seen another replica's write,
+// and GetLive from the store itself.
+type laggingStore struct {
+	store.Store
+	snap map[string]*model.Workflow // by namespace/name
+}
+
+func (l *laggingStore) stale(o model.Object) model.Object {
+	if _, isWorkflow := o.(*model.Workflow); !isWorkflow {
+		return o
+	}
+	if w, ok := l.snap[o.GetObjectMeta().Key()]; ok {
+		return model.DeepCopy(w)
+	}
+	return o
+}
+
+func (l *laggingStore) Get(ctx context.Context, kind, ns, name string) (model.Object, error) {
+	o, err := l.Store.Get(ctx, kind, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return l.stale(o), nil
+}
+
+func (l *laggingStore) ByIndex(ctx context.Context, kind, index, value string) ([]model.Object, error) {
+	objs, err := l.Store.ByIndex(ctx, kind, index, value)
+	for i, o := range objs {
+		objs[i] = l.stale(o)
+	}
+	return objs, err
+}
+
+func (l *laggingStore) GetLive(ctx context.Context, kind, ns, name string) (model.Object, error) {
+	return l.Store.Get(ctx, kind, ns, name)
+}
+
+// TestEngineConfirmsCachedWorkflowBeforeHandout: with a store whose cache
+// can lag (store.LiveReader), an action whose SUCCESS was recorded through
+// another replica is not handed out again from a cache that has not seen
+// it; once the cache has, the next action is.
+func TestEngineConfirmsCachedWorkflowBeforeHandout(t *testing.T) {
+	e := newEnv(t)
+	e.create(loadYAML[model.Template](t, "testdata/template.yaml"), testHardware(t), testWorkflow("wf", "rack1-node07"))
+	before := e.waitWorkflow("wf", "rendered", rendered)
+	// Another replica hands out and records the first action.
+	first := e.runAction(mac, "stream-image", model.StateSuccess)
+
+	lag := &laggingStore{Store: e.store, snap: map[string]*model.Workflow{before.Key(): before}}
+	replica := New(Config{Store: lag, Clock: e.clock})
+	if na, err := replica.GetAction(context.Background(), mac, 0); !errors.Is(err, ErrNoAction) {
+		t.Fatalf("GetAction from a cache behind the store: %+v, %v; want ErrNoAction, not %s again", na, err, first.Name)
+	}
+	delete(lag.snap, before.Key()) // the cache caught up
+	na, err := replica.GetAction(context.Background(), mac, 0)
+	if err != nil || na.Name == first.Name {
+		t.Fatalf("GetAction once the cache caught up: %+v, %v; want the action after %s", na, err, first.Name)
+	}
+}
