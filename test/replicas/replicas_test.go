@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -179,6 +180,12 @@ func TestLeaderKilledMidFleet(t *testing.T) {
 	}
 	if h := clients[leaderIdx].Host(); h == servers[leaderIdx].GRPCAddr {
 		t.Errorf("the killed replica's agents still talk to it (%s): they never failed over", h)
+	}
+	for i, s := range servers {
+		if i != leaderIdx {
+			t.Logf("replica %d: anvil_workflow_stale_handout_total %s (hand-outs held back: its cache was behind)",
+				i, metric(t, s.HTTPAddr, "anvil_workflow_stale_handout_total"))
+		}
 	}
 	rec.mu.Lock()
 	t.Logf("calls that failed (and were retried): %v", rec.failures)
@@ -410,6 +417,27 @@ func replicaOf(t *testing.T, holder string) int {
 	}
 	t.Fatalf("Lease holder %q is none of the replicas", holder)
 	return -1
+}
+
+// metric reads one unlabelled metric from a replica's /metrics.
+func metric(t *testing.T, httpAddr, name string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no %s in the replica's /metrics", name)
+	return ""
 }
 
 func mac(i int) string { return fmt.Sprintf("02:00:00:00:%02x:%02x", byte(i>>8), byte(i)) }
