@@ -141,6 +141,7 @@ func TestLeaderKilledMidFleet(t *testing.T) {
 	// Kill the leader mid-fleet.
 	testtool.Receive(t, rec.reached, "a third of the first batch's actions acknowledged")
 	ackedBefore := rec.killed()
+	lastSeen := readLease(t, c) // renewed at least this late
 	servers[leaderIdx].Kill()
 	t.Logf("killed replica %d (the leader) with SIGKILL after %d acknowledged actions", leaderIdx, len(ackedBefore))
 	if len(ackedBefore) >= before*actions {
@@ -166,7 +167,14 @@ func TestLeaderKilledMidFleet(t *testing.T) {
 	if next.Transitions <= first.Transitions {
 		t.Errorf("leaseTransitions %d after the takeover, %d before: want it higher", next.Transitions, first.Transitions)
 	}
-	t.Logf("replica %d took over (%s)", replicaOf(t, next.Holder), next.Holder)
+	// The Lease's own times (the replicas' clocks: this machine's): no
+	// replica took it before it had gone unrenewed for a whole lease
+	// duration after the last renewal seen before the kill.
+	if d, _ := time.ParseDuration(leaseDuration); next.Acquired.Before(lastSeen.Renewed.Add(d)) {
+		t.Errorf("the Lease was taken at %s, less than %s after a renewal at %s", next.Acquired, d, lastSeen.Renewed)
+	}
+	t.Logf("replica %d took over (%s), %s after the last renewal seen before the kill", replicaOf(t, next.Holder), next.Holder,
+		next.Acquired.Sub(lastSeen.Renewed).Round(time.Millisecond))
 
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -384,8 +392,10 @@ func buildAnvil(t *testing.T) string {
 }
 
 type lease struct {
-	Holder      string `json:"holderIdentity"`
-	Transitions int    `json:"leaseTransitions"`
+	Holder      string    `json:"holderIdentity"`
+	Transitions int       `json:"leaseTransitions"`
+	Acquired    time.Time `json:"acquireTime"`
+	Renewed     time.Time `json:"renewTime"`
 }
 
 // readLease reads the leader Lease; empty before the first election.
