@@ -53,7 +53,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
-	"github.com/anvilproj/anvil/bench/internal/benchproc"
+	"github.com/anvilproj/anvil/internal/benchproc"
 )
 
 const (

@@ -4,6 +4,14 @@
 // N simulated agents at once (internal/agentsim, the real AgentService
 // protocol over gRPC/h2c) until every workflow has succeeded.
 //
+// With -backends it runs the same fleet against several backends in turn,
+// for a comparison in one run: "bolt" (the embedded store) and
+// "kubernetes:N", N replicas of `anvil serve --store kubernetes` on an etcd
+// and kube-apiserver it starts itself (internal/kubeproc; `make kube`
+// builds kube-apiserver), the agents spread evenly over the replicas. For
+// Kubernetes it adds the API server's and etcd's CPU time and the API
+// server's requests per action (apiserver_request_total's growth).
+//
 // It prints the machines, setup time, run time (from the start of the agents
 // until every agent's last report returned SUCCESS), actions/s, p50/p99/max
 // latency of GetAction and ReportActionStatus, the server's peak RSS and the
@@ -15,6 +23,7 @@
 // here (its modules are refused by the module proxy).
 //
 //	go run ./bench/fleet -n 10000
+//	go run ./bench/fleet -n 1000 -backends bolt,kubernetes:1,kubernetes:3
 package main
 
 import (
@@ -36,8 +45,8 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
-	"github.com/anvilproj/anvil/bench/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/agentsim"
+	"github.com/anvilproj/anvil/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -54,6 +63,7 @@ const (
 )
 
 type options struct {
+	backends   []backend
 	n          int
 	anvil      string
 	keep       bool
@@ -82,7 +92,13 @@ func main() {
 	flag.StringVar(&o.logLevel, "log-level", "warn", "the server's --log-level")
 	flag.BoolVar(&o.netboot, "toggle-netboot", true, "workflows set bootOptions.toggleAllowNetboot, as in examples/workflow.yaml")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "have the server write a CPU profile of the run to this file")
+	backends := flag.String("backends", "bolt", "what to run against, in turn: bolt, kubernetes (one replica), kubernetes:N (N replicas), comma-separated")
 	flag.Parse()
+	var err error
+	if o.backends, err = parseBackends(*backends); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(2)
+	}
 	if o.n < 1 || o.chunk < 2 {
 		fmt.Fprintln(os.Stderr, "fleet: -n must be >= 1 and -chunk >= 2")
 		os.Exit(2)
@@ -90,16 +106,22 @@ func main() {
 	if o.conns <= 0 {
 		o.conns = max(1, o.n/100)
 	}
-	r, err := run(o)
-	if r != nil {
-		r.print(os.Stdout)
-		if o.jsonOut {
-			b, _ := json.Marshal(r)
-			fmt.Println(string(b))
+	failed := false
+	for _, b := range o.backends {
+		r, err := run(o, b)
+		if r != nil {
+			r.print(os.Stdout)
+			if o.jsonOut {
+				b, _ := json.Marshal(r)
+				fmt.Println(string(b))
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fleet: %s: FAIL: %v\n", b, err)
+			failed = true
 		}
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet: FAIL:", err)
+	if failed {
 		os.Exit(1)
 	}
 }
@@ -116,6 +138,8 @@ type opStats struct {
 }
 
 type result struct {
+	Backend         string  `json:"backend"`
+	Replicas        int     `json:"replicas"`
 	Machines        int     `json:"machines"`
 	Actions         int     `json:"actions"`
 	Conns           int     `json:"conns"`
@@ -136,13 +160,19 @@ type result struct {
 	ServerCPUS      float64 `json:"server_cpu_total_s"`
 	LoadgenCPURunS  float64 `json:"loadgen_cpu_run_s"`
 	LoadgenCPUS     float64 `json:"loadgen_cpu_total_s"`
-	Verified        bool    `json:"verified"`
-	ServerExit      string  `json:"server_exit"`
-	RunTargetMet    *bool   `json:"run_target_met,omitempty"`
-	RSSTargetMet    bool    `json:"rss_target_met"`
-	Peer            string  `json:"peer"`
-	Date            string  `json:"date"`
-	CPUs            int     `json:"cpus"`
+	// Kubernetes only: the API server's and etcd's share, and the API
+	// server's requests (all replicas') during the run, per action.
+	APIServerCPURunS     float64 `json:"apiserver_cpu_run_s,omitempty"`
+	EtcdCPURunS          float64 `json:"etcd_cpu_run_s,omitempty"`
+	APIRequestsRun       float64 `json:"apiserver_requests_run,omitempty"`
+	APIRequestsPerAction float64 `json:"apiserver_requests_per_action,omitempty"`
+	Verified             bool    `json:"verified"`
+	ServerExit           string  `json:"server_exit"`
+	RunTargetMet         *bool   `json:"run_target_met,omitempty"`
+	RSSTargetMet         bool    `json:"rss_target_met"`
+	Peer                 string  `json:"peer"`
+	Date                 string  `json:"date"`
+	CPUs                 int     `json:"cpus"`
 }
 
 func (r *result) print(w io.Writer) {
@@ -151,7 +181,7 @@ func (r *result) print(w io.Writer) {
 		return fmt.Sprintf("p50 %7.2f ms   p99 %7.2f ms   max %8.2f ms   (%d calls, %d errors)",
 			s.P50ms, s.P99ms, s.MaxMs, s.Calls, s.Errors)
 	}
-	fmt.Fprintf(w, "\nAnvil fleet benchmark — %s, %d CPUs\n", r.Date, r.CPUs)
+	fmt.Fprintf(w, "\nAnvil fleet benchmark — %s, %d CPUs — %s\n", r.Date, r.CPUs, r.Backend)
 	tw("machines", "%d", r.Machines)
 	tw("actions (5 per machine)", "%d   (2 reports each: RUNNING, SUCCESS)", r.Actions)
 	tw("agent connections (HTTP/2)", "%d", r.Conns)
@@ -162,10 +192,17 @@ func (r *result) print(w io.Writer) {
 	tw("actions/s", "%.0f   (%.0f reports/s)", r.ActionsPerS, r.ReportsPerS)
 	tw("GetAction", "%s", ms(r.GetAction))
 	tw("ReportActionStatus", "%s", ms(r.Report))
+	if r.Replicas > 1 {
+		tw("replicas", "%d   (RSS: the largest replica's; CPU: all replicas')", r.Replicas)
+	}
 	tw("server peak RSS (setup+run)", "%.1f MiB", r.PeakRSSRunMiB)
 	tw("server peak RSS (whole life)", "%.1f MiB   (VmHWM, incl. final verification lists)", r.PeakRSSMiB)
 	tw("server CPU", "%.2f s setup, %.2f s run, %.2f s total", r.ServerCPUSetupS, r.ServerCPURunS, r.ServerCPUS)
 	tw("loadgen CPU", "%.2f s run, %.2f s total", r.LoadgenCPURunS, r.LoadgenCPUS)
+	if r.APIRequestsRun > 0 {
+		tw("kube-apiserver + etcd CPU", "%.2f s + %.2f s run", r.APIServerCPURunS, r.EtcdCPURunS)
+		tw("API server requests", "%.0f during the run, %.2f per action", r.APIRequestsRun, r.APIRequestsPerAction)
+	}
 	tw("verified in store", "%v", r.Verified)
 	tw("server exit on SIGTERM", "%s", r.ServerExit)
 	switch {
@@ -187,20 +224,21 @@ func (r *result) print(w io.Writer) {
 // ---------------------------------------------------------------------------
 // The run
 
-func run(o options) (*result, error) {
+func run(o options, b backend) (*result, error) {
 	benchproc.RaiseNoFile()
-	res := &result{Machines: o.n, Conns: o.conns, ActionTimeS: o.actionTime.Seconds(), CPUs: benchproc.CPUs(),
+	res := &result{Backend: b.String(), Replicas: max(1, b.replicas), Machines: o.n, Conns: o.conns, ActionTimeS: o.actionTime.Seconds(), CPUs: benchproc.CPUs(),
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"),
 		Peer: "none: Tinkerbell's server cannot be built here (its modules are refused by the module proxy)"}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 
-	srv, err := benchproc.Start(ctx, benchproc.Options{Binary: o.anvil, LogLevel: o.logLevel, CPUProfile: o.cpuProfile, Progress: progress})
+	dep, err := startDeployment(ctx, o, b)
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Cleanup(o.keep)
-	defer srv.Kill() // no-op once stopped cleanly
+	defer dep.cleanup(o.keep)
+	defer dep.kill() // the servers' a no-op once stopped cleanly
+	srv := dep.servers[0]
 
 	sampler := benchproc.NewRSSSampler(srv.PID)
 	defer sampler.Stop()
@@ -211,7 +249,7 @@ func run(o options) (*result, error) {
 	workflows := anvilv1connect.NewWorkflowServiceClient(admin, base, connect.WithGRPC())
 
 	// Setup: template, then Hardware + Workflows in chunks.
-	cpu0 := srv.CPU()
+	cpu0 := dep.cpu()
 	t0 := time.Now()
 	if _, err := manifests.Apply(ctx, connect.NewRequest(&v1.ApplyRequest{Source: "fleet-template.yaml", Content: templateYAML})); err != nil {
 		return nil, fmt.Errorf("apply template: %w", err)
@@ -260,9 +298,13 @@ func run(o options) (*result, error) {
 	progress("rendered %d workflows in %.2fs", o.n, res.RenderS)
 
 	// Run: N agents at once.
+	o.conns = max(o.conns, len(dep.servers)) // a connection to each replica at least
+	res.Conns = o.conns
 	clients := make([]anvilv1connect.AgentServiceClient, o.conns)
 	for i := range clients {
-		clients[i] = anvilv1connect.NewAgentServiceClient(benchproc.NewH2CClient(), base, connect.WithGRPC())
+		// Connection i goes to replica i mod replicas: agents spread evenly.
+		replica := "http://" + dep.servers[i%len(dep.servers)].GRPCAddr
+		clients[i] = anvilv1connect.NewAgentServiceClient(benchproc.NewH2CClient(), replica, connect.WithGRPC())
 	}
 	outs := make([]agentOut, o.n)
 	var wg sync.WaitGroup
@@ -300,7 +342,12 @@ func run(o options) (*result, error) {
 			finished.Add(1)
 		}()
 	}
-	cpu1 := srv.CPU()
+	cpu1 := dep.cpu()
+	api1, etcd1 := dep.clusterCPU()
+	req1, err := dep.apiRequests(ctx)
+	if err != nil {
+		return nil, err
+	}
 	lg1 := benchproc.SelfCPU()
 	runStart := time.Now()
 	close(start)
@@ -329,9 +376,14 @@ waitLoop:
 		}
 	}
 	res.RunS = last.Sub(runStart).Seconds()
-	cpu2 := srv.CPU()
+	cpu2 := dep.cpu()
 	lg2 := benchproc.SelfCPU()
-	res.PeakRSSRunMiB = benchproc.MiB(benchproc.VmHWM(srv.PID))
+	api2, etcd2 := dep.clusterCPU()
+	req2, err := dep.apiRequests(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.PeakRSSRunMiB = benchproc.MiB(dep.peakRSS())
 
 	// Agent outcomes and latencies.
 	var gets, reps []time.Duration
@@ -360,6 +412,11 @@ waitLoop:
 	res.ServerCPUSetupS = cpu1 - cpu0
 	res.ServerCPURunS = cpu2 - cpu1
 	res.LoadgenCPURunS = lg2 - lg1
+	res.APIServerCPURunS, res.EtcdCPURunS = api2-api1, etcd2-etcd1
+	res.APIRequestsRun = req2 - req1
+	if res.Actions > 0 {
+		res.APIRequestsPerAction = res.APIRequestsRun / float64(res.Actions)
+	}
 	progress("run finished in %.2fs", res.RunS)
 
 	// Verify in the store, a chunk at a time (small responses).
@@ -371,9 +428,9 @@ waitLoop:
 	}
 	res.Verified = verr == nil
 
-	res.PeakRSSMiB = benchproc.MiB(benchproc.VmHWM(srv.PID))
+	res.PeakRSSMiB = benchproc.MiB(dep.peakRSS())
 	res.MaxSampledMiB = benchproc.MiB(sampler.Stop())
-	res.ServerCPUS = srv.CPU()
+	res.ServerCPUS = dep.cpu()
 	res.LoadgenCPUS = benchproc.SelfCPU()
 	res.RSSTargetMet = res.PeakRSSMiB*(1<<20) < targetRSS
 	if o.n >= targetN {
@@ -382,7 +439,7 @@ waitLoop:
 	}
 
 	// Stop the server: SIGTERM, and it must exit 0.
-	serr := srv.Stop(30 * time.Second)
+	serr := dep.stop(30 * time.Second)
 	if serr != nil {
 		res.ServerExit = serr.Error()
 	} else {

@@ -166,7 +166,8 @@ func runAction(ctx context.Context, cfg *Config, a *v1.GetActionResponse) (strin
 	return resp.GetWorkflowState(), nil
 }
 
-// reportWithRetry sends a report, retrying transient failures: a report that
+// reportWithRetry sends a report, retrying every failure but a refusal
+// (the codes the real agent, internal/agent, gives up on): a report that
 // is lost would leave the workflow waiting for the action's timeout.
 func reportWithRetry(ctx context.Context, cfg *Config, r *v1.ReportActionStatusRequest) (*v1.ReportActionStatusResponse, error) {
 	for attempt := 1; ; attempt++ {
@@ -179,7 +180,12 @@ func reportWithRetry(ctx context.Context, cfg *Config, r *v1.ReportActionStatusR
 			return resp.Msg, nil
 		}
 		switch connect.CodeOf(err) {
-		case connect.CodeUnavailable, connect.CodeAborted, connect.CodeDeadlineExceeded, connect.CodeUnknown:
+		case connect.CodeNotFound, connect.CodeFailedPrecondition, connect.CodeInvalidArgument, connect.CodePermissionDenied:
+			// A refusal: the same report would be refused again.
+		default:
+			// Anything else may be the server or the connection failing,
+			// including a reply cut off when the replica died (Internal:
+			// "incomplete envelope"), as the real agent assumes.
 			if attempt < 20 && ctx.Err() == nil {
 				sleep(ctx, time.Duration(attempt)*100*time.Millisecond)
 				continue

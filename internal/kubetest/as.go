@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/kubeproc"
 )
 
 // As returns the cluster as another user sees it: the same API server,
@@ -14,7 +16,7 @@ func (c *Cluster) As(t testing.TB, token string) *Cluster {
 	t.Helper()
 	as := *c
 	as.Token = token
-	as.Client = newClient(token, c.CACert)
+	as.Client = kubeproc.NewClient(token, c.CACert)
 	t.Cleanup(as.Client.CloseIdleConnections)
 	return &as
 }

@@ -22,6 +22,10 @@ func Fenced(st store.Store) store.Store { return fenced{st} }
 
 type fenced struct{ store.Store }
 
+// Unwrap implements store.Unwrapper: reads are not fenced, so a live read
+// may go to the store underneath.
+func (f fenced) Unwrap() store.Store { return f.Store }
+
 // check returns the error a write under ctx must fail with, if any.
 func check(ctx context.Context) error {
 	if ctx.Value(fenceKey{}) == nil {

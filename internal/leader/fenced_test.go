@@ -78,3 +78,27 @@ func TestFencedStore(t *testing.T) {
 		}
 	}
 }
+
+// liveStore is a store whose cache can lag (store.LiveReader).
+type liveStore struct{ store.Store }
+
+func (liveStore) GetLive(context.Context, string, string, string) (model.Object, error) {
+	return nil, store.ErrNotFound
+}
+
+// TestFencedKeepsLiveReads: the engine, given the fenced store, still finds
+// the live reads of the store underneath (reads are not fenced); a store
+// without them has none through the fence either.
+func TestFencedKeepsLiveReads(t *testing.T) {
+	bs, err := bolt.Open(filepath.Join(t.TempDir(), "anvil.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bs.Close() })
+	if lr := store.AsLiveReader(Fenced(liveStore{bs})); lr == nil {
+		t.Error("AsLiveReader(Fenced(a LiveReader)) = nil")
+	}
+	if lr := store.AsLiveReader(Fenced(bs)); lr != nil {
+		t.Errorf("AsLiveReader(Fenced(bolt)) = %T, want nil", lr)
+	}
+}

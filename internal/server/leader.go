@@ -31,6 +31,13 @@ type LeaderConfig struct {
 	LeaseDuration time.Duration
 }
 
+// kubeMissingGrace is the engine's MissingGrace in Kubernetes mode: long
+// enough for a lagging watch (milliseconds) and for objects applied
+// together by kubectl or a GitOps tool in any order; short enough that a
+// Workflow naming a Template that does not exist fails while someone is
+// still looking.
+const kubeMissingGrace = time.Minute
+
 // elector returns the Lease election of Kubernetes mode, or nil with the
 // embedded store.
 func elector(cfg Config) (*leader.Elector, error) {

@@ -400,7 +400,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if el != nil {
 		leaderStore = leader.Fenced(st)
 	}
-	engine := workflow.New(workflow.Config{Store: leaderStore, Logger: log, ISOURL: boot.isoURL})
+	wcfg := workflow.Config{Store: leaderStore, Logger: log, ISOURL: boot.isoURL}
+	if cfg.Store.IsKubernetes() {
+		// Each kind has its own watch there: a Workflow may be seen
+		// before the Template or Hardware created just before it.
+		wcfg.MissingGrace = kubeMissingGrace
+	}
+	engine := workflow.New(wcfg)
 	bmcLeader, bmcAll, err := bmcComponents(cfg, leaderStore, sealer, recorder, &res)
 	if err != nil {
 		return err

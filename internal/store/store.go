@@ -117,6 +117,38 @@ type Store interface {
 	Close() error
 }
 
+// LiveReader is a Store whose reads are answered from a cache that can be
+// behind a write another process made and acknowledged: the Kubernetes
+// store, where each replica's cache follows the API server through a
+// watch. GetLive reads one object from the source itself (an error
+// wrapping ErrNotFound if it is not there). Who acts on a read that must
+// not be stale (handing out an action) confirms it with GetLive.
+type LiveReader interface {
+	GetLive(ctx context.Context, kind, namespace, name string) (model.Object, error)
+}
+
+// Unwrapper is a Store that wraps another (adding checks to its writes,
+// say), so that AsLiveReader can look through it.
+type Unwrapper interface {
+	Unwrap() Store
+}
+
+// AsLiveReader returns st, or the store it wraps, as a LiveReader; nil if
+// it has none (its reads are never stale, as the embedded store's).
+func AsLiveReader(st Store) LiveReader {
+	for st != nil {
+		if lr, ok := st.(LiveReader); ok {
+			return lr
+		}
+		u, ok := st.(Unwrapper)
+		if !ok {
+			return nil
+		}
+		st = u.Unwrap()
+	}
+	return nil
+}
+
 // ListOptions filters a List.
 type ListOptions struct {
 	// Namespace limits the list to one namespace; empty means all.

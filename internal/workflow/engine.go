@@ -38,6 +38,15 @@ type Config struct {
 	// ISOURL, if set, is the URL of the server's own boot ISO for a
 	// Hardware: an isoboot workflow without bootOptions.isoURL boots it.
 	ISOURL func(*model.Hardware) string
+	// MissingGrace is how long a workflow whose Template, Hardware or
+	// worker's Hardware is not in the store yet is rendered again (every
+	// errorRequeueDelay) before it fails, counted from the first miss this
+	// engine saw. 0 fails it at the first miss, right for a store whose
+	// reads are consistent across kinds (the embedded one). The Kubernetes
+	// store watches each kind apart, so a Workflow can be seen before the
+	// Template created just before it; and objects applied together by
+	// kubectl or a GitOps tool arrive in any order.
+	MissingGrace time.Duration
 }
 
 // DefaultMaxWait is the GetAction long-poll cap when Config.MaxWait is 0.
@@ -61,7 +70,10 @@ const errorRequeueDelay = time.Second
 // agent API (GetAction, ReportActionStatus) hands out actions and records
 // reports. Workflows are identified by "namespace/name".
 type Engine struct {
-	store   store.Store
+	store store.Store
+	// live, if not nil, confirms a workflow read from store's cache
+	// before one of its actions is handed out (store.LiveReader).
+	live    store.LiveReader
 	clock   clock.Clock
 	log     *slog.Logger
 	maxWait time.Duration
@@ -94,7 +106,20 @@ type Engine struct {
 	// it (a Template's rendering can take its whole time budget).
 	rmu       sync.Mutex
 	rendering map[string]context.CancelCauseFunc
+
+	// mmu guards missingSince: when this engine first found each
+	// workflow's referenced object missing (Config.MissingGrace).
+	missingGrace time.Duration
+	mmu          sync.Mutex
+	missingSince map[string]time.Time
 }
+
+// retryLater is a reconcile to try again soon that is not a failure worth
+// a warning (a referenced object not seen yet).
+type retryLater struct{ err error }
+
+func (r *retryLater) Error() string { return r.err.Error() }
+func (r *retryLater) Unwrap() error { return r.err }
 
 // errWorkflowDeleted cancels the rendering of a workflow that was deleted.
 var errWorkflowDeleted = errors.New("the workflow was deleted")
@@ -113,6 +138,7 @@ type deadlineTimer struct {
 func New(cfg Config) *Engine {
 	e := &Engine{
 		store:   cfg.Store,
+		live:    store.AsLiveReader(cfg.Store),
 		clock:   clock.Or(cfg.Clock),
 		log:     cfg.Logger,
 		maxWait: cfg.MaxWait,
@@ -126,6 +152,9 @@ func New(cfg Config) *Engine {
 		warned:  map[string]bool{},
 
 		rendering: map[string]context.CancelCauseFunc{},
+
+		missingGrace: cfg.MissingGrace,
+		missingSince: map[string]time.Time{},
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -177,7 +206,11 @@ func (e *Engine) Run(ctx context.Context) error {
 					return
 				}
 				if err := e.reconcile(ctx, key); err != nil && ctx.Err() == nil {
-					e.log.Warn("workflow reconcile failed; will retry", "workflow", key, "err", err)
+					if r := (*retryLater)(nil); errors.As(err, &r) {
+						e.log.Debug("workflow: will render again", "workflow", key, "err", r.err)
+					} else {
+						e.log.Warn("workflow reconcile failed; will retry", "workflow", key, "err", err)
+					}
 					e.clock.AfterFunc(errorRequeueDelay, func() { e.queue.add(key) })
 				}
 				e.queue.done(key)
@@ -225,6 +258,7 @@ func (e *Engine) watch(ctx context.Context) error {
 					}
 					if ev.Type == store.Deleted {
 						e.cancelRendering(wf.Key())
+						e.forgetMissing(wf.Key())
 						e.forget(wf.Key())
 						e.queue.add(wf.Key())
 						e.notifyWorkflowAgents(wf)
@@ -373,9 +407,13 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 			if !errors.As(err, &rerr) {
 				return err // the store failed or the engine is stopping; try again later
 			}
+			if e.stillMissing(key, err, now) {
+				return &retryLater{err}
+			}
 			RenderFailedStatus(st, err, now)
 			e.log.Info("workflow template rendering failed", "workflow", key, "err", err)
 		} else {
+			e.forgetMissing(key)
 			*st = InitialStatus(wf, def, now)
 			if err := e.resolveWorkers(ctx, wf.Namespace, st); err != nil {
 				return err
@@ -691,6 +729,34 @@ func (e *Engine) resolveWorkers(ctx context.Context, ns string, st *model.Workfl
 	return nil
 }
 
+// stillMissing reports whether a render that failed with err should be
+// tried again instead of failing the workflow: err is a referenced object
+// missing, and MissingGrace has not passed since this engine first saw
+// it missing.
+func (e *Engine) stillMissing(key string, err error, now time.Time) bool {
+	var we WorkerErrors
+	if e.missingGrace <= 0 || (!errors.Is(err, errMissing) && !errors.As(err, &we)) {
+		return false
+	}
+	e.mmu.Lock()
+	defer e.mmu.Unlock()
+	since, ok := e.missingSince[key]
+	if !ok {
+		e.missingSince[key], since = now, now
+	}
+	if now.Sub(since) < e.missingGrace {
+		return true
+	}
+	delete(e.missingSince, key)
+	return false
+}
+
+func (e *Engine) forgetMissing(key string) {
+	e.mmu.Lock()
+	delete(e.missingSince, key)
+	e.mmu.Unlock()
+}
+
 // GetAction returns the next action for agentID (any of its machine's
 // names: see ResolveAgent). If there is none now, it waits up to min(wait,
 // MaxWait) for a change to a workflow of this agent and looks again;
@@ -771,10 +837,41 @@ func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, e
 	now := e.clock.Now()
 	for _, w := range cands {
 		if na := NextActionFor(&w.Status, WorkflowID(w), agentID, now); na != nil {
+			if fresh, err := e.confirm(ctx, w); err != nil || !fresh {
+				return nil, err
+			}
 			return na, nil
 		}
 	}
 	return nil, nil
+}
+
+// confirm reports whether w, as read from the store's cache, is still the
+// stored version: with a store whose cache can lag (Kubernetes mode), the
+// action this replica is about to hand out may have been reported done
+// through another replica a moment ago, and the agent that reported it,
+// having moved here, would run it again. When the cache is behind it
+// answers false: nothing now; its watch brings the newer version within
+// moments and wakes the waiting GetAction, which looks again. Without
+// such a store (the embedded one) every read is current.
+func (e *Engine) confirm(ctx context.Context, w *model.Workflow) (bool, error) {
+	if e.live == nil {
+		return true, nil
+	}
+	obj, err := e.live.GetLive(ctx, model.KindWorkflow, w.Namespace, w.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil // deleted meanwhile
+	}
+	if err != nil {
+		return false, err
+	}
+	if rv := obj.GetObjectMeta().ResourceVersion; rv != w.ResourceVersion {
+		staleHandout.Inc()
+		e.log.Debug("workflow: cache behind the store; not handing out an action from it", "workflow", w.Key(),
+			"cached", w.ResourceVersion, "stored", rv)
+		return false, nil
+	}
+	return true, nil
 }
 
 // ownWorkflows keeps the workflows of namespaces that have a Hardware

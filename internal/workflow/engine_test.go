@@ -23,12 +23,14 @@ type env struct {
 	t      *testing.T
 	budget tmplbudget.Budget            // the engine's RenderBudget
 	isoURL func(*model.Hardware) string // the engine's ISOURL
-	path   string
-	store  *bolt.Store
-	clock  *clock.Fake
-	engine *Engine
-	cancel context.CancelFunc
-	done   chan error
+	// missingGrace is the engine's MissingGrace.
+	missingGrace time.Duration
+	path         string
+	store        *bolt.Store
+	clock        *clock.Fake
+	engine       *Engine
+	cancel       context.CancelFunc
+	done         chan error
 }
 
 func newEnv(t *testing.T) *env {
@@ -44,7 +46,7 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	e.store = st
-	e.engine = New(Config{Store: st, Clock: e.clock, RenderBudget: e.budget, ISOURL: e.isoURL})
+	e.engine = New(Config{Store: st, Clock: e.clock, RenderBudget: e.budget, ISOURL: e.isoURL, MissingGrace: e.missingGrace})
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.done = make(chan error, 1)
@@ -498,5 +500,108 @@ func TestEngineFollow(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the follower's GetAction was not woken by the leader's rendering")
+	}
+}
+
+// TestEngineMissingGrace: with MissingGrace (Kubernetes mode), a workflow
+// whose Template is not in the store yet is not failed: it is rendered
+// again until the Template appears. One whose Template never appears
+// fails once the grace has passed, as without it.
+func TestEngineMissingGrace(t *testing.T) {
+	e := &env{t: t, path: filepath.Join(t.TempDir(), "anvil.db"), clock: newFakeClock(), missingGrace: time.Minute}
+	e.start()
+	t.Cleanup(e.stop)
+	e.create(testHardware(t))
+
+	late := testWorkflow("late", "rack1-node07")
+	late.Spec.TemplateRef = "later"
+	e.create(late)
+	// The engine found the Template missing and will look again.
+	e.waitUntil("a render retry scheduled", func() bool { return e.clock.PendingAt(e.clock.Now().Add(errorRequeueDelay)) })
+	if w := e.workflow("late"); w.Status.State != "" {
+		t.Fatalf("workflow with its Template not there yet: state %s, want not rendered yet: %+v", w.Status.State, w.Status.Conditions)
+	}
+	tmpl := loadYAML[model.Template](t, "testdata/template.yaml")
+	tmpl.Name = "later"
+	e.create(tmpl)
+	e.clock.Advance(errorRequeueDelay)
+	e.waitWorkflow("late", "rendered", rendered)
+
+	never := testWorkflow("never", "")
+	never.Spec.TemplateRef = "nope"
+	e.create(never)
+	// Retried every errorRequeueDelay while the grace lasts; the 60th
+	// retry, a minute after the first miss, fails it.
+	for range 60 {
+		e.waitUntil("a render retry scheduled", func() bool { return e.clock.PendingAt(e.clock.Now().Add(errorRequeueDelay)) })
+		if w := e.workflow("never"); w.Status.State != "" {
+			t.Fatalf("failed %s into the test, before the grace passed: %+v", e.clock.Now().Sub(t0), w.Status.Conditions)
+		}
+		e.clock.Advance(errorRequeueDelay)
+	}
+	w := e.waitWorkflow("never", "FAILED", stateIs(model.StateFailed))
+	if c := FindCondition(&w.Status, ConditionTemplateRendered); c == nil || !strings.Contains(c.Message, "template default/nope not found") {
+		t.Fatalf("condition %+v", c)
+	}
+}
+
+// laggingStore answers reads of workflows from a snapshot, as a Kubernetes
+// replica's cache does while it has not yet seen another replica's write,
+// and GetLive from the store itself.
+type laggingStore struct {
+	store.Store
+	snap map[string]*model.Workflow // by namespace/name
+}
+
+func (l *laggingStore) stale(o model.Object) model.Object {
+	if _, isWorkflow := o.(*model.Workflow); !isWorkflow {
+		return o
+	}
+	if w, ok := l.snap[o.GetObjectMeta().Key()]; ok {
+		return model.DeepCopy(w)
+	}
+	return o
+}
+
+func (l *laggingStore) Get(ctx context.Context, kind, ns, name string) (model.Object, error) {
+	o, err := l.Store.Get(ctx, kind, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return l.stale(o), nil
+}
+
+func (l *laggingStore) ByIndex(ctx context.Context, kind, index, value string) ([]model.Object, error) {
+	objs, err := l.Store.ByIndex(ctx, kind, index, value)
+	for i, o := range objs {
+		objs[i] = l.stale(o)
+	}
+	return objs, err
+}
+
+func (l *laggingStore) GetLive(ctx context.Context, kind, ns, name string) (model.Object, error) {
+	return l.Store.Get(ctx, kind, ns, name)
+}
+
+// TestEngineConfirmsCachedWorkflowBeforeHandout: with a store whose cache
+// can lag (store.LiveReader), an action whose SUCCESS was recorded through
+// another replica is not handed out again from a cache that has not seen
+// it; once the cache has, the next action is.
+func TestEngineConfirmsCachedWorkflowBeforeHandout(t *testing.T) {
+	e := newEnv(t)
+	e.create(loadYAML[model.Template](t, "testdata/template.yaml"), testHardware(t), testWorkflow("wf", "rack1-node07"))
+	before := e.waitWorkflow("wf", "rendered", rendered)
+	// Another replica hands out and records the first action.
+	first := e.runAction(mac, "stream-image", model.StateSuccess)
+
+	lag := &laggingStore{Store: e.store, snap: map[string]*model.Workflow{before.Key(): before}}
+	replica := New(Config{Store: lag, Clock: e.clock})
+	if na, err := replica.GetAction(context.Background(), mac, 0); !errors.Is(err, ErrNoAction) {
+		t.Fatalf("GetAction from a cache behind the store: %+v, %v; want ErrNoAction, not %s again", na, err, first.Name)
+	}
+	delete(lag.snap, before.Key()) // the cache caught up
+	na, err := replica.GetAction(context.Background(), mac, 0)
+	if err != nil || na.Name == first.Name {
+		t.Fatalf("GetAction once the cache caught up: %+v, %v; want the action after %s", na, err, first.Name)
 	}
 }

@@ -36,6 +36,10 @@ type Source interface {
 // status and does not try again.
 type RenderError struct{ Err error }
 
+// errMissing is a RenderError's cause when the Template or Hardware a
+// workflow names is not in the store (Config.MissingGrace).
+var errMissing = errors.New("not found")
+
 func (e *RenderError) Error() string { return e.Err.Error() }
 func (e *RenderError) Unwrap() error { return e.Err }
 
@@ -131,7 +135,7 @@ func renderStored(ctx context.Context, src Source, b tmplbudget.Budget, wf *mode
 	}
 	obj, err := src.Get(ctx, model.KindTemplate, wf.Namespace, wf.Spec.TemplateRef)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, &RenderError{fmt.Errorf("template %s/%s not found", wf.Namespace, wf.Spec.TemplateRef)}
+		return nil, &RenderError{fmt.Errorf("template %s/%s %w", wf.Namespace, wf.Spec.TemplateRef, errMissing)}
 	}
 	if err != nil {
 		return nil, err
@@ -141,7 +145,7 @@ func renderStored(ctx context.Context, src Source, b tmplbudget.Budget, wf *mode
 	if wf.Spec.HardwareRef != "" {
 		obj, err := src.Get(ctx, model.KindHardware, wf.Namespace, wf.Spec.HardwareRef)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, &RenderError{fmt.Errorf("hardware %s/%s not found", wf.Namespace, wf.Spec.HardwareRef)}
+			return nil, &RenderError{fmt.Errorf("hardware %s/%s %w", wf.Namespace, wf.Spec.HardwareRef, errMissing)}
 		}
 		if err != nil {
 			return nil, err

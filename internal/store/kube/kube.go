@@ -64,7 +64,10 @@ import (
 	"github.com/anvilproj/anvil/internal/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.LiveReader = (*Store)(nil)
+)
 
 // Config says which cluster to use and how.
 type Config struct {

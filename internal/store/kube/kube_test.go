@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -94,4 +95,30 @@ func (w tWriter) Write(b []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(string(b))
 	return len(b), nil
+}
+
+// TestGetLive: the store reads an object from the API server on demand
+// (store.LiveReader): the version another writer stored, and ErrNotFound
+// for what is not there.
+func TestGetLive(t *testing.T) {
+	rc := cluster(t)
+	a := open(t, kube.Config{REST: rc, Log: testLog(t)})
+	b := open(t, kube.Config{REST: rc, Log: testLog(t)}) // another replica
+	data := "version: \"0.1\"\n"
+	tmpl := &model.Template{TypeMeta: model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindTemplate},
+		ObjectMeta: model.ObjectMeta{Name: "t", Namespace: "default"}, Spec: model.TemplateSpec{Data: &data}}
+	stored, err := a.Create(t.Context(), tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := b.GetLive(t.Context(), model.KindTemplate, "default", "t")
+	if err != nil {
+		t.Fatalf("GetLive on another store: %v", err)
+	}
+	if got, want := live.GetObjectMeta().ResourceVersion, stored.GetObjectMeta().ResourceVersion; got != want {
+		t.Errorf("GetLive: resourceVersion %s, want %s (the one written)", got, want)
+	}
+	if _, err := b.GetLive(t.Context(), model.KindTemplate, "default", "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetLive of a missing object: %v, want ErrNotFound", err)
+	}
 }

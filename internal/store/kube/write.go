@@ -185,6 +185,17 @@ func (s *Store) Update(ctx context.Context, obj model.Object) (model.Object, err
 	}
 }
 
+// GetLive implements store.LiveReader: it reads the object from the API
+// server, not from this replica's cache, which may not have seen a write
+// another replica acknowledged yet.
+func (s *Store) GetLive(ctx context.Context, kind, namespace, name string) (model.Object, error) {
+	kc, err := s.kind(kind)
+	if err != nil {
+		return nil, err
+	}
+	return s.current(ctx, kc, namespace, name, "", true)
+}
+
 // current returns the stored object to update from: the cached one when it
 // is the version wanted (or any version is, and fresh is false), else the
 // API server's.

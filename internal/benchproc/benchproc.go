@@ -1,7 +1,8 @@
-// Package benchproc runs `anvil serve` as a child process for the
-// benchmarks, so that the server's CPU and memory are measured alone, and
-// measures processes (CPU time, peak and sampled RSS). The fleet and BMC
-// polling benchmarks share it.
+// Package benchproc runs `anvil serve` as a child process, so that the
+// server's CPU and memory are measured alone and it can be killed like a
+// real one, and measures processes (CPU time, peak and sampled RSS). The
+// fleet and BMC polling benchmarks and the replica test (test/replicas)
+// share it. It owns those child processes, not what they store.
 package benchproc
 
 import (
@@ -54,6 +55,9 @@ type Options struct {
 	Dir string
 	// Args are more flags of `anvil serve`.
 	Args []string
+	// Env is added to this process's environment for the server's
+	// (e.g. POD_NAME, which names a replica in the leader Lease).
+	Env []string
 	// Progress receives one line when the server has started.
 	Progress func(format string, args ...any)
 }
@@ -106,6 +110,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.cmd.Args = append(s.cmd.Args, "--cpu-profile", abs)
 	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if len(o.Env) > 0 {
+		s.cmd.Env = append(os.Environ(), o.Env...)
+	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := anvilserver.PassListeners(s.cmd, anvilserver.Listeners{HTTP: lns[0], GRPC: lns[1]}); err != nil {
 		logf.Close()
@@ -198,8 +205,12 @@ func (s *Server) Cleanup(keep bool) {
 }
 
 // CPU is the server's CPU time so far (user + system), in seconds.
-func (s *Server) CPU() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.PID))
+func (s *Server) CPU() float64 { return ProcCPU(s.PID) }
+
+// ProcCPU is process pid's CPU time so far (user + system), in seconds;
+// 0 once it has exited.
+func ProcCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package kubetest
+package kubeproc
 
 import (
 	"crypto/ecdsa"
@@ -7,11 +7,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 )
 
@@ -28,28 +28,34 @@ type credentials struct {
 	saKey string
 }
 
-// testUser is the token's user; system:masters passes every RBAC check.
-const testUser = "kubetest-admin"
+// adminUser is the token's user; system:masters passes every RBAC check.
+const adminUser = "kubetest-admin"
 
 // writeCredentials makes a CA, a serving certificate, a service account
-// key and a token file in dir/pki. The CA is the test's own so that the
-// client can verify the server (no InsecureSkipVerify in tests that will
+// key and a token file in dir/pki. The CA is the cluster's own so that
+// the client can verify the server (no InsecureSkipVerify in tests that
 // also exercise TLS configuration).
-func writeCredentials(t testing.TB, dir string) credentials {
-	t.Helper()
+func writeCredentials(dir string) (credentials, error) {
 	pki := filepath.Join(dir, "pki")
 	if err := os.MkdirAll(pki, 0o700); err != nil {
-		t.Fatal(err)
+		return credentials{}, err
+	}
+	token, err := randomToken()
+	if err != nil {
+		return credentials{}, err
 	}
 	c := credentials{
-		token:      randomToken(t),
+		token:      token,
 		tokenFile:  filepath.Join(pki, "tokens.csv"),
 		serverCert: filepath.Join(pki, "apiserver.crt"),
 		serverKey:  filepath.Join(pki, "apiserver.key"),
 		saKey:      filepath.Join(pki, "service-account.key"),
 	}
 	now := time.Now()
-	caKey := newKey(t)
+	caKey, err := newKey()
+	if err != nil {
+		return c, err
+	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "kubetest CA"},
@@ -61,15 +67,18 @@ func writeCredentials(t testing.TB, dir string) credentials {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		t.Fatal(err)
+		return c, fmt.Errorf("kubeproc: the CA: %w", err)
 	}
 	ca, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		t.Fatal(err)
+		return c, err
 	}
 	c.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 
-	srvKey := newKey(t)
+	srvKey, err := newKey()
+	if err != nil {
+		return c, err
+	}
 	srvTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: "kube-apiserver"},
@@ -82,41 +91,40 @@ func writeCredentials(t testing.TB, dir string) credentials {
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
-		t.Fatal(err)
+		return c, fmt.Errorf("kubeproc: the serving certificate: %w", err)
 	}
-	writePEM(t, c.serverCert, "CERTIFICATE", srvDER)
-	writeKey(t, c.serverKey, srvKey)
-	writeKey(t, c.saKey, newKey(t))
-	line := c.token + "," + testUser + "," + testUser + ",\"system:masters\"\n"
-	if err := os.WriteFile(c.tokenFile, []byte(line), 0o600); err != nil {
-		t.Fatal(err)
+	saKey, err := newKey()
+	if err != nil {
+		return c, err
 	}
-	return c
+	line := c.token + "," + adminUser + "," + adminUser + ",\"system:masters\"\n"
+	for _, err := range []error{
+		writePEM(c.serverCert, "CERTIFICATE", srvDER),
+		writeKey(c.serverKey, srvKey),
+		writeKey(c.saKey, saKey),
+		os.WriteFile(c.tokenFile, []byte(line), 0o600),
+	} {
+		if err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }
 
 // newKey returns a new P-256 key: quick to make, and accepted by the API
 // server for serving and for service account tokens.
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+func newKey() (*ecdsa.PrivateKey, error) {
+	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 }
 
-func writeKey(t testing.TB, path string, k *ecdsa.PrivateKey) {
-	t.Helper()
+func writeKey(path string, k *ecdsa.PrivateKey) error {
 	der, err := x509.MarshalECPrivateKey(k)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	writePEM(t, path, "EC PRIVATE KEY", der)
+	return writePEM(path, "EC PRIVATE KEY", der)
 }
 
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }

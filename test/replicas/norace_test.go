@@ -1,0 +1,5 @@
+//go:build !race
+
+package replicas
+
+const raceEnabled = false
