@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/anvilproj/anvil/internal/labels"
@@ -116,4 +117,15 @@ func CopyStatus(dst, src model.Object) {
 	case *model.BMCTask:
 		d.Status = src.(*model.BMCTask).Status
 	}
+}
+
+// ParseResourceVersion reads a resourceVersion: a decimal revision that
+// grows with every write (a bbolt revision, an etcd revision), or an error
+// wrapping ErrInvalid.
+func ParseResourceVersion(rv string) (uint64, error) {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("resourceVersion %q is not a decimal revision: %w", rv, ErrInvalid)
+	}
+	return n, nil
 }

@@ -46,7 +46,7 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 	}
 	o := &op{verb: verbDelete, kc: s.kinds[kind], ns: namespace, name: name, key: namespace + "/" + name}
 	if resourceVersion != "" {
-		rv, err := parseRV(resourceVersion)
+		rv, err := store.ParseResourceVersion(resourceVersion)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", kind, o.key, err)
 		}
@@ -147,12 +147,11 @@ func (s *Store) ByIndex(ctx context.Context, kind, index, value string) ([]model
 		return nil, store.ErrClosed
 	}
 	kc := s.kinds[kind]
-	m, ok := kc.index[index]
-	if !ok {
+	set, err := kc.ix.Keys(index, value)
+	if err != nil {
 		s.mu.RUnlock()
-		return nil, fmt.Errorf("%s has no index %q (have %v): %w", kind, index, kc.indexes, store.ErrInvalid)
+		return nil, err
 	}
-	set := m[value]
 	hits := make([]*entry, 0, len(set))
 	for key := range set {
 		hits = append(hits, kc.objs[key])

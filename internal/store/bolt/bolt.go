@@ -110,62 +110,27 @@ type entry struct {
 }
 
 type kindCache struct {
-	kind    string
-	indexes []string
-	objs    map[string]*entry
-	// index name -> value -> set of keys
-	index map[string]map[string]map[string]struct{}
+	kind string
+	objs map[string]*entry
+	ix   *store.Index
 }
 
 func newKindCache(kind string) *kindCache {
-	kc := &kindCache{
-		kind:    kind,
-		indexes: store.Indexes(kind),
-		objs:    map[string]*entry{},
-		index:   map[string]map[string]map[string]struct{}{},
-	}
-	for _, ix := range kc.indexes {
-		kc.index[ix] = map[string]map[string]struct{}{}
-	}
-	return kc
+	return &kindCache{kind: kind, objs: map[string]*entry{}, ix: store.NewIndex(kind)}
 }
 
 func (kc *kindCache) put(key string, e *entry) {
 	if old := kc.objs[key]; old != nil {
-		kc.unindex(key, old)
+		kc.ix.Remove(key, old.idx)
 	}
 	kc.objs[key] = e
-	for i, ix := range kc.indexes {
-		m := kc.index[ix]
-		for _, v := range e.idx[i] {
-			set := m[v]
-			if set == nil {
-				set = map[string]struct{}{}
-				m[v] = set
-			}
-			set[key] = struct{}{}
-		}
-	}
+	kc.ix.Add(key, e.idx)
 }
 
 func (kc *kindCache) remove(key string) {
 	if old := kc.objs[key]; old != nil {
-		kc.unindex(key, old)
+		kc.ix.Remove(key, old.idx)
 		delete(kc.objs, key)
-	}
-}
-
-func (kc *kindCache) unindex(key string, e *entry) {
-	for i, ix := range kc.indexes {
-		m := kc.index[ix]
-		for _, v := range e.idx[i] {
-			if set := m[v]; set != nil {
-				delete(set, key)
-				if len(set) == 0 {
-					delete(m, v)
-				}
-			}
-		}
 	}
 }
 
@@ -263,7 +228,7 @@ func (s *Store) load() error {
 					return err
 				}
 				kc.put(string(k), &entry{obj: obj, raw: raw, ns: m.Namespace, name: m.Name,
-					rev: rv, gen: m.Generation, specSum: sum, idx: indexValues(kind, obj)})
+					rev: rv, gen: m.Generation, specSum: sum, idx: kc.ix.Values(obj)})
 				return nil
 			})
 			if err != nil {
@@ -272,15 +237,6 @@ func (s *Store) load() error {
 		}
 		return nil
 	})
-}
-
-func indexValues(kind string, obj model.Object) [][]string {
-	ixs := store.Indexes(kind)
-	out := make([][]string, len(ixs))
-	for i, ix := range ixs {
-		out[i], _ = store.IndexValues(obj, ix)
-	}
-	return out
 }
 
 func specSum(obj model.Object) ([32]byte, error) {
@@ -338,14 +294,6 @@ func (s *Store) Close() error {
 		s.closeErr = s.db.Close()
 	})
 	return s.closeErr
-}
-
-func parseRV(rv string) (uint64, error) {
-	n, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("resourceVersion %q is not a decimal revision: %w", rv, store.ErrInvalid)
-	}
-	return n, nil
 }
 
 func (s *Store) checkOpen() error {

@@ -61,7 +61,7 @@ func (s *Store) Watch(ctx context.Context, kind string, opts store.WatchOptions)
 	var from uint64
 	if opts.ResourceVersion != "" {
 		var err error
-		if from, err = parseRV(opts.ResourceVersion); err != nil {
+		if from, err = store.ParseResourceVersion(opts.ResourceVersion); err != nil {
 			return nil, err
 		}
 	}

@@ -103,7 +103,7 @@ func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
 		}
 	case verbUpdate:
 		if m.ResourceVersion != "" {
-			if o.rv, err = parseRV(m.ResourceVersion); err != nil {
+			if o.rv, err = store.ParseResourceVersion(m.ResourceVersion); err != nil {
 				return nil, fmt.Errorf("%s %s: %w", kind, o.key, err)
 			}
 			o.hasRV = true
@@ -118,7 +118,7 @@ func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
 	if o.sum, err = specSum(priv); err != nil {
 		return nil, err
 	}
-	o.idx = indexValues(kind, priv)
+	o.idx = s.kinds[kind].ix.Values(priv)
 	return o, nil
 }
 
@@ -294,7 +294,7 @@ func (s *Store) stamp(o *op, cur *entry, rev uint64, now time.Time) (*entry, err
 		}
 		if o.verb == verbApply && o.statusZero {
 			store.CopyStatus(o.obj, cur.obj)
-			idx = indexValues(o.kc.kind, o.obj)
+			idx = o.kc.ix.Values(o.obj)
 		}
 	}
 	m.ResourceVersion = strconv.FormatUint(rev, 10)

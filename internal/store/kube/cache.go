@@ -38,13 +38,12 @@ type change struct {
 // kindCache is one kind's objects as last seen by its watch, its index,
 // its recent changes and its watchers.
 type kindCache struct {
-	kind    string
-	res     resource
-	indexes []string
+	kind string
+	res  resource
 
 	mu      sync.Mutex
 	objs    map[string]*entry // by namespace/name
-	index   map[string]map[string]map[string]struct{}
+	ix      *store.Index
 	rv      uint64        // the newest revision this cache reflects
 	synced  bool          // the first list is in
 	lastErr error         // the last list or watch failure, for waitSynced
@@ -61,13 +60,8 @@ type kindCache struct {
 }
 
 func newKindCache(kind string, res resource, history int) *kindCache {
-	kc := &kindCache{kind: kind, res: res, indexes: store.Indexes(kind),
-		objs: map[string]*entry{}, index: map[string]map[string]map[string]struct{}{},
+	return &kindCache{kind: kind, res: res, objs: map[string]*entry{}, ix: store.NewIndex(kind),
 		moved: make(chan struct{}), max: history, watchers: map[*watcher]struct{}{}}
-	for _, ix := range kc.indexes {
-		kc.index[ix] = map[string]map[string]struct{}{}
-	}
-	return kc
 }
 
 // advanceLocked wakes everyone waiting for the cache to move.
@@ -120,46 +114,21 @@ func (kc *kindCache) waitFor(ctx context.Context, timeout time.Duration, cond fu
 
 func (kc *kindCache) putLocked(key string, e *entry) {
 	if old := kc.objs[key]; old != nil {
-		kc.unindexLocked(key, old)
+		kc.ix.Remove(key, old.idx)
 	}
 	kc.objs[key] = e
-	for i, ix := range kc.indexes {
-		for _, v := range e.idx[i] {
-			set := kc.index[ix][v]
-			if set == nil {
-				set = map[string]struct{}{}
-				kc.index[ix][v] = set
-			}
-			set[key] = struct{}{}
-		}
-	}
+	kc.ix.Add(key, e.idx)
 }
 
 func (kc *kindCache) removeLocked(key string) {
 	if old := kc.objs[key]; old != nil {
-		kc.unindexLocked(key, old)
+		kc.ix.Remove(key, old.idx)
 		delete(kc.objs, key)
 	}
 }
 
-func (kc *kindCache) unindexLocked(key string, e *entry) {
-	for i, ix := range kc.indexes {
-		for _, v := range e.idx[i] {
-			set := kc.index[ix][v]
-			delete(set, key)
-			if len(set) == 0 {
-				delete(kc.index[ix], v)
-			}
-		}
-	}
-}
-
 func (kc *kindCache) newEntry(obj model.Object, rv uint64) *entry {
-	e := &entry{obj: obj, rv: rv, idx: make([][]string, len(kc.indexes))}
-	for i, ix := range kc.indexes {
-		e.idx[i], _ = store.IndexValues(obj, ix)
-	}
-	return e
+	return &entry{obj: obj, rv: rv, idx: kc.ix.Values(obj)}
 }
 
 // record applies one watch event to the cache, remembers it and passes it
@@ -289,7 +258,7 @@ func (s *Store) list(kc *kindCache) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rv, err := parseRV(ul.GetResourceVersion())
+	rv, err := store.ParseResourceVersion(ul.GetResourceVersion())
 	if err != nil {
 		return 0, err
 	}
@@ -349,7 +318,7 @@ func (s *Store) watchFrom(kc *kindCache, rv uint64) error {
 				"object", u.GetNamespace()+"/"+u.GetName(), "err", err)
 			continue
 		}
-		orv, err := parseRV(u.GetResourceVersion())
+		orv, err := store.ParseResourceVersion(u.GetResourceVersion())
 		if err != nil {
 			continue
 		}
@@ -415,13 +384,13 @@ func (s *Store) ByIndex(ctx context.Context, kind, index, value string) ([]model
 		return nil, err
 	}
 	kc.mu.Lock()
-	m, ok := kc.index[index]
-	if !ok {
+	set, err := kc.ix.Keys(index, value)
+	if err != nil {
 		kc.mu.Unlock()
-		return nil, fmt.Errorf("%s has no index %q (have %v): %w", kind, index, kc.indexes, store.ErrInvalid)
+		return nil, err
 	}
-	hits := make([]*entry, 0, len(m[value]))
-	for key := range m[value] {
+	hits := make([]*entry, 0, len(set))
+	for key := range set {
 		hits = append(hits, kc.objs[key])
 	}
 	kc.mu.Unlock()
@@ -502,7 +471,7 @@ func (s *Store) Watch(ctx context.Context, kind string, opts store.WatchOptions)
 	}
 	var from uint64
 	if opts.ResourceVersion != "" {
-		if from, err = parseRV(opts.ResourceVersion); err != nil {
+		if from, err = store.ParseResourceVersion(opts.ResourceVersion); err != nil {
 			return nil, err
 		}
 	}

@@ -48,7 +48,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -330,14 +329,6 @@ func decode(kind string, u *unstructured.Unstructured) (model.Object, error) {
 		}
 	}
 	return obj, nil
-}
-
-func parseRV(rv string) (uint64, error) {
-	n, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("resourceVersion %q is not a decimal revision: %w", rv, store.ErrInvalid)
-	}
-	return n, nil
 }
 
 // apiError maps an API server error to the store's errors, naming the

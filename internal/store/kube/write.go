@@ -51,7 +51,7 @@ func (s *Store) prepare(obj model.Object) (*kindCache, model.Object, error) {
 		return nil, nil, fmt.Errorf("%s %s: this store is limited to namespace %s: %w", kind, m.Key(), s.cfg.Namespace, store.ErrInvalid)
 	}
 	if m.ResourceVersion != "" {
-		if _, err := parseRV(m.ResourceVersion); err != nil {
+		if _, err := store.ParseResourceVersion(m.ResourceVersion); err != nil {
 			return nil, nil, fmt.Errorf("%s %s: %w", kind, m.Key(), err)
 		}
 	}
@@ -143,7 +143,7 @@ func (s *Store) settle(ctx context.Context, kc *kindCache, u *unstructured.Unstr
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s as stored: %w", kc.kind, u.GetNamespace(), u.GetName(), err)
 	}
-	rv, err := parseRV(u.GetResourceVersion())
+	rv, err := store.ParseResourceVersion(u.GetResourceVersion())
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +438,7 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 	}
 	var opts metav1.DeleteOptions
 	if resourceVersion != "" {
-		if _, err := parseRV(resourceVersion); err != nil {
+		if _, err := store.ParseResourceVersion(resourceVersion); err != nil {
 			return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, err)
 		}
 		opts.Preconditions = &metav1.Preconditions{ResourceVersion: &resourceVersion}
