@@ -82,8 +82,8 @@ func TestFencedStore(t *testing.T) {
 // liveStore is a store whose cache can lag (store.LiveReader).
 type liveStore struct{ store.Store }
 
-func (liveStore) GetLive(context.Context, string, string, string) (model.Object, error) {
-	return nil, store.ErrNotFound
+func (liveStore) StoredVersion(context.Context, string, string, string) (string, error) {
+	return "", store.ErrNotFound
 }
 
 // TestFencedKeepsLiveReads: the engine, given the fenced store, still finds

@@ -120,11 +120,12 @@ type Store interface {
 // LiveReader is a Store whose reads are answered from a cache that can be
 // behind a write another process made and acknowledged: the Kubernetes
 // store, where each replica's cache follows the API server through a
-// watch. GetLive reads one object from the source itself (an error
-// wrapping ErrNotFound if it is not there). Who acts on a read that must
-// not be stale (handing out an action) confirms it with GetLive.
+// watch. StoredVersion reads one object's resourceVersion from the source
+// itself (an error wrapping ErrNotFound if it is not there). Who acts on a
+// read that must not be stale (handing out an action) confirms with it
+// that the version read is still the stored one.
 type LiveReader interface {
-	GetLive(ctx context.Context, kind, namespace, name string) (model.Object, error)
+	StoredVersion(ctx context.Context, kind, namespace, name string) (string, error)
 }
 
 // Unwrapper is a Store that wraps another (adding checks to its writes,

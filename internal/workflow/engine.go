@@ -858,14 +858,14 @@ func (e *Engine) confirm(ctx context.Context, w *model.Workflow) (bool, error) {
 	if e.live == nil {
 		return true, nil
 	}
-	obj, err := e.live.GetLive(ctx, model.KindWorkflow, w.Namespace, w.Name)
+	rv, err := e.live.StoredVersion(ctx, model.KindWorkflow, w.Namespace, w.Name)
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil // deleted meanwhile
 	}
 	if err != nil {
 		return false, err
 	}
-	if rv := obj.GetObjectMeta().ResourceVersion; rv != w.ResourceVersion {
+	if rv != w.ResourceVersion {
 		staleHandout.Inc()
 		e.log.Debug("workflow: cache behind the store; not handing out an action from it", "workflow", w.Key(),
 			"cached", w.ResourceVersion, "stored", rv)

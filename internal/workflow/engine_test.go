@@ -547,7 +547,7 @@ func TestEngineMissingGrace(t *testing.T) {
 
 // laggingStore answers reads of workflows from a snapshot, as a Kubernetes
 // replica's cache does while it has not yet seen another replica's write,
-// and GetLive from the store itself.
+// and StoredVersion from the store itself.
 type laggingStore struct {
 	store.Store
 	snap map[string]*model.Workflow // by namespace/name
@@ -579,8 +579,12 @@ func (l *laggingStore) ByIndex(ctx context.Context, kind, index, value string) (
 	return objs, err
 }
 
-func (l *laggingStore) GetLive(ctx context.Context, kind, ns, name string) (model.Object, error) {
-	return l.Store.Get(ctx, kind, ns, name)
+func (l *laggingStore) StoredVersion(ctx context.Context, kind, ns, name string) (string, error) {
+	o, err := l.Store.Get(ctx, kind, ns, name)
+	if err != nil {
+		return "", err
+	}
+	return o.GetObjectMeta().ResourceVersion, nil
 }
 
 // TestEngineConfirmsCachedWorkflowBeforeHandout: with a store whose cache

@@ -10,10 +10,7 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/anvilproj/anvil/internal/labels"
 	"github.com/anvilproj/anvil/internal/model"
@@ -274,57 +271,6 @@ func (s *Store) list(kc *kindCache) (uint64, error) {
 	}
 	kc.replace(objs, rv)
 	return rv, nil
-}
-
-// watchFrom follows the kind's changes after revision rv until the watch
-// ends: nil when the server closed it (watch again), ErrGone when rv is
-// too old (list again), another error otherwise.
-func (s *Store) watchFrom(kc *kindCache, rv uint64) error {
-	w, err := s.client(kc, s.cfg.Namespace).Watch(s.ctx, metav1.ListOptions{
-		ResourceVersion: strconv.FormatUint(rv, 10),
-	})
-	if err != nil {
-		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
-			return fmt.Errorf("%w: %v", store.ErrGone, err)
-		}
-		return err
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		var typ store.EventType
-		switch ev.Type {
-		case watch.Added:
-			typ = store.Added
-		case watch.Modified:
-			typ = store.Modified
-		case watch.Deleted:
-			typ = store.Deleted
-		case watch.Error:
-			err := apierrors.FromObject(ev.Object)
-			if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
-				return fmt.Errorf("%w: %v", store.ErrGone, err)
-			}
-			return err
-		default:
-			continue
-		}
-		u, ok := ev.Object.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		obj, err := decode(kc.kind, u)
-		if err != nil {
-			s.log.Warn("kube store: object not readable; left out of the cache", "kind", kc.kind,
-				"object", u.GetNamespace()+"/"+u.GetName(), "err", err)
-			continue
-		}
-		orv, err := store.ParseResourceVersion(u.GetResourceVersion())
-		if err != nil {
-			continue
-		}
-		kc.record(typ, obj, orv)
-	}
-	return nil
 }
 
 // ---- reads ----

@@ -118,29 +118,39 @@ type resource struct {
 	gvr schema.GroupVersionResource
 	// status: the kind has a status subresource.
 	status bool
+	// ownStatus: Anvil's engine is the one writer of the kind's status,
+	// so a conditional status write replaces it whole (a PUT, which costs
+	// the API server about two thirds of a merge patch: no patch to apply
+	// to the stored object) instead of merging into it. Fields of the
+	// status Anvil does not model would be dropped: by the Kubernetes
+	// convention the status belongs to the object's controller, and for
+	// a Workflow that is Anvil.
+	ownStatus bool
 }
 
 // resources maps each stored kind to its API resource.
 var resources = map[string]resource{
-	model.KindHardware:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "hardware"}, true},
-	model.KindTemplate:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "templates"}, true},
-	model.KindWorkflow:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "workflows"}, true},
-	model.KindBootProfile: {schema.GroupVersionResource{Group: "anvil.dev", Version: "v1alpha1", Resource: "bootprofiles"}, true},
-	model.KindMachine:     {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "machines"}, true},
-	model.KindJob:         {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "jobs"}, true},
-	model.KindTask:        {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "tasks"}, true},
-	model.KindSecret:      {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, false},
+	model.KindHardware:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "hardware"}, true, false},
+	model.KindTemplate:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "templates"}, true, false},
+	model.KindWorkflow:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "workflows"}, true, true},
+	model.KindBootProfile: {schema.GroupVersionResource{Group: "anvil.dev", Version: "v1alpha1", Resource: "bootprofiles"}, true, false},
+	model.KindMachine:     {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "machines"}, true, false},
+	model.KindJob:         {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "jobs"}, true, false},
+	model.KindTask:        {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "tasks"}, true, false},
+	model.KindSecret:      {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, false, false},
 }
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 
 // Store is a store.Store on a Kubernetes API server.
 type Store struct {
-	cfg   Config
-	log   *slog.Logger
-	dyn   dynamic.Interface // lists and watches: unbounded
-	wdyn  dynamic.Interface // writes and their reads: bounded by RequestTimeout
-	kinds map[string]*kindCache
+	cfg  Config
+	log  *slog.Logger
+	dyn  dynamic.Interface // lists and watches: unbounded
+	wdyn dynamic.Interface // writes and their reads: bounded by RequestTimeout
+	// The same two as raw REST clients, for the agent path (raw.go).
+	raw, rawWatch *rest.RESTClient
+	kinds         map[string]*kindCache
 
 	ctx    context.Context // ends at Close: stops the reflectors
 	cancel context.CancelFunc
@@ -194,8 +204,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube store: %w", err)
 	}
+	raw, err := newRawClient(wrc)
+	if err != nil {
+		return nil, fmt.Errorf("kube store: %w", err)
+	}
+	rawWatch, err := newRawClient(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube store: %w", err)
+	}
 	sctx, cancel := context.WithCancel(context.Background())
-	s := &Store{cfg: cfg, log: log, dyn: dyn, wdyn: wdyn, kinds: map[string]*kindCache{},
+	s := &Store{cfg: cfg, log: log, dyn: dyn, wdyn: wdyn, raw: raw, rawWatch: rawWatch, kinds: map[string]*kindCache{},
 		ctx: sctx, cancel: cancel, closed: make(chan struct{}), nsOK: map[string]bool{}}
 	for kind, res := range resources {
 		s.kinds[kind] = newKindCache(kind, res, cfg.WatchHistory)
@@ -309,26 +327,27 @@ func decode(kind string, u *unstructured.Unstructured) (model.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	obj, err := model.Decode(kind, b)
-	if err != nil {
-		return nil, err
+	return decodeRaw(kind, b)
+}
+
+// unsealAnnotations moves a sealed Secret's ciphertext from the
+// annotations that carry it in a cluster back to its fields.
+func unsealAnnotations(sec *model.Secret) {
+	v, ok := sec.Annotations[annSealed]
+	if !ok {
+		return
 	}
-	if sec, ok := obj.(*model.Secret); ok {
-		if v, ok := sec.Annotations[annSealed]; ok {
-			sec.Sealed = v
-			if k := sec.Annotations[annSealedKeys]; k != "" {
-				sec.Keys = strings.Split(k, ",")
-			}
-			sec.Type = sec.Annotations[annSealedType]
-			for _, a := range []string{annSealed, annSealedKeys, annSealedType} {
-				delete(sec.Annotations, a)
-			}
-			if len(sec.Annotations) == 0 {
-				sec.Annotations = nil
-			}
-		}
+	sec.Sealed = v
+	if k := sec.Annotations[annSealedKeys]; k != "" {
+		sec.Keys = strings.Split(k, ",")
 	}
-	return obj, nil
+	sec.Type = sec.Annotations[annSealedType]
+	for _, a := range []string{annSealed, annSealedKeys, annSealedType} {
+		delete(sec.Annotations, a)
+	}
+	if len(sec.Annotations) == 0 {
+		sec.Annotations = nil
+	}
 }
 
 // apiError maps an API server error to the store's errors, naming the

@@ -97,10 +97,10 @@ func (w tWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// TestGetLive: the store reads an object from the API server on demand
-// (store.LiveReader): the version another writer stored, and ErrNotFound
-// for what is not there.
-func TestGetLive(t *testing.T) {
+// TestStoredVersion: the store reads an object's version from the API
+// server on demand (store.LiveReader): the version another writer stored,
+// and ErrNotFound for what is not there.
+func TestStoredVersion(t *testing.T) {
 	rc := cluster(t)
 	a := open(t, kube.Config{REST: rc, Log: testLog(t)})
 	b := open(t, kube.Config{REST: rc, Log: testLog(t)}) // another replica
@@ -111,14 +111,14 @@ func TestGetLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := b.GetLive(t.Context(), model.KindTemplate, "default", "t")
+	got, err := b.StoredVersion(t.Context(), model.KindTemplate, "default", "t")
 	if err != nil {
-		t.Fatalf("GetLive on another store: %v", err)
+		t.Fatalf("StoredVersion on another store: %v", err)
 	}
-	if got, want := live.GetObjectMeta().ResourceVersion, stored.GetObjectMeta().ResourceVersion; got != want {
-		t.Errorf("GetLive: resourceVersion %s, want %s (the one written)", got, want)
+	if want := stored.GetObjectMeta().ResourceVersion; got != want {
+		t.Errorf("StoredVersion: %s, want %s (the one written)", got, want)
 	}
-	if _, err := b.GetLive(t.Context(), model.KindTemplate, "default", "nope"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("GetLive of a missing object: %v, want ErrNotFound", err)
+	if _, err := b.StoredVersion(t.Context(), model.KindTemplate, "default", "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("StoredVersion of a missing object: %v, want ErrNotFound", err)
 	}
 }

@@ -9,8 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -86,70 +84,64 @@ func (s *Store) create(ctx context.Context, kc *kindCache, obj model.Object) (mo
 	if kc.res.status {
 		delete(body, "status") // the main resource ignores it
 	}
-	c := s.writer(kc, m.Namespace)
-	u, err := c.Create(ctx, &unstructured.Unstructured{Object: body}, metav1.CreateOptions{})
-	if isNamespaceMissing(err) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kc.kind, m.Key(), err)
+	}
+	w, err := s.postRaw(ctx, kc, m.Namespace, m.Name, b)
+	if errors.Is(err, store.ErrNotFound) && s.namespaceMissing(ctx, m.Namespace) {
 		if nerr := s.ensureNamespace(ctx, m.Namespace); nerr != nil {
 			return nil, fmt.Errorf("%s %s: %w", kc.kind, m.Key(), nerr)
 		}
-		u, err = c.Create(ctx, &unstructured.Unstructured{Object: body}, metav1.CreateOptions{})
+		w, err = s.postRaw(ctx, kc, m.Namespace, m.Name, b)
 	}
 	if err != nil {
-		return nil, apiError(kc.kind, m.Namespace, m.Name, err)
+		return nil, err
 	}
 	if kc.res.status && len(status) > 0 {
 		patch := map[string]any{"status": status}
-		setPrecondition(patch, u.GetResourceVersion())
-		su, err := s.patch(ctx, kc, m.Namespace, m.Name, patch, "status")
+		setPrecondition(patch, w.rv)
+		sw, err := s.patch(ctx, kc, m.Namespace, m.Name, patch, "status")
 		if err != nil {
 			// Do not leave half an object behind.
-			uid := u.GetUID()
-			_ = c.Delete(context.WithoutCancel(ctx), m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			uid := w.uid
+			_ = s.writer(kc, m.Namespace).Delete(context.WithoutCancel(ctx), m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 			return nil, err
 		}
-		u = su
+		w = sw
 	}
-	return s.settle(ctx, kc, u)
+	return s.settle(ctx, kc, m.Namespace+"/"+m.Name, w)
 }
 
-// isNamespaceMissing reports whether err is the API server's refusal to
-// create an object in a namespace that does not exist.
-func isNamespaceMissing(err error) bool {
-	var se apierrors.APIStatus
-	if !apierrors.IsNotFound(err) || !errors.As(err, &se) {
-		return false
-	}
-	d := se.Status().Details
-	return d != nil && d.Kind == "namespaces"
+// namespaceMissing reports whether namespace ns does not exist (a create
+// in it was refused as not found: the namespace, or the kind's CRD).
+func (s *Store) namespaceMissing(ctx context.Context, ns string) bool {
+	_, err := s.wdyn.Resource(namespacesGVR).Get(ctx, ns, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
 }
 
-// patch sends a JSON merge patch to an object (or to its subresource).
-func (s *Store) patch(ctx context.Context, kc *kindCache, ns, name string, patch map[string]any, sub ...string) (*unstructured.Unstructured, error) {
-	b, err := json.Marshal(patch)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s/%s: %w", kc.kind, ns, name, err)
-	}
-	u, err := s.writer(kc, ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, sub...)
-	if err != nil {
-		return nil, apiError(kc.kind, ns, name, err)
-	}
-	return u, nil
-}
-
-// settle decodes what the API server returned and waits until this
-// replica's cache has seen it, so the caller reads its own write.
-func (s *Store) settle(ctx context.Context, kc *kindCache, u *unstructured.Unstructured) (model.Object, error) {
-	obj, err := decode(kc.kind, u)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s/%s as stored: %w", kc.kind, u.GetNamespace(), u.GetName(), err)
-	}
-	rv, err := store.ParseResourceVersion(u.GetResourceVersion())
+// settle waits until this replica's cache has seen the write w to the
+// object key, so the caller reads its own write, and returns the object
+// as written: the cache's, which the watch decoded anyway, unless the
+// cache has moved past it or did not see it in time (then w's own bytes).
+func (s *Store) settle(ctx context.Context, kc *kindCache, key string, w written) (model.Object, error) {
+	rv, err := store.ParseResourceVersion(w.rv)
 	if err != nil {
 		return nil, err
 	}
 	if !kc.waitFor(ctx, s.cfg.SyncTimeout, func() bool { return kc.rv >= rv }) && ctx.Err() == nil {
 		s.log.Warn("kube store: write not yet seen by this replica's watch", "kind", kc.kind,
-			"object", obj.GetObjectMeta().Key(), "resourceVersion", rv, "waited", s.cfg.SyncTimeout)
+			"object", key, "resourceVersion", rv, "waited", s.cfg.SyncTimeout)
+	}
+	kc.mu.Lock()
+	e := kc.objs[key]
+	kc.mu.Unlock()
+	if e != nil && e.rv == rv {
+		return e.obj, nil
+	}
+	obj, err := decodeRaw(kc.kind, w.body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s as stored: %w", kc.kind, key, err)
 	}
 	return obj, nil
 }
@@ -185,15 +177,22 @@ func (s *Store) Update(ctx context.Context, obj model.Object) (model.Object, err
 	}
 }
 
-// GetLive implements store.LiveReader: it reads the object from the API
-// server, not from this replica's cache, which may not have seen a write
-// another replica acknowledged yet.
-func (s *Store) GetLive(ctx context.Context, kind, namespace, name string) (model.Object, error) {
+// StoredVersion implements store.LiveReader: it reads the object's
+// resourceVersion from the API server, not from this replica's cache,
+// which may not have seen a write another replica acknowledged yet.
+func (s *Store) StoredVersion(ctx context.Context, kind, namespace, name string) (string, error) {
 	kc, err := s.kind(kind)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	return s.current(ctx, kc, namespace, name, "", true)
+	return s.storedVersion(ctx, kc, namespace, name)
+}
+
+// cached reports whether this replica's cache holds the object key.
+func (s *Store) cached(kc *kindCache, key string) bool {
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	return kc.objs[key] != nil
 }
 
 // current returns the stored object to update from: the cached one when it
@@ -208,11 +207,11 @@ func (s *Store) current(ctx context.Context, kc *kindCache, ns, name, want strin
 			return e.obj, nil
 		}
 	}
-	u, err := s.writer(kc, ns).Get(ctx, name, metav1.GetOptions{})
+	b, err := s.raw.Get().AbsPath(kc.res.path(ns, name)...).Do(ctx).Raw()
 	if err != nil {
 		return nil, apiError(kc.kind, ns, name, err)
 	}
-	cur, err := decode(kc.kind, u)
+	cur, err := decodeRaw(kc.kind, b)
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +228,9 @@ func (s *Store) current(ctx context.Context, kc *kindCache, ns, name, want strin
 // neither knows (another tool's) are left as they are.
 func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Object, conditional bool) (model.Object, error) {
 	m := cur.GetObjectMeta()
+	if kc.res.ownStatus && conditional && onlyStatusDiffers(cur, next) {
+		return s.putStatus(ctx, kc, cur, next)
+	}
 	from, err := encode(kc.kind, cur)
 	if err != nil {
 		return nil, err
@@ -251,7 +253,7 @@ func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Objec
 		delete(to, "status")
 	}
 	rv := m.ResourceVersion
-	var u *unstructured.Unstructured
+	var w written
 	if p := mergePatch(from, to); p != nil {
 		switch {
 		case hasList(p):
@@ -274,28 +276,80 @@ func (s *Store) update(ctx context.Context, kc *kindCache, cur, next model.Objec
 		case conditional:
 			setPrecondition(p, rv)
 		}
-		if u, err = s.patch(ctx, kc, m.Namespace, m.Name, p); err != nil {
+		if w, err = s.patch(ctx, kc, m.Namespace, m.Name, p); err != nil {
 			return nil, err
 		}
-		rv = u.GetResourceVersion()
+		rv = w.rv
 	}
 	if p := mergePatch(map[string]any{"status": fromStatus}, map[string]any{"status": toStatus}); kc.res.status && p != nil {
 		if conditional {
 			setPrecondition(p, rv)
 		}
-		su, err := s.patch(ctx, kc, m.Namespace, m.Name, p, "status")
+		sw, err := s.patch(ctx, kc, m.Namespace, m.Name, p, "status")
 		if err != nil {
-			if u != nil {
+			if w.rv != "" {
 				return nil, fmt.Errorf("%w (the metadata and spec were written, at resourceVersion %s)", err, rv)
 			}
 			return nil, err
 		}
-		u = su
+		w = sw
 	}
-	if u == nil {
+	if w.rv == "" {
 		return cur, nil // nothing changed: the API server would not write either
 	}
-	return s.settle(ctx, kc, u)
+	return s.settle(ctx, kc, m.Namespace+"/"+m.Name, w)
+}
+
+// onlyStatusDiffers reports whether next differs from cur in its status
+// alone (the store-owned metadata aside): the agent path's writes, which
+// then need neither encoding to maps nor a diff.
+func onlyStatusDiffers(cur, next model.Object) bool {
+	c, ok1 := cur.(*model.Workflow)
+	n, ok2 := next.(*model.Workflow)
+	if !ok1 || !ok2 {
+		return false
+	}
+	cm, nm := c.ObjectMeta, n.ObjectMeta
+	for _, m := range []*model.ObjectMeta{&cm, &nm} {
+		m.ResourceVersion, m.UID, m.Generation, m.CreationTimestamp = "", "", 0, nil
+	}
+	return reflect.DeepEqual(cm, nm) && reflect.DeepEqual(c.Spec, n.Spec)
+}
+
+// statusPut is the body of a status PUT: the API server takes the status
+// from it, and the rest from the stored object whose resourceVersion it
+// names (or refuses it as a conflict).
+type statusPut struct {
+	model.TypeMeta
+	Metadata struct {
+		Name            string `json:"name"`
+		Namespace       string `json:"namespace"`
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+	Status *model.WorkflowStatus `json:"status"`
+}
+
+// putStatus replaces the status of cur, conditional on its version, with
+// next's (see resource.ownStatus).
+func (s *Store) putStatus(ctx context.Context, kc *kindCache, cur, next model.Object) (model.Object, error) {
+	c, n := cur.(*model.Workflow), next.(*model.Workflow)
+	if reflect.DeepEqual(c.Status, n.Status) {
+		return cur, nil // nothing changed: the API server would not write either
+	}
+	m := cur.GetObjectMeta()
+	var body statusPut
+	body.TypeMeta = model.TypeMeta{APIVersion: model.APIVersionOf(kc.kind), Kind: kc.kind}
+	body.Metadata.Name, body.Metadata.Namespace, body.Metadata.ResourceVersion = m.Name, m.Namespace, m.ResourceVersion
+	body.Status = &n.Status
+	b, err := json.Marshal(&body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kc.kind, m.Key(), err)
+	}
+	w, err := s.send(ctx, s.raw.Put().AbsPath(kc.res.path(m.Namespace, m.Name, "status")...).Body(b), kc.kind, m.Namespace, m.Name)
+	if err != nil {
+		return nil, err
+	}
+	return s.settle(ctx, kc, m.Key(), w)
 }
 
 // hasList reports whether merge patch p sets a list anywhere.
@@ -502,7 +556,15 @@ func (s *Store) Apply(ctx context.Context, objs []model.Object) ([]model.Object,
 func (s *Store) applyOne(ctx context.Context, kc *kindCache, obj model.Object) (model.Object, func(context.Context) error, error) {
 	m := obj.GetObjectMeta()
 	for attempt := 0; ; attempt++ {
-		cur, err := s.current(ctx, kc, m.Namespace, m.Name, "", true)
+		// An object this replica has never seen is created without
+		// asking first (a fleet's first apply is all creates); the API
+		// server refuses the create if another writer made it meanwhile,
+		// and the next attempt reads it.
+		var cur model.Object
+		err := store.ErrNotFound
+		if attempt > 0 || s.cached(kc, m.Namespace+"/"+m.Name) {
+			cur, err = s.current(ctx, kc, m.Namespace, m.Name, "", true)
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			res, err := s.create(ctx, kc, obj)
 			if errors.Is(err, store.ErrAlreadyExists) && attempt < conflictRetries {
