@@ -120,6 +120,22 @@ func TestMovesOnConnectionFailures(t *testing.T) {
 		}()
 		return "http://" + ln.Addr().String()
 	}
+	cutOff := func(t *testing.T) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			// An answer promised whole, cut off after its first bytes.
+			w.Header().Set("Content-Type", "application/proto")
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte{0x0a, 0x05, 'h', 'a'})
+			w.(http.Flusher).Flush()
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				c.Close()
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
 	silent := func(t *testing.T) string {
 		release := make(chan struct{})
 		srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
@@ -146,6 +162,7 @@ func TestMovesOnConnectionFailures(t *testing.T) {
 	}{
 		{"refused", refused, "connection refused"},
 		{"reset", reset, "connection broken"},
+		{"answer cut off", cutOff, "connection broken"},
 		{"bad gateway", status(http.StatusBadGateway), "unavailable"},
 		{"service unavailable", status(http.StatusServiceUnavailable), "unavailable"},
 		{"gateway timeout", status(http.StatusGatewayTimeout), "unavailable"},
