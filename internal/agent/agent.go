@@ -18,6 +18,13 @@
 // finishes and is reported (and, if it succeeded, still takes the machine
 // down if that is what it does), and no further action of it is run.
 //
+// The server may have several addresses (the replicas of Kubernetes mode,
+// listed in anvil.server=): every call goes to one of them, the first that
+// answers, and a connection-level failure there (refused, reset, timed out,
+// a proxy's 502/503/504) moves every call to the next; a call that broke
+// is made again there, which the server's idempotent reports allow. An
+// answer of the API itself (a refused report, a bad token) moves nothing.
+//
 // It talks to the server only through the anvil.v1 AgentService API; it must
 // not import server-side packages (store, workflow engine, boot services).
 package agent
@@ -89,8 +96,12 @@ type ActionSet interface {
 
 // Config configures Run.
 type Config struct {
-	// Client calls the server's AgentService. Required.
+	// Client calls the server's AgentService, when it has one address.
+	// Exactly one of Client and Servers is required.
 	Client anvilv1connect.AgentServiceClient
+	// Servers are the server's addresses, in the order they are tried
+	// (failover.go): the replicas of Kubernetes mode.
+	Servers []Server
 	// AgentID is this machine's agent ID (worker_id). Required.
 	AgentID string
 	// Actions runs the actions. Required.
@@ -140,6 +151,7 @@ type Agent struct {
 	cfg     Config
 	console *console
 	logs    *logShipper
+	servers *servers
 	// done remembers the final report of every action this agent ran,
 	// by action ID and attempt, so that an action the server hands out
 	// again (our report was durable but its answer lost) is not run again:
@@ -151,8 +163,10 @@ type Agent struct {
 // New checks cfg and returns an Agent.
 func New(cfg Config) (*Agent, error) {
 	switch {
-	case cfg.Client == nil:
+	case cfg.Client == nil && len(cfg.Servers) == 0:
 		return nil, errors.New("agent: no API client")
+	case cfg.Client != nil && len(cfg.Servers) > 0:
+		return nil, errors.New("agent: both Client and Servers given")
 	case cfg.AgentID == "":
 		return nil, errors.New("agent: no agent ID (worker_id)")
 	case cfg.Actions == nil:
@@ -171,9 +185,19 @@ func New(cfg Config) (*Agent, error) {
 		cfg.MaxBackoff = cfg.MinBackoff
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
+	list := cfg.Servers
+	if cfg.Client != nil {
+		list = []Server{{URL: "the server", Client: cfg.Client}}
+	}
+	for i, s := range list {
+		if s.Client == nil {
+			return nil, fmt.Errorf("agent: server %d (%s) has no API client", i+1, s.URL)
+		}
+	}
 	a := &Agent{cfg: cfg, console: newConsole(cfg.Console), done: map[string]*v1.ReportActionStatusRequest{}}
 	a.console.stamp = cfg.ConsoleStamp
-	a.logs = newLogShipper(cfg.Client, cfg.AgentID, a.console, backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff}, cfg.Clock.Now)
+	a.servers = newServers(list, a.Logf)
+	a.logs = newLogShipper(a.servers, cfg.AgentID, a.console, backoff{min: cfg.MinBackoff, max: cfg.MaxBackoff}, cfg.Clock.Now)
 	return a, nil
 }
 
@@ -217,7 +241,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	}()
 
 	var res Result
-	a.Logf("anvil agent: %s asking %s for work", a.cfg.AgentID, "the server")
+	a.Logf("anvil agent: %s asking %s for work", a.cfg.AgentID, a.servers.describe())
 	for ctx.Err() == nil {
 		act, err := a.nextAction(ctx)
 		if err != nil {
@@ -269,10 +293,13 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 // there is none yet, and an error only when ctx ends.
 func (a *Agent) nextAction(ctx context.Context) (*v1.GetActionResponse, error) {
 	bo := backoff{min: a.cfg.MinBackoff, max: a.cfg.MaxBackoff}
+	req := &v1.GetActionRequest{AgentId: a.cfg.AgentID, AgentAttributes: a.cfg.Attributes, Wait: durationpb.New(a.cfg.Wait)}
 	for {
-		resp, err := a.cfg.Client.GetAction(ctx, connect.NewRequest(&v1.GetActionRequest{
-			AgentId: a.cfg.AgentID, AgentAttributes: a.cfg.Attributes, Wait: durationpb.New(a.cfg.Wait),
-		}))
+		var resp *connect.Response[v1.GetActionResponse]
+		err := a.servers.call(ctx, a.cfg.Wait+pollGrace, "asking for work", func(ctx context.Context, c anvilv1connect.AgentServiceClient) (err error) {
+			resp, err = c.GetAction(ctx, connect.NewRequest(req))
+			return err
+		})
 		if err == nil {
 			return resp.Msg, nil
 		}
@@ -474,8 +501,13 @@ var errRefused = errors.New("report refused")
 // the only error is ctx's.
 func (a *Agent) report(ctx context.Context, r *v1.ReportActionStatusRequest) (*v1.ReportActionStatusResponse, error) {
 	bo := backoff{min: a.cfg.MinBackoff, max: a.cfg.MaxBackoff}
+	what := "report " + shortState(r.GetActionState()) + " of " + r.GetActionName()
 	for {
-		resp, err := a.cfg.Client.ReportActionStatus(ctx, connect.NewRequest(r))
+		var resp *connect.Response[v1.ReportActionStatusResponse]
+		err := a.servers.call(ctx, reportTimeout, what, func(ctx context.Context, c anvilv1connect.AgentServiceClient) (err error) {
+			resp, err = c.ReportActionStatus(ctx, connect.NewRequest(r))
+			return err
+		})
 		if err == nil {
 			if bo.n > 0 {
 				a.console.printf("anvil agent: %s: report %s delivered after %d retries", r.GetActionName(),

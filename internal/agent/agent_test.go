@@ -44,6 +44,7 @@ type server struct {
 	mu   sync.Mutex
 	st   *bolt.Store
 	ls   *logstore.Store
+	eng  *workflow.Engine
 	svc  *api.Services
 	srv  *http.Server
 	stop context.CancelFunc
@@ -96,7 +97,7 @@ func (s *server) startOn(ln net.Listener) {
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	go func() { _ = srv.Serve(ln) }()
 	s.mu.Lock()
-	s.st, s.ls, s.svc, s.srv, s.stop, s.done = st, ls, svc, srv, cancel, done
+	s.st, s.ls, s.eng, s.svc, s.srv, s.stop, s.done = st, ls, eng, svc, srv, cancel, done
 	s.mu.Unlock()
 }
 

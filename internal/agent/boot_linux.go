@@ -117,7 +117,8 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		}
 		boot = append(boot, leases...)
 	}
-	con.printf("anvil agent: up in %s; server %s, worker %s", time.Since(started).Round(time.Millisecond), params.ServerURL, params.WorkerID)
+	con.printf("anvil agent: up in %s; server %s, worker %s", time.Since(started).Round(time.Millisecond),
+		strings.Join(params.ServerURLs, ", "), params.WorkerID)
 
 	workerID := params.WorkerID
 	if workerID == "" {
@@ -132,7 +133,7 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 	}
 	var shellOnce sync.Once
 	a, err := New(Config{
-		Client:       newClient(params),
+		Servers:      bootServers(params),
 		AgentID:      workerID,
 		Actions:      cfg.Actions,
 		Attributes:   attributes(),
@@ -170,9 +171,12 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 	return err
 }
 
-// newClient is the AgentService client for the boot parameters: Connect
-// over HTTP/1.1 to anvil.server=, or gRPC (h2c, or TLS) to grpc_authority=.
-func newClient(p BootParams) anvilv1connect.AgentServiceClient {
+// bootServers are the AgentService clients for the boot parameters, one per
+// address, in the order the agent tries them: Connect over HTTP/1.1 to each
+// URL of anvil.server=, or gRPC (h2c, or TLS) to grpc_authority=. They
+// share one transport, so each keeps its idle connections to its own
+// replica.
+func bootServers(p BootParams) []Server {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
 	tr := &http.Transport{
 		DialContext:         dialer.DialContext,
@@ -184,12 +188,17 @@ func newClient(p BootParams) anvilv1connect.AgentServiceClient {
 	opts := []connect.ClientOption{clientheader.AgentToken(p.Token)}
 	if p.GRPC {
 		var protos http.Protocols
-		protos.SetUnencryptedHTTP2(strings.HasPrefix(p.ServerURL, "http://"))
+		protos.SetUnencryptedHTTP2(strings.HasPrefix(p.ServerURLs[0], "http://"))
 		protos.SetHTTP2(true)
 		tr.Protocols = &protos
 		opts = append(opts, connect.WithGRPC())
 	}
-	return anvilv1connect.NewAgentServiceClient(&http.Client{Transport: tr}, p.ServerURL, opts...)
+	hc := &http.Client{Transport: tr}
+	out := make([]Server, len(p.ServerURLs))
+	for i, u := range p.ServerURLs {
+		out[i] = Server{URL: u, Client: anvilv1connect.NewAgentServiceClient(hc, u, opts...)}
+	}
+	return out
 }
 
 // attributes describes this machine to the server.

@@ -43,7 +43,7 @@ func TestClientGRPCOverTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = newClient(p).GetAction(context.Background(), connect.NewRequest(&v1.GetActionRequest{}))
+			_, err = bootServers(p)[0].Client.GetAction(context.Background(), connect.NewRequest(&v1.GetActionRequest{}))
 			if !tc.want(err) {
 				t.Errorf("GetAction = %v", err)
 			}

@@ -18,11 +18,12 @@ const (
 // makes of it.
 type BootParams struct {
 	agentcmdline.Params
-	// ServerURL is the base URL of the Anvil API the agent calls: the
-	// HTTP port (Connect over HTTP/1.1), or, with GRPC, the gRPC port
-	// (h2c, or TLS); see agentcmdline.Params.Endpoint.
-	ServerURL string
-	GRPC      bool
+	// ServerURLs are the base URLs of the Anvil API the agent calls, in
+	// the order it tries them: the HTTP port of each replica (Connect over
+	// HTTP/1.1), or, with GRPC, the one gRPC port (h2c, or TLS); see
+	// agentcmdline.Params.Endpoints.
+	ServerURLs []string
+	GRPC       bool
 	// ImageCacheSize is the size limit of the cache of container images in
 	// bytes (anvil.image_cache=2G); 0: the default (a quarter of the RAM).
 	ImageCacheSize int64
@@ -37,7 +38,7 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 		return BootParams{}, err
 	}
 	bp := BootParams{Params: p}
-	bp.ServerURL, bp.GRPC = p.Endpoint()
+	bp.ServerURLs, bp.GRPC = p.Endpoints()
 	if p.ImageCache != "" {
 		if bp.ImageCacheSize, err = oci.ParseSize(p.ImageCache); err != nil {
 			return BootParams{}, &agentcmdline.ArgError{Name: agentcmdline.ArgImageCache, Value: p.ImageCache, Err: err}

@@ -26,7 +26,7 @@ const (
 // leave the queue only once the server has accepted them, so a server
 // restart loses none (a call that failed half-way may send some twice).
 type logShipper struct {
-	client  anvilv1connect.AgentServiceClient
+	servers *servers
 	agentID string
 	console *console
 	bo      backoff
@@ -40,8 +40,8 @@ type logShipper struct {
 	wake    chan struct{}
 }
 
-func newLogShipper(c anvilv1connect.AgentServiceClient, agentID string, con *console, bo backoff, now func() time.Time) *logShipper {
-	return &logShipper{client: c, agentID: agentID, console: con, bo: bo, now: now, wake: make(chan struct{}, 1)}
+func newLogShipper(srv *servers, agentID string, con *console, bo backoff, now func() time.Time) *logShipper {
+	return &logShipper{servers: srv, agentID: agentID, console: con, bo: bo, now: now, wake: make(chan struct{}, 1)}
 }
 
 // add queues a line.
@@ -128,8 +128,20 @@ func (s *logShipper) shipOnce(ctx context.Context) bool {
 	return more
 }
 
+// send ships batch to the current server (moving on as every call does),
+// and returns how many lines of it the server accepted.
 func (s *logShipper) send(ctx context.Context, batch []*v1.LogLine) (int64, error) {
-	stream := s.client.StreamLogs(ctx)
+	var accepted int64
+	err := s.servers.call(ctx, logsTimeout, "streaming output", func(ctx context.Context, c anvilv1connect.AgentServiceClient) (err error) {
+		accepted, err = s.sendTo(ctx, c, batch)
+		return err
+	})
+	return accepted, err
+}
+
+// sendTo ships batch in one StreamLogs call to c.
+func (s *logShipper) sendTo(ctx context.Context, c anvilv1connect.AgentServiceClient, batch []*v1.LogLine) (int64, error) {
+	stream := c.StreamLogs(ctx)
 	// The server corrects the lines' times by its clock's difference to
 	// ours (this machine's clock is often wrong).
 	stream.RequestHeader().Set(v1.SentAtHeader, s.now().UTC().Format(time.RFC3339Nano))

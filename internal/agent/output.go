@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/actions"
 )
 
@@ -145,7 +146,7 @@ func (o *actionOutput) sendProgress() {
 		case <-o.kick:
 		}
 		p := o.lastProgress()
-		ctx, cancel := context.WithTimeout(context.Background(), progressTimeout)
+		ctx, cancel := context.WithCancel(context.Background())
 		go func() { // the report must not outlive stopProgress by more than the timeout
 			select {
 			case <-o.stop:
@@ -153,11 +154,15 @@ func (o *actionOutput) sendProgress() {
 			case <-ctx.Done():
 			}
 		}()
-		_, err := o.a.cfg.Client.ReportActionStatus(ctx, connect.NewRequest(&v1.ReportActionStatusRequest{
+		req := &v1.ReportActionStatusRequest{
 			WorkflowId: o.act.GetWorkflowId(), AgentId: o.a.cfg.AgentID, TaskId: o.act.GetTaskId(),
 			ActionId: o.act.GetActionId(), ActionName: o.act.GetName(),
 			ActionState: v1.ActionState_ACTION_STATE_RUNNING, Progress: p,
-		}))
+		}
+		err := o.a.servers.call(ctx, progressTimeout, "progress of "+o.act.GetName(), func(ctx context.Context, c anvilv1connect.AgentServiceClient) error {
+			_, err := c.ReportActionStatus(ctx, connect.NewRequest(req))
+			return err
+		})
 		cancel()
 		_ = err // best effort: the end report carries the last progress too
 	}

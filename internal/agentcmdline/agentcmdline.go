@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -33,7 +34,7 @@ const (
 	ArgSyslogHost    = "syslog_host"             // Hook's: where to send syslog
 	ArgVLANID        = "vlan_id"                 // Hook's: the provisioning network's VLAN
 	ArgFacility      = "facility"                // Hook's: informational
-	ArgServer        = "anvil.server"            // the HTTP base URL, e.g. http://10.0.0.1:7080
+	ArgServer        = "anvil.server"            // the HTTP base URLs, e.g. http://10.0.0.1:7080,http://10.0.0.2:7080
 	ArgToken         = "anvil.token"             // the workflow's agent token
 	ArgShell         = "anvil.shell"             // "1": a console shell when a workflow fails
 	ArgDebug         = "anvil.debug"             // "1": verbose agent lines on the console
@@ -42,6 +43,11 @@ const (
 
 // MaxVLANID is the highest VLAN ID (IEEE 802.1Q reserves 4095).
 const MaxVLANID = 4094
+
+// ServerSeparator separates the base URLs of anvil.server= when it names
+// several replicas of the server. A comma needs no quoting on the kernel
+// command line or in an iPXE script, and a base URL has no use for one.
+const ServerSeparator = ","
 
 // Params are the agent's arguments on the kernel command line, as written:
 // Parse returns them, Build writes them. The zero value of a field is the
@@ -64,9 +70,11 @@ type Params struct {
 	InsecureTLS bool
 	// SyslogHost is host or host:port (syslog_host=).
 	SyslogHost string
-	// Server is the base URL of the HTTP port (anvil.server=) as written;
-	// when given, the agent calls it rather than GRPCAuthority. Endpoint
-	// gives the URL to call.
+	// Server is the base URL of the HTTP port (anvil.server=) as written,
+	// or several separated by ServerSeparator (the replicas of a server in
+	// Kubernetes mode, in the order the agent tries them; JoinServers
+	// writes the list); when given, the agent calls it rather than
+	// GRPCAuthority. Endpoints gives the URLs to call.
 	Server string
 	// VLANID, when not 0, is the VLAN the provisioning network is on
 	// (vlan_id=), from 1 to MaxVLANID.
@@ -110,7 +118,8 @@ var ErrNoServer = fmt.Errorf("the kernel command line names no server: want %s=U
 // It is an error (an *ArgError naming the argument) when a value is
 // malformed: a boolean other than true or false (1, t, 0, f, … as
 // strconv.ParseBool), a VLAN ID outside 1 to MaxVLANID, an anvil.server=
-// that is not an http:// or https:// URL; grpc_authority= must be
+// that is not an http:// or https:// URL (or, a list, one of whose URLs is
+// not: the error names it); grpc_authority= must be
 // host:port when the agent is to use it (no anvil.server=). It is
 // ErrNoServer when neither names a server. anvil.shell and anvil.debug are
 // set by "", "1" or "true" and cleared by anything else.
@@ -194,7 +203,7 @@ func isSet(val string) bool { return val == "" || val == "1" || val == "true" }
 func (p Params) checkServer() error {
 	switch {
 	case p.Server != "":
-		if _, err := serverURL(p.Server); err != nil {
+		if _, err := serverURLs(p.Server); err != nil {
 			return &ArgError{Name: ArgServer, Value: p.Server, Err: err}
 		}
 	case p.GRPCAuthority != "":
@@ -221,12 +230,41 @@ func (p Params) checkAuthority() error {
 	return nil
 }
 
-// serverURL checks an anvil.server= value and returns the URL the agent
-// calls: the scheme as url.Parse reads it (lower case: "HTTP://" is
+// serverURLs checks an anvil.server= value, one base URL or several
+// separated by ServerSeparator, and returns the URLs the agent calls, in
+// order, each once (replicas that publish one address, a VIP, would
+// otherwise be tried as many times). An error names the URL at fault.
+func serverURLs(s string) ([]string, error) {
+	list := strings.Split(s, ServerSeparator)
+	var out []string
+	for i, one := range list {
+		u, err := serverURL(one)
+		if err != nil {
+			if len(list) == 1 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("URL %d of %d, %q: %w", i+1, len(list), one, err)
+		}
+		if !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// JoinServers writes base URLs as one anvil.server= value, the first to be
+// tried first. Params.Build checks each.
+func JoinServers(urls []string) string { return strings.Join(urls, ServerSeparator) }
+
+// serverURL checks one base URL of anvil.server= and returns the URL the
+// agent calls: the scheme as url.Parse reads it (lower case: "HTTP://" is
 // http), then the rest as given, less trailing slashes, since the agent
 // appends paths.
 func serverURL(s string) (string, error) {
 	u, err := url.Parse(s)
+	if s == "" {
+		return "", errors.New("empty: want an http:// or https:// URL")
+	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", errors.New("want an http:// or https:// URL")
 	}
@@ -234,24 +272,25 @@ func serverURL(s string) (string, error) {
 	return strings.TrimRight(u.Scheme+":"+rest, "/"), nil
 }
 
-// Endpoint returns the base URL the agent calls and whether it speaks gRPC
-// there: anvil.server= when given (Connect over HTTP/1.1), else
-// grpc_authority= (gRPC, over TLS when tinkerbell_tls=true, else h2c). p
-// must be valid (Parse returned it, or Build accepts it); otherwise base is
-// "".
-func (p Params) Endpoint() (base string, grpc bool) {
+// Endpoints returns the base URLs the agent calls, in the order it tries
+// them, and whether it speaks gRPC there: anvil.server= when given
+// (Connect over HTTP/1.1; one URL or several, each once), else
+// grpc_authority= (one address: gRPC, over TLS when tinkerbell_tls=true,
+// else h2c). p must be valid (Parse returned it, or Build accepts it);
+// otherwise bases is nil.
+func (p Params) Endpoints() (bases []string, grpc bool) {
 	if p.checkServer() != nil {
-		return "", false
+		return nil, false
 	}
 	if p.Server != "" {
-		u, _ := serverURL(p.Server)
+		u, _ := serverURLs(p.Server)
 		return u, false
 	}
 	scheme := "http"
 	if p.TLS {
 		scheme = "https"
 	}
-	return scheme + "://" + p.GRPCAuthority, true
+	return []string{scheme + "://" + p.GRPCAuthority}, true
 }
 
 // Build returns p as kernel arguments, in the order the boot script writes

@@ -24,63 +24,83 @@ const anvilLine = "initrd=initramfs-x86_64 grpc_authority=10.0.0.1:42113 worker_
 
 func TestParse(t *testing.T) {
 	tests := []struct {
-		name         string
-		cmdline      string
-		want         Params
-		wantEndpoint string
-		wantGRPC     bool
-		wantErr      string
+		name          string
+		cmdline       string
+		want          Params
+		wantEndpoints []string
+		wantGRPC      bool
+		wantErr       string
 	}{
 		{
 			name:    "anvil's boot script",
 			cmdline: anvilLine,
 			want: Params{GRPCAuthority: "10.0.0.1:42113", WorkerID: "52:54:00:12:34:56", HWAddr: "52:54:00:12:34:56",
 				SyslogHost: "10.0.0.1", Server: "http://10.0.0.1:7080", Token: "v1.abc"},
-			wantEndpoint: "http://10.0.0.1:7080",
+			wantEndpoints: []string{"http://10.0.0.1:7080"},
 		},
 		{
-			name:         "hook's arguments only: gRPC over h2c",
-			cmdline:      "grpc_authority=tink.example:42113 worker_id=aa:bb:cc:dd:ee:ff tinkerbell_tls=false",
-			want:         Params{GRPCAuthority: "tink.example:42113", WorkerID: "aa:bb:cc:dd:ee:ff"},
-			wantEndpoint: "http://tink.example:42113", wantGRPC: true,
+			name:          "hook's arguments only: gRPC over h2c",
+			cmdline:       "grpc_authority=tink.example:42113 worker_id=aa:bb:cc:dd:ee:ff tinkerbell_tls=false",
+			want:          Params{GRPCAuthority: "tink.example:42113", WorkerID: "aa:bb:cc:dd:ee:ff"},
+			wantEndpoints: []string{"http://tink.example:42113"}, wantGRPC: true,
 		},
 		{
-			name:         "hook's arguments with TLS, insecure",
-			cmdline:      "grpc_authority=tink.example:42113 tinkerbell_tls=true tinkerbell_insecure_tls=true worker_id=w1 vlan_id=42 facility=lab1",
-			want:         Params{GRPCAuthority: "tink.example:42113", TLS: true, InsecureTLS: true, WorkerID: "w1", VLANID: 42, Facility: "lab1"},
-			wantEndpoint: "https://tink.example:42113", wantGRPC: true,
+			name:          "hook's arguments with TLS, insecure",
+			cmdline:       "grpc_authority=tink.example:42113 tinkerbell_tls=true tinkerbell_insecure_tls=true worker_id=w1 vlan_id=42 facility=lab1",
+			want:          Params{GRPCAuthority: "tink.example:42113", TLS: true, InsecureTLS: true, WorkerID: "w1", VLANID: 42, Facility: "lab1"},
+			wantEndpoints: []string{"https://tink.example:42113"}, wantGRPC: true,
 		},
 		{
-			name:         "anvil.server wins over grpc_authority; trailing slash dropped; flags alone",
-			cmdline:      "grpc_authority=10.0.0.1:42113 anvil.server=http://10.0.0.1:7080/ anvil.shell=1 anvil.debug",
-			want:         Params{GRPCAuthority: "10.0.0.1:42113", Server: "http://10.0.0.1:7080/", Shell: true, Debug: true},
-			wantEndpoint: "http://10.0.0.1:7080",
+			name:          "anvil.server wins over grpc_authority; trailing slash dropped; flags alone",
+			cmdline:       "grpc_authority=10.0.0.1:42113 anvil.server=http://10.0.0.1:7080/ anvil.shell=1 anvil.debug",
+			want:          Params{GRPCAuthority: "10.0.0.1:42113", Server: "http://10.0.0.1:7080/", Shell: true, Debug: true},
+			wantEndpoints: []string{"http://10.0.0.1:7080"},
 		},
 		{
-			name:         "a bad grpc_authority beside anvil.server is not used, so not an error",
-			cmdline:      "grpc_authority=nope anvil.server=http://s:7080",
-			want:         Params{GRPCAuthority: "nope", Server: "http://s:7080"},
-			wantEndpoint: "http://s:7080",
+			name:          "a bad grpc_authority beside anvil.server is not used, so not an error",
+			cmdline:       "grpc_authority=nope anvil.server=http://s:7080",
+			want:          Params{GRPCAuthority: "nope", Server: "http://s:7080"},
+			wantEndpoints: []string{"http://s:7080"},
 		},
 		{
-			name:         "scheme in capitals",
-			cmdline:      "anvil.server=HTTPS://10.0.0.1:7443/",
-			want:         Params{Server: "HTTPS://10.0.0.1:7443/"},
-			wantEndpoint: "https://10.0.0.1:7443",
+			name:          "scheme in capitals",
+			cmdline:       "anvil.server=HTTPS://10.0.0.1:7443/",
+			want:          Params{Server: "HTTPS://10.0.0.1:7443/"},
+			wantEndpoints: []string{"https://10.0.0.1:7443"},
 		},
 		{
-			name:         "the last of a key wins; anvil.shell=0 clears",
-			cmdline:      "anvil.server=http://a:1 anvil.shell anvil.server=http://b:2 anvil.shell=0 vlan_id=7 vlan_id=",
-			want:         Params{Server: "http://b:2"},
-			wantEndpoint: "http://b:2",
+			name:          "the last of a key wins; anvil.shell=0 clears",
+			cmdline:       "anvil.server=http://a:1 anvil.shell anvil.server=http://b:2 anvil.shell=0 vlan_id=7 vlan_id=",
+			want:          Params{Server: "http://b:2"},
+			wantEndpoints: []string{"http://b:2"},
 		},
 		{
-			name:         "image cache size is passed through",
-			cmdline:      "anvil.server=http://s:7080 anvil.image_cache=2G",
-			want:         Params{Server: "http://s:7080", ImageCache: "2G"},
-			wantEndpoint: "http://s:7080",
+			name:          "image cache size is passed through",
+			cmdline:       "anvil.server=http://s:7080 anvil.image_cache=2G",
+			want:          Params{Server: "http://s:7080", ImageCache: "2G"},
+			wantEndpoints: []string{"http://s:7080"},
+		},
+		{
+			name:          "several replicas, tried in order; trailing slashes dropped; a repeat tried once",
+			cmdline:       "anvil.server=http://10.0.0.3:7080,https://10.0.0.4:7443/,HTTP://10.0.0.5:7080,http://10.0.0.3:7080/",
+			want:          Params{Server: "http://10.0.0.3:7080,https://10.0.0.4:7443/,HTTP://10.0.0.5:7080,http://10.0.0.3:7080/"},
+			wantEndpoints: []string{"http://10.0.0.3:7080", "https://10.0.0.4:7443", "http://10.0.0.5:7080"},
+		},
+		{
+			name:          "a list beside grpc_authority: the list wins",
+			cmdline:       "grpc_authority=10.0.0.1:42113 anvil.server=http://a:7080,http://b:7080",
+			want:          Params{GRPCAuthority: "10.0.0.1:42113", Server: "http://a:7080,http://b:7080"},
+			wantEndpoints: []string{"http://a:7080", "http://b:7080"},
 		},
 		{name: "no server", cmdline: "console=ttyS0 worker_id=x", wantErr: "names no server"},
+		{name: "a bad URL in a list is named", cmdline: "anvil.server=http://a:7080,10.0.0.4:7080",
+			wantErr: `anvil.server="http://a:7080,10.0.0.4:7080": URL 2 of 2, "10.0.0.4:7080": want an http:// or https:// URL`},
+		{name: "an empty URL in a list is named", cmdline: "anvil.server=http://a:7080,,http://b:7080",
+			wantErr: `URL 2 of 3, "": empty: want an http:// or https:// URL`},
+		{name: "a trailing comma is an empty URL", cmdline: "anvil.server=http://a:7080,",
+			wantErr: `URL 2 of 2, "": empty`},
+		{name: "a list with no host", cmdline: "anvil.server=http://a:7080,http://",
+			wantErr: `URL 2 of 2, "http://": want an http:// or https:// URL`},
 		{name: "bad authority", cmdline: "grpc_authority=10.0.0.1", wantErr: `grpc_authority="10.0.0.1": want host:port`},
 		{name: "bad server URL", cmdline: "anvil.server=ftp://x", wantErr: `anvil.server="ftp://x": want an http:// or https:// URL`},
 		{name: "bad tls", cmdline: "grpc_authority=a:1 tinkerbell_tls=maybe", wantErr: `tinkerbell_tls="maybe": want true or false`},
@@ -104,8 +124,8 @@ func TestParse(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("Parse(%q) = %+v; want %+v", tc.cmdline, got, tc.want)
 			}
-			if u, grpc := got.Endpoint(); u != tc.wantEndpoint || grpc != tc.wantGRPC {
-				t.Errorf("Endpoint() = %q, %t; want %q, %t", u, grpc, tc.wantEndpoint, tc.wantGRPC)
+			if u, grpc := got.Endpoints(); !slices.Equal(u, tc.wantEndpoints) || grpc != tc.wantGRPC {
+				t.Errorf("Endpoints() = %q, %t; want %q, %t", u, grpc, tc.wantEndpoints, tc.wantGRPC)
 			}
 		})
 	}
@@ -153,6 +173,7 @@ func TestBuild(t *testing.T) {
 		},
 		{name: "no server", p: Params{WorkerID: "w"}, wantErr: "names no server"},
 		{name: "bad server", p: Params{Server: "10.0.0.1:7080"}, wantArg: ArgServer},
+		{name: "bad server in a list", p: Params{Server: JoinServers([]string{"http://a:1", "b:2"})}, wantArg: ArgServer, wantErr: `URL 2 of 2, "b:2"`},
 		{name: "bad authority beside a server", p: Params{Server: "http://s:1", GRPCAuthority: "s"}, wantArg: ArgGRPCAuthority},
 		{name: "worker with a space", p: Params{Server: "http://s:1", WorkerID: "rack 1"}, wantArg: ArgWorkerID, wantErr: "whitespace at byte 4"},
 		{name: "facility with a quote", p: Params{Server: "http://s:1", Facility: `a"b`}, wantArg: ArgFacility, wantErr: "double quote"},
@@ -222,6 +243,10 @@ func FuzzParse(f *testing.F) {
 		"anvil.server=http://h:1/?a=b worker_id=x=y facility=\"lab\"",
 		// A bad grpc_authority that the agent does not use.
 		"grpc_authority=x anvil.server=http://h:1",
+		// Several replicas; a repeat; an empty one; a bad one.
+		"anvil.server=http://10.0.0.3:7080,http://10.0.0.4:7080/,HTTP://10.0.0.3:7080",
+		"anvil.server=http://a:1,,http://b:2",
+		"anvil.server=http://a:1,ftp://b",
 	} {
 		f.Add(s)
 	}
@@ -237,9 +262,24 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		u, _ := p.Endpoint()
-		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") || strings.HasSuffix(u, "/") {
-			t.Fatalf("Parse(%q).Endpoint() = %q; want an http(s) URL without a trailing slash", cmdline, u)
+		urls, grpc := p.Endpoints()
+		if len(urls) == 0 || (grpc && len(urls) != 1) {
+			t.Fatalf("Parse(%q).Endpoints() = %q, %t; want one URL or more (one for gRPC)", cmdline, urls, grpc)
+		}
+		for i, u := range urls {
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") || strings.HasSuffix(u, "/") ||
+				(!grpc && strings.Contains(u, ServerSeparator)) || slices.Contains(urls[:i], u) {
+				t.Fatalf("Parse(%q).Endpoints() = %q; want http(s) URLs, each once, without a trailing slash or a separator", cmdline, urls)
+			}
+		}
+		if !grpc && len(urls) > 1 {
+			// A list is the URLs one by one: each alone parses to itself.
+			for _, u := range urls {
+				one, err := Parse(ArgServer + "=" + u)
+				if got, _ := one.Endpoints(); err != nil || !slices.Equal(got, []string{u}) {
+					t.Fatalf("Parse(%q): URL %q of the list alone gives %q, %v", cmdline, u, got, err)
+				}
+			}
 		}
 		if p.VLANID < 0 || p.VLANID > MaxVLANID {
 			t.Fatalf("VLANID %d out of range", p.VLANID)
@@ -267,6 +307,7 @@ func FuzzBuild(f *testing.F) {
 	f.Add("[fd00::1]:42113", "rack1-node07", "", true, true, "", "", 42, "lab1", true, true, "2G", "")
 	f.Add("", "w", "", false, false, "", "HTTPS://s/", 4094, "a=b", false, true, "lots", "t")
 	f.Add("x", "w x", "", false, false, "", "http://s", 4095, "\"", false, false, "", "\x00")
+	f.Add("", "w", "", false, false, "", "http://10.0.0.3:7080,http://10.0.0.4:7080", 0, "", false, false, "", "")
 	f.Fuzz(func(t *testing.T, authority, worker, hwAddr string, tls, insecure bool, syslog, server string, vlan int,
 		facility string, shell, debug bool, cache, token string) {
 		p := Params{GRPCAuthority: authority, WorkerID: worker, HWAddr: hwAddr, TLS: tls, InsecureTLS: insecure, SyslogHost: syslog,

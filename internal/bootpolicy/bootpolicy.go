@@ -64,8 +64,18 @@ type Config struct {
 	Mode string
 	// PublicHTTP is the base URL machines reach Anvil's HTTP port at, e.g.
 	// "http://10.0.0.1:7080". Required. It is passed to the boot
-	// environment as anvil.server=.
+	// environment as anvil.server=, first of the list when there are
+	// Replicas.
 	PublicHTTP string
+	// Replicas, if set (Kubernetes mode), returns the base URLs machines
+	// reach the other live replicas of `anvil serve` at (internal/peers'
+	// agent URLs). anvil.server= then lists PublicHTTP and then them, so
+	// that an agent whose replica dies moves on to another
+	// (internal/agent). It is asked at each boot environment script, for
+	// at most replicasTimeout; what it cannot list is left out (warned).
+	// If nil (the embedded store: one server), anvil.server= is
+	// PublicHTTP alone.
+	Replicas func(ctx context.Context) ([]string, error)
 	// GRPCAuthority is the host:port the agent dials, e.g.
 	// "10.0.0.1:42113" (grpc_authority=). Required.
 	GRPCAuthority string
@@ -111,6 +121,7 @@ type Policy struct {
 	consoleArg []string
 	extraArgs  []string
 	agentToken func(*model.Workflow) string
+	replicas   func(context.Context) ([]string, error)
 	log        *slog.Logger
 
 	hosts    hostCache    // fed by Run
@@ -132,7 +143,7 @@ func New(cfg Config) (*Policy, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("bootpolicy: no store")
 	}
-	p := &Policy{store: cfg.Store, mode: cfg.Mode, log: cfg.Logger, agentToken: cfg.AgentToken}
+	p := &Policy{store: cfg.Store, mode: cfg.Mode, log: cfg.Logger, agentToken: cfg.AgentToken, replicas: cfg.Replicas}
 	if p.log == nil {
 		p.log = slog.Default()
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/anvilproj/anvil/internal/agentcmdline"
 	"github.com/anvilproj/anvil/internal/httpboot"
@@ -85,7 +87,7 @@ func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboo
 		return nil, err
 	}
 	if wf != nil && model.BoolValue(nb.AllowWorkflow, true) {
-		return p.bootEnv(hw, i, nb, wf, r)
+		return p.bootEnv(ctx, hw, i, nb, wf, r)
 	}
 	if wf == nil {
 		sel, cp, err := p.selectFor(ctx, hw)
@@ -137,7 +139,7 @@ func stateOf(wf *model.Workflow) model.State {
 }
 
 // bootEnv renders the boot environment script for interface i of hw.
-func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model.Workflow, r httpboot.ScriptRequest) (*httpboot.Script, error) {
+func (p *Policy) bootEnv(ctx context.Context, hw *model.Hardware, i int, nb *model.Netboot, wf *model.Workflow, r httpboot.ScriptRequest) (*httpboot.Script, error) {
 	key := hw.Key()
 	iface := &hw.Spec.Interfaces[i]
 	d := iface.DHCP // not nil: the interface was found by its MAC or IP
@@ -174,6 +176,7 @@ func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model
 	// interface with hw_addr=; the agent is that MAC unless the Hardware
 	// names it, as Smee does.
 	a := p.agentArgs
+	a.Server = p.servers(ctx)
 	a.HWAddr = bootingMAC(r.MAC, hw, i).String()
 	a.WorkerID = hw.Spec.AgentID
 	// The Hardware field each per-machine argument comes from, for errors.
@@ -240,6 +243,44 @@ func (p *Policy) bootEnv(hw *model.Hardware, i int, nb *model.Netboot, wf *model
 		return nil, fmt.Errorf("hardware %s: %w", key, err)
 	}
 	return &httpboot.Script{Body: body, Reason: reason}, nil
+}
+
+// replicasTimeout bounds the listing of the other replicas at each boot
+// script: a slow API server delays the machine's boot by that much at
+// most, and the machine then gets this replica's address alone.
+const replicasTimeout = 2 * time.Second
+
+// servers is the agent's anvil.server=: this server's public URL and then,
+// in Kubernetes mode, the other live replicas' (Config.Replicas), each
+// once. A replica that cannot be listed, or whose URL could not be read
+// back from the command line, is left out with a warning: the machine
+// boots with fewer addresses rather than not at all.
+func (p *Policy) servers(ctx context.Context) string {
+	urls := []string{p.publicHTTP}
+	if p.replicas == nil {
+		return p.publicHTTP
+	}
+	lctx, cancel := context.WithTimeout(ctx, replicasTimeout)
+	others, err := p.replicas(lctx)
+	cancel()
+	if err != nil {
+		p.log.Warn("bootpolicy: the other replicas could not be listed; this boot script gives the agent this replica's address alone",
+			"err", err)
+	}
+	for _, u := range others {
+		base, err := checkBaseURL("replica URL", u)
+		if err == nil && strings.Contains(base, agentcmdline.ServerSeparator) {
+			err = fmt.Errorf("bootpolicy: replica URL %q holds %q, which separates anvil.server='s URLs", u, agentcmdline.ServerSeparator)
+		}
+		if err != nil {
+			p.warnOnce("replica URL "+u, "bootpolicy: leaving a replica out of anvil.server=", "err", err)
+			continue
+		}
+		if !slices.Contains(urls, base) {
+			urls = append(urls, base)
+		}
+	}
+	return agentcmdline.JoinServers(urls)
 }
 
 // osieURL joins base and name ("vmlinuz-x86_64") as Tinkerbell does, name

@@ -6,7 +6,9 @@
 // docs/kubernetes.md), so a read of them must ask every replica. Each
 // replica keeps a coordination.k8s.io Lease of its own, named
 // "anvil-replica-<identity>", labelled LabelComponent=ComponentValue, with
-// the URL of its API in the annotation AnnotationURL; it renews the Lease
+// the URL of its API in the annotation AnnotationURL and the URL machines'
+// agents reach it at in AnnotationAgentURL (the two differ when replicas
+// reach each other on the pod network, --peer-url); it renews the Lease
 // every Period and, when it stops cleanly, releases it (clears its holder).
 // The peers of a replica are the other replicas whose Lease is held and
 // current: renewed within its leaseDurationSeconds (3×Period), as this
@@ -19,6 +21,10 @@
 // need no right to delete Leases (the deployment's Role grants none: the
 // leader's Lease is not theirs to delete). Run out of a pod, the Leases
 // stay, released or lapsed, until deleted by hand.
+//
+// The agent URLs are for the boot scripts a replica writes: they list every
+// live replica's (internal/bootpolicy), so that an agent whose replica dies
+// moves on to another (internal/agent).
 //
 // It owns those Leases and nothing else: it does not call the peers (the
 // API does, internal/api) and does not elect anyone (internal/leader).
@@ -46,10 +52,11 @@ import (
 
 // The Lease's label, annotation and name prefix.
 const (
-	LabelComponent = "app.kubernetes.io/component"
-	ComponentValue = "anvil-replica"
-	AnnotationURL  = "anvil.dev/api-url"
-	NamePrefix     = "anvil-replica-"
+	LabelComponent     = "app.kubernetes.io/component"
+	ComponentValue     = "anvil-replica"
+	AnnotationURL      = "anvil.dev/api-url"
+	AnnotationAgentURL = "anvil.dev/agent-url"
+	NamePrefix         = "anvil-replica-"
 )
 
 // DefaultPeriod is Config.Period's default.
@@ -68,6 +75,9 @@ type Peer struct {
 	Name string
 	// URL is where its API answers (http://10.0.0.3:7080).
 	URL string
+	// AgentURL is where machines' agents reach its API (anvil.server=),
+	// or "" if it publishes none.
+	AgentURL string
 }
 
 // Config configures a Registry.
@@ -85,6 +95,11 @@ type Config struct {
 	// this replica publishes no Lease (no peer can ask it) but still
 	// finds its peers.
 	URL string
+	// AgentURL is where machines' agents reach this replica's API: the
+	// HTTP port at the public address, which the boot scripts give as
+	// anvil.server=. It may differ from URL (--peer-url on the pod
+	// network); if empty, agents are not sent here by the other replicas.
+	AgentURL string
 	// Pod, if its UID is set, owns the Lease, which is then deleted with
 	// it. `anvil serve` reads $POD_NAME and $POD_UID.
 	Pod Pod
@@ -119,10 +134,11 @@ func New(cfg Config) (*Registry, error) {
 	case cfg.Period < 0 || cfg.Period%time.Second != 0:
 		return nil, fmt.Errorf("peers: Config.Period %v is not a whole number of seconds: the Lease records seconds", cfg.Period)
 	}
-	if cfg.URL != "" {
-		if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("peers: URL %q: want http://HOST:PORT or https://HOST:PORT, where the other replicas reach this one's API", cfg.URL)
-		}
+	if cfg.URL != "" && !isBaseURL(cfg.URL) {
+		return nil, fmt.Errorf("peers: URL %q: want http://HOST:PORT or https://HOST:PORT, where the other replicas reach this one's API", cfg.URL)
+	}
+	if cfg.AgentURL != "" && !isBaseURL(cfg.AgentURL) {
+		return nil, fmt.Errorf("peers: AgentURL %q: want http://HOST:PORT or https://HOST:PORT, where machines' agents reach this replica's API", cfg.AgentURL)
 	}
 	if cfg.Period == 0 {
 		cfg.Period = DefaultPeriod
@@ -148,6 +164,12 @@ func New(cfg Config) (*Registry, error) {
 	}
 	cfg.Log = cfg.Log.With("replica_lease", cfg.Namespace+"/"+name)
 	return &Registry{cfg: cfg, name: name, leases: c.Leases(cfg.Namespace)}, nil
+}
+
+// isBaseURL reports whether s is an http(s) URL with a host.
+func isBaseURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // LeaseName is the name of the Lease of the replica identity: NamePrefix
@@ -233,6 +255,11 @@ func (r *Registry) fill(l *coordv1.Lease, now metav1.MicroTime, secs int32, held
 	}
 	l.Labels[LabelComponent] = ComponentValue
 	l.Annotations[AnnotationURL] = r.cfg.URL
+	if r.cfg.AgentURL != "" {
+		l.Annotations[AnnotationAgentURL] = r.cfg.AgentURL
+	} else {
+		delete(l.Annotations, AnnotationAgentURL)
+	}
 	id := r.cfg.Identity
 	l.Spec.HolderIdentity = &id
 	if !held {
@@ -260,7 +287,23 @@ func (r *Registry) Peers(ctx context.Context) ([]Peer, error) {
 		if u == "" || h == nil || *h == "" {
 			continue // released: that replica stopped
 		}
-		out = append(out, Peer{Name: *h, URL: u})
+		out = append(out, Peer{Name: *h, URL: u, AgentURL: l.Annotations[AnnotationAgentURL]})
+	}
+	return out, nil
+}
+
+// AgentURLs returns the agent URLs of the other replicas whose Lease is
+// current (Peers), in name order, leaving out those that publish none.
+func (r *Registry) AgentURLs(ctx context.Context) ([]string, error) {
+	ps, err := r.Peers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range ps {
+		if p.AgentURL != "" {
+			out = append(out, p.AgentURL)
+		}
 	}
 	return out, nil
 }

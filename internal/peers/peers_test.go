@@ -28,6 +28,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no identity", with(func(c *Config) { c.Identity = "" }), "Config.Identity is empty"},
 		{"fractional period", with(func(c *Config) { c.Period = 1500 * time.Millisecond }), "Period 1.5s is not a whole number of seconds"},
 		{"URL without a scheme", with(func(c *Config) { c.URL = "10.0.0.3:7080" }), `URL "10.0.0.3:7080": want http://HOST:PORT`},
+		{"agent URL without a host", with(func(c *Config) { c.AgentURL = "http://" }), `AgentURL "http://": want http://HOST:PORT`},
 		{"identity too long", with(func(c *Config) { c.Identity = strings.Repeat("a", 300) }), "makes the Lease name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,13 +53,14 @@ func TestLeaseName(t *testing.T) {
 }
 
 // TestRegistry, against a real API server: two replicas find each other
-// (not themselves); a Lease that lapsed is no peer; a replica that stops
+// (not themselves), with the URL each publishes for its peers and the one
+// for agents; a Lease that lapsed is no peer; a replica that stops
 // cleanly releases its Lease and is no longer a peer; a replica in a pod
 // has its Lease owned by the pod (deleted with it).
 func TestRegistry(t *testing.T) {
 	c := kubetest.Start(t)
-	start := func(id, url string, pod Pod) (*Registry, context.CancelFunc, func() error) {
-		r, err := New(Config{REST: c.RESTConfig(), Namespace: "default", Identity: id, URL: url, Pod: pod, Period: time.Second})
+	start := func(id, url, agentURL string, pod Pod) (*Registry, context.CancelFunc, func() error) {
+		r, err := New(Config{REST: c.RESTConfig(), Namespace: "default", Identity: id, URL: url, AgentURL: agentURL, Pod: pod, Period: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,13 +75,15 @@ func TestRegistry(t *testing.T) {
 	// A replica that crashed a minute ago: its Lease lapsed.
 	c.JSON(t, http.MethodPost, "/apis/coordination.k8s.io/v1/namespaces/default/leases", map[string]any{
 		"metadata": map[string]any{"name": "anvil-replica-crashed", "labels": map[string]any{LabelComponent: ComponentValue},
-			"annotations": map[string]any{AnnotationURL: "http://192.0.2.9:7080"}},
+			"annotations": map[string]any{AnnotationURL: "http://192.0.2.9:7080", AnnotationAgentURL: "http://192.0.2.9:7080"}},
 		"spec": map[string]any{"holderIdentity": "crashed", "leaseDurationSeconds": 30,
 			"renewTime": time.Now().Add(-time.Minute).UTC().Format("2006-01-02T15:04:05.000000Z07:00")},
 	}, http.StatusCreated)
 
-	a, _, _ := start("anvil-a", "http://10.0.0.1:7080", Pod{})
-	b, stopB, waitB := start("anvil-b", "http://10.0.0.2:7080", Pod{Name: "anvil-7f9c-x2k4p", UID: "0c4e1f8a-2b7d-4e55-9a31-6f0d2c9b1e77"})
+	// a is reached by its peers on the pod network and by agents at the
+	// public address; b publishes no agent URL.
+	a, _, _ := start("anvil-a", "http://10.244.0.7:7080", "http://192.0.2.1:7080", Pod{})
+	b, stopB, waitB := start("anvil-b", "http://10.0.0.2:7080", "", Pod{Name: "anvil-7f9c-x2k4p", UID: "0c4e1f8a-2b7d-4e55-9a31-6f0d2c9b1e77"})
 	peersOf := func(r *Registry) []Peer {
 		p, err := r.Peers(context.Background())
 		if err != nil {
@@ -88,9 +92,15 @@ func TestRegistry(t *testing.T) {
 		return p
 	}
 	testtool.WaitFor(t, "each replica to see the other", func() bool {
-		return slices.Equal(peersOf(a), []Peer{{"anvil-b", "http://10.0.0.2:7080"}}) &&
-			slices.Equal(peersOf(b), []Peer{{"anvil-a", "http://10.0.0.1:7080"}})
+		return slices.Equal(peersOf(a), []Peer{{Name: "anvil-b", URL: "http://10.0.0.2:7080"}}) &&
+			slices.Equal(peersOf(b), []Peer{{Name: "anvil-a", URL: "http://10.244.0.7:7080", AgentURL: "http://192.0.2.1:7080"}})
 	})
+	if u, err := b.AgentURLs(context.Background()); err != nil || !slices.Equal(u, []string{"http://192.0.2.1:7080"}) {
+		t.Errorf("b.AgentURLs = %q, %v; want a's agent URL", u, err)
+	}
+	if u, err := a.AgentURLs(context.Background()); err != nil || len(u) != 0 {
+		t.Errorf("a.AgentURLs = %q, %v; want none (b publishes none)", u, err)
+	}
 	const leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases/"
 	lease := func(name string) map[string]any { return c.JSON(t, http.MethodGet, leases+name, nil, http.StatusOK) }
 	refs, _ := lease("anvil-replica-anvil-b")["metadata"].(map[string]any)["ownerReferences"].([]any)

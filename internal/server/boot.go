@@ -21,6 +21,7 @@ import (
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/peers"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/supervise"
 	"github.com/anvilproj/anvil/internal/syslog"
@@ -53,8 +54,11 @@ type packetService struct {
 // newBootServices builds the boot services and opens their sockets, so that
 // a busy port or a missing privilege fails at start. events receives every
 // service's machine events; trusted are the parsed --trusted-proxies;
-// agentKey, when not nil, makes the agent tokens boot scripts carry.
-func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events machinelog.Sink, agentKey *auth.AgentKey, log *slog.Logger) (_ *bootServices, err error) {
+// agentKey, when not nil, makes the agent tokens boot scripts carry;
+// registry, when not nil (Kubernetes mode), lists the other replicas the
+// boot scripts send agents to.
+func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events machinelog.Sink, agentKey *auth.AgentKey,
+	registry *peers.Registry, log *slog.Logger) (_ *bootServices, err error) {
 	b := &bootServices{log: log}
 	defer func() {
 		if err != nil {
@@ -78,14 +82,19 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 	if err != nil {
 		return nil, fmt.Errorf("--dhcp-mode: %w", err)
 	}
-	httpBase := "http://" + net.JoinHostPort(public.String(), strconv.Itoa(cfg.HTTPPort))
+	httpBase := publicHTTP(cfg, public)
 
 	var agentToken func(*model.Workflow) string
 	if agentKey != nil {
 		agentToken = func(wf *model.Workflow) string { return agentKey.Token(wf.Key(), wf.UID) }
 	}
+	var replicas func(context.Context) ([]string, error)
+	if registry != nil {
+		replicas = registry.AgentURLs
+	}
 	policy, err := bootpolicy.New(bootpolicy.Config{
 		AgentToken:      agentToken,
+		Replicas:        replicas,
 		Store:           st,
 		Mode:            string(dmode),
 		PublicHTTP:      httpBase,
@@ -270,4 +279,12 @@ func listenUDP(bind string, port, def int, name string) (net.PacketConn, error) 
 		return nil, fmt.Errorf("%s: %w: ports below 1024 need root or CAP_NET_BIND_SERVICE", name, err)
 	}
 	return nil, fmt.Errorf("%s: %w", name, err)
+}
+
+// publicHTTP is the base URL machines reach this server's HTTP port at, on
+// the public address: the boot scripts' anvil.server=, and in Kubernetes
+// mode the agent URL this replica publishes to the others, which list it
+// in theirs.
+func publicHTTP(cfg Config, public netip.Addr) string {
+	return "http://" + net.JoinHostPort(public.String(), strconv.Itoa(cfg.HTTPPort))
 }

@@ -381,7 +381,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	boot, err := newBootServices(cfg, set.trusted, st, recorder, sec.agentKey, log)
+	// Kubernetes mode's election and replica registry, built (not run)
+	// here: the boot scripts list the replicas.
+	el, err := elector(cfg)
+	if err != nil {
+		return err
+	}
+	registry, err := replicaRegistry(cfg, el)
+	if err != nil {
+		return err
+	}
+	boot, err := newBootServices(cfg, set.trusted, st, recorder, sec.agentKey, registry, log)
 	if err != nil {
 		return err
 	}
@@ -392,10 +402,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Kubernetes mode the engine's reconciler, the executor and the poller
 	// run on the elected leader only, writing through a fenced store;
 	// every replica answers agents and wakes their long polls.
-	el, err := elector(cfg)
-	if err != nil {
-		return err
-	}
 	leaderStore := st
 	if el != nil {
 		leaderStore = leader.Fenced(st)
@@ -427,10 +433,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// entries of the peer replicas into its reads, and (stage 5, so it
 	// is withdrawn first on the way down) this replica's Lease in the
 	// replica registry tells them where to ask it.
-	registry, err := replicaRegistry(cfg, el)
-	if err != nil {
-		return err
-	}
 	var apiPeers api.Peers
 	if registry != nil {
 		apiPeers = registry
