@@ -52,6 +52,9 @@ type Config struct {
 	// a write the API server does not answer within it fails as
 	// unavailable instead of hanging. If 0, kube.DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// MaxRequests bounds this replica's requests at the API server at
+	// once (Kubernetes); if 0, kube.DefaultMaxRequests.
+	MaxRequests int
 	// Waiting, if set, is told why Open is still waiting for the API
 	// server (Kubernetes): each failure to make a kind's first list.
 	Waiting func(err error)
@@ -66,6 +69,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for --store kubernetes (default: the pod's service account in a cluster, else $KUBECONFIG or ~/.kube/config)")
 	fs.StringVar(&c.KubeContext, "kube-context", "", "kubeconfig context for --store kubernetes (default: its current context)")
 	fs.StringVar(&c.Namespace, "kube-namespace", "", "with --store kubernetes, keep to this namespace (default: all namespaces)")
+	fs.IntVar(&c.MaxRequests, "kube-max-requests", kube.DefaultMaxRequests, "with --store kubernetes, how many reads and writes this replica has at the API server at once; more wait their turn here (see docs/kubernetes.md)")
 	fs.DurationVar(&c.RequestTimeout, "kube-request-timeout", kube.DefaultRequestTimeout, "with --store kubernetes, how long a write may wait for the API server before it fails as unavailable (see docs/kubernetes.md, \"When the API server is away\")")
 }
 
@@ -77,6 +81,9 @@ func (c *Config) Check() error {
 			return errors.New("no data directory (--data-dir)")
 		}
 	case Kubernetes:
+		if c.MaxRequests < 0 {
+			return errors.New("--kube-max-requests must not be negative")
+		}
 		if c.RequestTimeout < 0 {
 			return errors.New("--kube-request-timeout must not be negative")
 		}
@@ -113,7 +120,7 @@ func Open(ctx context.Context, c Config) (store.Store, error) {
 	if c.Logger != nil {
 		c.Logger.Info("opening the Kubernetes store", "server", rc.Host, "namespace", c.Namespace)
 	}
-	st, err := kube.Open(ctx, kube.Config{REST: rc, Namespace: c.Namespace, RequestTimeout: c.RequestTimeout,
+	st, err := kube.Open(ctx, kube.Config{REST: rc, Namespace: c.Namespace, RequestTimeout: c.RequestTimeout, MaxRequests: c.MaxRequests,
 		Waiting: c.Waiting, Log: c.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("open store on %s: %w", rc.Host, err)

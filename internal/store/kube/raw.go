@@ -79,7 +79,7 @@ func parseWritten(body []byte) (written, error) {
 
 // send makes one write (POST, PUT or PATCH) and returns the answer.
 func (s *Store) send(ctx context.Context, req *rest.Request, kind, ns, name string) (written, error) {
-	body, err := req.Do(ctx).Raw()
+	body, err := s.do(ctx, req)
 	if err != nil {
 		return written{}, apiError(kind, ns, name, err)
 	}
@@ -88,6 +88,17 @@ func (s *Store) send(ctx context.Context, req *rest.Request, kind, ns, name stri
 		return written{}, fmt.Errorf("%s %s/%s: %w", kind, ns, name, err)
 	}
 	return w, nil
+}
+
+// do makes one request in its turn (see Store.turn) and returns the
+// answer's body.
+func (s *Store) do(ctx context.Context, req *rest.Request) ([]byte, error) {
+	done, err := s.turn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return req.Do(ctx).Raw()
 }
 
 // postRaw creates an object from its JSON body.

@@ -207,7 +207,7 @@ func (s *Store) current(ctx context.Context, kc *kindCache, ns, name, want strin
 			return e.obj, nil
 		}
 	}
-	b, err := s.raw.Get().AbsPath(kc.res.path(ns, name)...).Do(ctx).Raw()
+	b, err := s.do(ctx, s.raw.Get().AbsPath(kc.res.path(ns, name)...))
 	if err != nil {
 		return nil, apiError(kc.kind, ns, name, err)
 	}
