@@ -218,6 +218,24 @@ func (n *netns) bridge(br, v4, v6 string) {
 	n.startRA(br)
 }
 
+// hostLink connects the namespace to the host's with a veth pair, for a
+// service the test runs on the host that a program in the namespace must
+// reach (the host's loopback is not the namespace's): the host's end gets
+// hostCIDR, the namespace's end (host0) nsCIDR. The host's end is named
+// after the test binary's PID, so one test of a run may use it. Deleting
+// the namespace deletes the pair; so does the test's end.
+func (n *netns) hostLink(hostCIDR, nsCIDR string) {
+	n.t.Helper()
+	host := fmt.Sprintf("ae2eh%d", os.Getpid()%100000)
+	_ = exec.Command("ip", "link", "del", host).Run() // a leftover from a killed run
+	run(n.t, "ip", "link", "add", host, "type", "veth", "peer", "name", "host0", "netns", n.name)
+	n.t.Cleanup(func() { _ = exec.Command("ip", "link", "del", host).Run() })
+	run(n.t, "ip", "addr", "add", hostCIDR, "dev", host)
+	run(n.t, "ip", "link", "set", host, "up")
+	n.ip("addr", "add", nsCIDR, "dev", "host0")
+	n.ip("link", "set", "host0", "up")
+}
+
 // tap adds a tap device for QEMU to the bridge.
 func (n *netns) tap(br, tap string) {
 	n.t.Helper()
