@@ -13,15 +13,6 @@ import (
 	"github.com/anvilproj/anvil/internal/kubetest"
 )
 
-// The Kubernetes API server of TestKubernetesModeInstall runs on the host
-// (the test process starts it and speaks to it) and listens on the host's
-// end of a veth into the lab's namespace, which the Anvil inside reaches:
-// neither side can reach the other's loopback.
-const (
-	kubeHostIP = "10.79.0.1"
-	kubeLabIP  = "10.79.0.2"
-)
-
 // TestKubernetesModeInstall is TestInstall with Anvil's store a real
 // kube-apiserver and etcd (`anvil serve --store kubernetes`): the
 // Hardware, Template and Workflow are created as Kubernetes objects
@@ -38,9 +29,11 @@ func TestKubernetesModeInstall(t *testing.T) {
 	ns := newNetns(t, "kube")
 	ns.bridge("br0", serverIP+"/24", "fd77::1/64")
 	ns.tap("br0", "tap0")
-	ns.hostLink(kubeHostIP+"/30", kubeLabIP+"/30")
-
-	c := kubetest.StartOn(t, kubeHostIP)
+	// The API server runs on the host (the test starts it and speaks to
+	// it) and listens on the host's end of a veth into the lab, which the
+	// Anvil inside reaches: neither side reaches the other's loopback.
+	apiIP := ns.hostLink()
+	c := kubetest.StartOn(t, apiIP)
 	defs, err := crds.All()
 	if err != nil {
 		t.Fatal(err)
