@@ -21,7 +21,8 @@ type credentials struct {
 	caPEM     []byte
 	tokenFile string // token,user,uid,"groups"
 	// serverCert and serverKey are the serving certificate (signed by the
-	// CA, for 127.0.0.1 and localhost) and its key.
+	// CA, for 127.0.0.1, localhost and the address the server listens
+	// on) and its key.
 	serverCert, serverKey string
 	// saKey signs and verifies service account tokens; the API server
 	// refuses to start without one.
@@ -35,7 +36,7 @@ const adminUser = "kubetest-admin"
 // key and a token file in dir/pki. The CA is the cluster's own so that
 // the client can verify the server (no InsecureSkipVerify in tests that
 // also exercise TLS configuration).
-func writeCredentials(dir string) (credentials, error) {
+func writeCredentials(dir string, addr net.IP) (credentials, error) {
 	pki := filepath.Join(dir, "pki")
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		return credentials{}, err
@@ -86,7 +87,7 @@ func writeCredentials(dir string) (credentials, error) {
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), addr},
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default.svc"},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)

@@ -1,7 +1,8 @@
 // Package kubeproc starts a real Kubernetes API server as child
 // processes: Debian's etcd and a kube-apiserver built from the Go module
 // proxy by scripts/fetch-kube.sh (`make kube`), in a directory of the
-// caller's on loopback ports, with a CA of its own and a bearer token in
+// caller's on loopback ports (the API server on another address if the
+// caller gives one), with a CA of its own and a bearer token in
 // system:masters. It owns those two processes and the credentials to
 // reach them; what is stored in the cluster is the caller's.
 //
@@ -57,13 +58,21 @@ type Options struct {
 	// Dir holds both programs' data, certificates and logs; it must
 	// exist. The caller removes it.
 	Dir string
+	// Address is the IPv4 address the API server listens on, advertises
+	// and has in its certificate; empty means 127.0.0.1. A client in
+	// another network namespace cannot reach the host's loopback: the
+	// e2e lab gives the host's end of a veth into its namespace, which
+	// both the test and the Anvil inside reach. etcd stays on loopback
+	// (only the API server talks to it).
+	Address string
 	// Logf, if set, is told when each program is ready.
 	Logf func(format string, args ...any)
 }
 
 // Cluster is a running kube-apiserver and its etcd.
 type Cluster struct {
-	// URL is the API server's base URL, https://127.0.0.1:PORT.
+	// URL is the API server's base URL, https://ADDRESS:PORT
+	// (Options.Address, 127.0.0.1 by default).
 	URL string
 	// Token is a bearer token of a user in system:masters.
 	Token string
@@ -94,14 +103,20 @@ func Start(o Options) (_ *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	creds, err := writeCredentials(c.Dir)
+	addr := loopback
+	if o.Address != "" {
+		if addr = net.ParseIP(o.Address).To4(); addr == nil {
+			return nil, fmt.Errorf("kubeproc: address %q is not an IPv4 address", o.Address)
+		}
+	}
+	creds, err := writeCredentials(c.Dir, addr)
 	if err != nil {
 		return nil, fmt.Errorf("kubeproc: credentials: %w", err)
 	}
 	c.Token, c.CACert = creds.token, creds.caPEM
 	c.Client = NewClient(c.Token, c.CACert)
 
-	etcdURL, etcd, err := startWithRetry("etcd", func(p []int) (started, error) {
+	etcdURL, etcd, err := startWithRetry("etcd", loopback, func(p []int) (started, error) {
 		client, peer := "http://127.0.0.1:"+strconv.Itoa(p[0]), "http://127.0.0.1:"+strconv.Itoa(p[1])
 		pr, err := startProc(c.Dir, "etcd", o.Etcd,
 			"--name", "kubetest",
@@ -121,13 +136,13 @@ func Start(o Options) (_ *Cluster, err error) {
 
 	begin := time.Now()
 	c.apiStart = func(port int) (started, error) {
-		url := "https://127.0.0.1:" + strconv.Itoa(port)
+		url := "https://" + net.JoinHostPort(addr.String(), strconv.Itoa(port))
 		pr, err := startProc(c.Dir, "kube-apiserver", o.APIServer,
 			"--etcd-servers", etcdURL,
-			"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
+			"--bind-address", addr.String(), "--secure-port", strconv.Itoa(port),
 			// In a network namespace without a default route the server
 			// cannot choose an address to advertise, and fails to start.
-			"--advertise-address", "127.0.0.1",
+			"--advertise-address", addr.String(),
 			"--tls-cert-file", creds.serverCert, "--tls-private-key-file", creds.serverKey,
 			"--cert-dir", filepath.Join(c.Dir, "certs"), // unused with the files above; keeps it out of /var/run
 			"--token-auth-file", creds.tokenFile,
@@ -147,7 +162,7 @@ func Start(o Options) (_ *Cluster, err error) {
 		c.apiPort = port
 		return started{pr, url, func() bool { return c.ready(url) }}, err
 	}
-	c.URL, c.APIServer, err = startWithRetry("kube-apiserver", func(p []int) (started, error) { return c.apiStart(p[0]) })
+	c.URL, c.APIServer, err = startWithRetry("kube-apiserver", addr, func(p []int) (started, error) { return c.apiStart(p[0]) })
 	if err != nil {
 		return nil, err
 	}
@@ -415,12 +430,15 @@ type started struct {
 	ready func() bool
 }
 
-// startWithRetry starts a program with start, on two loopback ports that
+// loopback is where etcd listens.
+var loopback = net.IPv4(127, 0, 0, 1)
+
+// startWithRetry starts a program with start, on two ports of addr that
 // were free (the program uses what it needs), waits until it is ready, and
 // returns the URL it serves.
-func startWithRetry(name string, start func(ports []int) (started, error)) (string, *Proc, error) {
+func startWithRetry(name string, addr net.IP, start func(ports []int) (started, error)) (string, *Proc, error) {
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(2)
+		ports, err := freePorts(addr, 2)
 		if err != nil {
 			return "", nil, err
 		}
@@ -459,9 +477,9 @@ func waitReady(p *Proc, ready func() bool) error {
 	return nil
 }
 
-// freePorts returns n distinct loopback TCP ports that were free a moment
+// freePorts returns n distinct TCP ports of addr that were free a moment
 // ago (the kernel chose them).
-func freePorts(n int) ([]int, error) {
+func freePorts(addr net.IP, n int) ([]int, error) {
 	var ports []int
 	var lns []net.Listener
 	defer func() {
@@ -470,7 +488,7 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: addr})
 		if err != nil {
 			return nil, err
 		}

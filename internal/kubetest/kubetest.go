@@ -1,9 +1,10 @@
 // Package kubetest starts a real Kubernetes API server for tests: Debian's
 // etcd and a kube-apiserver built from the Go module proxy by
 // scripts/fetch-kube.sh (`make kube`), both in the test's temporary
-// directory on loopback ports, stopped when the test ends. The processes
-// and credentials are internal/kubeproc's; this package ties them to a
-// test (testing.TB) and owns the helpers tests speak to the server with.
+// directory on loopback ports (or an address the test gives), stopped
+// when the test ends. The processes and credentials are
+// internal/kubeproc's; this package ties them to a test (testing.TB) and
+// owns the helpers tests speak to the server with.
 //
 // It speaks plain HTTP and JSON (Cluster.Do, Cluster.JSON) for tests that
 // check the wire, and hands tests that use client-go a rest.Config
@@ -50,8 +51,16 @@ func Binaries(t testing.TB) (apiserver, etcd string) {
 // cannot start, with the end of its log.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	return StartOn(t, "")
+}
+
+// StartOn is Start with the API server listening on address (an IPv4
+// address of this host; "" is 127.0.0.1): for a client in another network
+// namespace, which cannot reach this one's loopback (kubeproc.Options).
+func StartOn(t testing.TB, address string) *Cluster {
+	t.Helper()
 	apiserver, etcd := Binaries(t)
-	kc, err := kubeproc.Start(kubeproc.Options{APIServer: apiserver, Etcd: etcd, Dir: t.TempDir(), Logf: t.Logf})
+	kc, err := kubeproc.Start(kubeproc.Options{APIServer: apiserver, Etcd: etcd, Dir: t.TempDir(), Address: address, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/anvilproj/anvil/internal/kubetest"
@@ -55,5 +56,19 @@ func TestStartListsNamespaces(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a wrong token: status %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestStartOnAddress: an API server started on another address than
+// 127.0.0.1 listens there, says so in its URL, and its certificate names
+// that address (the client verifies it).
+func TestStartOnAddress(t *testing.T) {
+	const addr = "127.0.0.2" // on lo: all of 127/8 is
+	c := kubetest.StartOn(t, addr)
+	if want := "https://" + addr + ":"; !strings.HasPrefix(c.URL, want) {
+		t.Fatalf("URL %s, want %s…", c.URL, want)
+	}
+	if code, b := c.Do(t, http.MethodGet, "/readyz", nil, ""); code != http.StatusOK {
+		t.Errorf("/readyz at %s: status %d: %s", c.URL, code, b)
 	}
 }

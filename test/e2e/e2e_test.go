@@ -8,7 +8,8 @@
 // advertisements, and the address server beside Anvil's proxy DHCP), ISC
 // dhcrelay, systemd-boot's EFI binary (the UEFI test OS) and curl, and
 // TestGuides the programs the guides run (jq, cloud-init) and util-linux's
-// unshare and nsenter; `make test` installs them. In CI they fail
+// unshare and nsenter, and TestKubernetesModeInstall kube-apiserver (`make
+// kube`) and etcd; `make test` installs them. In CI they fail
 // when something is missing; elsewhere they skip.
 package e2e
 

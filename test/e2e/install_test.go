@@ -411,13 +411,21 @@ func readWorkflow(a *anvil, name string) (storedWorkflow, error) {
 // actions wrote, and the workflow's log has the actions' output.
 func assertInstalledOS(t *testing.T, a *anvil, run installRun, name, mac, ip string) storedWorkflow {
 	t.Helper()
+	return assertInstalledFrom(t, a, run, name, mac, ip, func() storedWorkflow { return getWorkflow(t, a, run.workflowOf(name)) })
+}
+
+// assertInstalledFrom is assertInstalledOS with the workflow read by
+// read: from the server (anvil get), or from wherever its store is (the
+// Kubernetes API server).
+func assertInstalledFrom(t *testing.T, a *anvil, run installRun, name, mac, ip string, read func() storedWorkflow) storedWorkflow {
+	t.Helper()
 	if !strings.Contains(run.res.serial, markerInstalled+" hostname="+name) {
 		t.Fatalf("the installed OS did not boot with hostname %s (err %v); serial tail:\n%s", name, run.res.err, tail(run.res.serial, 60))
 	}
 	if run.res.err != nil {
 		t.Errorf("VM did not power off cleanly: %v", run.res.err)
 	}
-	wf := getWorkflow(t, a, run.workflowOf(name))
+	wf := read()
 	if wf.Status.State != "SUCCESS" {
 		t.Errorf("workflow state = %q; want SUCCESS", wf.Status.State)
 	}

@@ -218,6 +218,30 @@ func (n *netns) bridge(br, v4, v6 string) {
 	n.startRA(br)
 }
 
+// hostLink connects the namespace to the host's with a veth pair, for a
+// service the test runs on the host that a program in the namespace must
+// reach (the host's loopback is not the namespace's), and returns the
+// address of the host's end; the namespace's end, host0, has the next
+// one. The pair's /30 in 10.79.0.0/16 and the host end's name come from
+// the test binary's PID, so that runs at once on one machine rarely meet;
+// one test of a run may use it. Deleting the namespace deletes the pair;
+// so does the test's end.
+func (n *netns) hostLink() string {
+	n.t.Helper()
+	pid := os.Getpid()
+	host := fmt.Sprintf("ae2eh%d", pid%100000)
+	third, fourth := pid%256, pid/256%64*4 // the /30 10.79.third.fourth
+	hostIP, nsIP := fmt.Sprintf("10.79.%d.%d", third, fourth+1), fmt.Sprintf("10.79.%d.%d", third, fourth+2)
+	_ = exec.Command("ip", "link", "del", host).Run() // a leftover from a killed run
+	run(n.t, "ip", "link", "add", host, "type", "veth", "peer", "name", "host0", "netns", n.name)
+	n.t.Cleanup(func() { _ = exec.Command("ip", "link", "del", host).Run() })
+	run(n.t, "ip", "addr", "add", hostIP+"/30", "dev", host)
+	run(n.t, "ip", "link", "set", host, "up")
+	n.ip("addr", "add", nsIP+"/30", "dev", "host0")
+	n.ip("link", "set", "host0", "up")
+	return hostIP
+}
+
 // tap adds a tap device for QEMU to the bridge.
 func (n *netns) tap(br, tap string) {
 	n.t.Helper()
