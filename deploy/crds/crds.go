@@ -13,6 +13,8 @@
 // unknown fields instead of declaring Tinkerbell's schema field by field.
 package crds
 
+//go:generate go run ../../internal/tools/crdgen -dir . -model ../../internal/model
+
 import (
 	"embed"
 	"fmt"
