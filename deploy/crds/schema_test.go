@@ -268,6 +268,7 @@ func TestAPIServerEnforcesSchema(t *testing.T) {
 			t.Errorf("%s with a wrong %s: status %d, want 422: %s", r.kind, r.field, status, b)
 			continue
 		}
+		t.Logf("%s with a wrong %s: %s", r.kind, r.field, b)
 		if !bytes.Contains(b, []byte(r.field)) {
 			t.Errorf("%s with a wrong %s: the refusal does not name the field: %s", r.kind, r.field, b)
 		}
