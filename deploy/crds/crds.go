@@ -9,9 +9,14 @@
 // directory, later the Kubernetes store).
 //
 // The manifests are Anvil's own, compatible with Tinkerbell's so that a
-// cluster's existing objects are served as they are: spec and status keep
-// unknown fields instead of declaring Tinkerbell's schema field by field.
+// cluster's existing objects are served as they are. Their schema blocks
+// are generated from internal/model's types by internal/crdgen (`go
+// generate ./deploy/crds`): each field Anvil models is typed, and every
+// object keeps unknown fields, so a field Anvil does not model is stored
+// as written rather than pruned.
 package crds
+
+//go:generate go run ../../internal/tools/crdgen -dir . -model ../../internal/model
 
 import (
 	"embed"
