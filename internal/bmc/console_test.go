@@ -58,7 +58,7 @@ func (p *serialPort) conn(t *testing.T) net.Conn {
 // on the channel.
 func attach(ctx context.Context, c bmc.Conn, in io.Reader, out io.Writer) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- fast.Console(ctx, c, in, out) }()
+	go func() { done <- steady.Console(ctx, c, in, out) }()
 	return done
 }
 

@@ -284,7 +284,7 @@ func TestJobEventsInMachineRecord(t *testing.T) {
 // and completes once they are applied.
 func TestJobBeforeItsMachine(t *testing.T) {
 	sim := bmctest.StartSim(t, simUser, simPassword)
-	w := newWorldWith(t, time.Minute, fast)
+	w := newWorldWith(t, time.Minute, steady)
 	w.put(t, job("early", "late", power(model.PowerActionOn)))
 	testtool.WaitFor(t, "the job to start waiting", func() bool {
 		j := w.get(t, model.KindJob, "early").(*model.Job)

@@ -25,8 +25,14 @@ const (
 )
 
 // fast keeps failing exchanges short in tests: 300 ms per request, one
-// retry.
+// retry. Only for exchanges a test expects to go unanswered.
 var fast = bmc.IPMI{Timeout: 300 * time.Millisecond, Retries: 1}
+
+// steady is for exchanges a test expects to succeed: a CI machine under
+// load can starve ipmi_sim for longer than fast's 600 ms (a fresh-clone
+// run saw TestJobBeforeItsMachine fail so), and a request that is
+// answered does not wait for the timeout anyway.
+var steady = bmc.IPMI{Timeout: 2 * time.Second, Retries: 2}
 
 func open(t *testing.T, p bmc.IPMI, c bmc.Conn) bmc.Session {
 	t.Helper()
@@ -47,7 +53,7 @@ func open(t *testing.T, p bmc.IPMI, c bmc.Conn) bmc.Session {
 func TestIPMIAgainstSimulator(t *testing.T) {
 	sim := bmctest.StartSim(t, simUser, simPassword)
 	ctx := context.Background()
-	s := open(t, fast, bmc.Conn{Host: sim.Host, Port: sim.Port, Username: simUser, Password: simPassword, CipherSuite: "3"})
+	s := open(t, steady, bmc.Conn{Host: sim.Host, Port: sim.Port, Username: simUser, Password: simPassword, CipherSuite: "3"})
 
 	if st, err := s.PowerState(ctx); err != nil || st != model.PowerOff {
 		t.Fatalf("PowerState before = %q, %v; want off", st, err)
@@ -132,7 +138,7 @@ func TestIPMICipherSuite17(t *testing.T) {
 	_, portStr, _ := net.SplitHostPort(conn.LocalAddr().String())
 	port, _ := strconv.Atoi(portStr)
 
-	s := open(t, fast, bmc.Conn{Host: "127.0.0.1", Port: port, Username: simUser, Password: simPassword, CipherSuite: "17"})
+	s := open(t, steady, bmc.Conn{Host: "127.0.0.1", Port: port, Username: simUser, Password: simPassword, CipherSuite: "17"})
 	if err := s.SetPower(context.Background(), model.PowerActionOn); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +161,7 @@ func TestIPMICipherSuite17(t *testing.T) {
 // ipmi_sim, whose chassis control fails) is an error naming the command.
 func TestIPMIErrorAnswer(t *testing.T) {
 	sim := bmctest.StartSim(t, simUser, simPassword)
-	s := open(t, fast, bmc.Conn{Host: sim.Host, Port: sim.Port, Username: simUser, Password: simPassword, CipherSuite: "3"})
+	s := open(t, steady, bmc.Conn{Host: sim.Host, Port: sim.Port, Username: simUser, Password: simPassword, CipherSuite: "3"})
 	sim.FailControl(t, true)
 	err := s.SetPower(context.Background(), model.PowerActionOn)
 	if err == nil || !strings.Contains(err.Error(), "chassis control on") {

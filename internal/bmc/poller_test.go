@@ -112,7 +112,7 @@ func machineAt(name, secretName, host string, port int, opts *model.ProviderOpti
 // the Machine's status at the next interval; every session is closed.
 func TestPollIPMISim(t *testing.T) {
 	sim := bmctest.StartSim(t, simUser, simPassword)
-	w := newPollWorld(t, bmc.PollConfig{Interval: time.Hour, Jitter: -1}, false, fast)
+	w := newPollWorld(t, bmc.PollConfig{Interval: time.Hour, Jitter: -1}, false, steady)
 	w.run(t, w.poller.Run)
 	w.put(t, secret("bm-auth", map[string]string{"username": simUser, "password": simPassword}),
 		machine("m1", "bm-auth", sim.Port, nil))
@@ -122,7 +122,7 @@ func TestPollIPMISim(t *testing.T) {
 	})
 
 	// Behind Anvil's back.
-	s, err := fast.Open(context.Background(), bmc.Conn{Host: sim.Host, Port: sim.Port, Username: simUser, Password: simPassword, CipherSuite: "3"})
+	s, err := steady.Open(context.Background(), bmc.Conn{Host: sim.Host, Port: sim.Port, Username: simUser, Password: simPassword, CipherSuite: "3"})
 	if err != nil {
 		t.Fatal(err)
 	}
