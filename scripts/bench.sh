@@ -20,6 +20,7 @@
 #   APIAUTH_ARGS extra flags for bench/apiauth (e.g. "-rounds 5 -clients 16")
 #   OCIRUN_ARGS  extra flags for bench/ocirun (e.g. "-runs 20 -no-runc")
 #   BMCPOLL_ARGS extra flags for bench/bmcpoll (e.g. "-n 5000 -concurrency 64")
+#   HTTP_ARGS    extra flags for bench/http (e.g. "-conns 1,8 -runs 5 -duration 10s")
 #   INSTALL_RUNS how many end-to-end installs the install section times (default 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp tftp image2disk bootenv install apiauth ocirun bmcpoll)
+SECTIONS=(fleet dhcp tftp http image2disk bootenv install apiauth ocirun bmcpoll)
 
 say() { echo "bench: $*" >&2; }
 
@@ -93,6 +94,22 @@ section_tftp() {
     2> >(tee "$BENCH_OUT/tftp.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/tftp.txt"
   grep '^{' "$BENCH_OUT/tftp.txt" >"$BENCH_OUT/tftp.json" || true
+  return $rc
+}
+
+# http: a 256 MiB image over HTTP from anvil serve's /images/ (every
+# boot-path wrapper on, at its defaults) and from nginx with sendfile on
+# (bench/http): 1, 8 and 64 persistent connections from 8 loopback source
+# addresses (127.0.1.1-8), GB/s and server CPU per GB, anvil/nginx ratios.
+# Target: >= 1.0x nginx's throughput, <= its CPU per GB. No root.
+section_http() {
+  go build -o "$BENCH_OUT/httpbench" ./bench/http || return 1
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/httpbench" -anvil "$ANVIL" -json ${HTTP_ARGS:-} >"$BENCH_OUT/http.txt" \
+    2> >(tee "$BENCH_OUT/http.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/http.txt"
+  grep '^{' "$BENCH_OUT/http.txt" >"$BENCH_OUT/http.json" || true
   return $rc
 }
 

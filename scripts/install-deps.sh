@@ -78,7 +78,8 @@ APT_PACKAGES+=(lz4 zstd gzip)
 # TestBootLoadWrk) hammers a real server with wrk.
 APT_PACKAGES+=(wrk)
 # The ingress test (test/e2e TestIngress) puts nginx in front of anvil:
-# TLS, gRPC to h2c, a rewritten path prefix.
+# TLS, gRPC to h2c, a rewritten path prefix. bench/http serves the same
+# image from it (sendfile on) as anvil's peer.
 APT_PACKAGES+=(nginx-light)
 # Tinkerbell's own agent against anvil serve (test/e2e TestTinkAgentWorkflow):
 # tink-agent's containerd runtime, a private containerd with Debian's runc;
