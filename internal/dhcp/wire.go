@@ -38,6 +38,10 @@ type scratch struct {
 	arena     []byte
 	out       []byte
 	decision  Decision
+	// host is the Host the last reply was built for (nil if none).
+	host *Host
+	// scan is the template path's reading of the current request.
+	scan scan
 }
 
 func newScratch() *scratch {
@@ -166,17 +170,7 @@ func appendPacket(b []byte, p *dhcpv4.DHCPv4) []byte {
 		n++
 	}
 	for _, c := range codes[:n] {
-		v := p.Options[c]
-		if len(v) == 0 {
-			b = append(b, c, 0)
-			continue
-		}
-		for len(v) > 0 {
-			k := min(len(v), 255)
-			b = append(b, c, byte(k))
-			b = append(b, v[:k]...)
-			v = v[k:]
-		}
+		b = appendOption(b, c, p.Options[c])
 	}
 	b = append(b, optEnd)
 	for len(b)-start < bootpMinLen {

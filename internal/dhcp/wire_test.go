@@ -94,43 +94,21 @@ func (f backendFunc) Lookup(_ context.Context, mac macaddr.MAC) (*Host, error) {
 	return nil, ErrUnknownHost
 }
 
-// BenchmarkServePath is one relayed DISCOVER and REQUEST through Serve's
-// packet path without the sockets: parse into scratch, decide, encode.
+// BenchmarkServePath is one relayed DISCOVER and REQUEST of a reserved
+// client through Serve's packet path without the sockets (process: parse,
+// decide or fill the template, encode, count, record the machine event),
+// as anvil serve runs it (decision log at Warn, machine events on).
 func BenchmarkServePath(b *testing.B) {
-	mac := net.HardwareAddr{0x00, 0x0c, 0x01, 0, 0, 1}
-	host := &Host{Name: "default/m1", IP: netip.MustParseAddr("10.88.1.1"), Netmask: net.CIDRMask(16, 32),
-		Gateway: netip.MustParseAddr("10.88.0.1"), Hostname: "m1", LeaseTime: time.Hour, AllowPXE: true}
-	s, err := New(Config{ServerIP: netip.MustParseAddr("10.88.0.1"), HTTPBase: "http://10.88.0.1:7080",
-		Backend: backendFunc(func(macaddr.MAC) *Host { return host })})
-	if err != nil {
-		b.Fatal(err)
-	}
-	disc, err := dhcpv4.NewDiscovery(mac, dhcpv4.WithRelay(net.IP{10, 88, 0, 2}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	req, err := dhcpv4.NewDiscovery(mac, dhcpv4.WithRelay(net.IP{10, 88, 0, 2}), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
-		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IP{10, 88, 1, 1})), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP{10, 88, 0, 1})))
-	if err != nil {
-		b.Fatal(err)
-	}
-	pkts := [][]byte{disc.ToBytes(), req.ToBytes()}
-	sc := newScratch()
+	pkts, s, sc := reservationExchange(b)
 	from := netip.MustParseAddrPort("10.88.0.2:67")
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, pkt := range pkts {
-			p, err := sc.parseInto(pkt)
-			if err != nil {
-				b.Fatal(err)
+			out, _, d := s.process(ctx, sc, pkt, from, ServerPort)
+			if out == nil {
+				b.Fatal("no answer")
 			}
-			resp, _, d := s.reply(ctx, p, from, ServerPort, sc)
-			if resp == nil {
-				b.Fatal(d.Message())
-			}
-			sc.out = appendPacket(sc.out[:0], resp)
-			countPacket(typeLabel(d.Type), d.Outcome)
 			countReply(d.Reply)
 		}
 	}

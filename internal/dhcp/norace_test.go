@@ -1,0 +1,5 @@
+//go:build !race
+
+package dhcp
+
+const raceEnabled = false

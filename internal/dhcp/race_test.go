@@ -1,0 +1,6 @@
+//go:build race
+
+package dhcp
+
+// raceEnabled: the race detector is on, and allocation counts mean nothing.
+const raceEnabled = true
