@@ -238,7 +238,11 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 // fails (the error).
 func (s *Server) worker(ctx context.Context, conn net.PacketConn, port int) error {
 	if uc, ok := conn.(*net.UDPConn); ok && batchIO {
-		return s.batchWorker(ctx, uc, port)
+		err := s.batchWorker(ctx, uc, port)
+		if !errors.Is(err, errNoBatch) {
+			return err
+		}
+		// No recvmmsg in this kernel: read one datagram at a time.
 	}
 	buf := make([]byte, maxPacket)
 	sc := newScratch()

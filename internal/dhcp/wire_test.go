@@ -43,16 +43,18 @@ func FuzzWire(f *testing.F) {
 	f.Add(b[:241])
 	f.Add(b[:100])
 
-	b0 := backendFunc(func(macaddr.MAC) *Host {
-		return &Host{Name: "h", IP: netip.MustParseAddr("10.0.0.5"), Netmask: net.CIDRMask(24, 32),
-			Gateway: netip.MustParseAddr("10.0.0.1"), Hostname: "h", Domain: "d", LeaseTime: time.Hour, AllowPXE: true,
-			Routes: []Route{{Dest: netip.MustParsePrefix("10.1.0.0/16"), Router: netip.MustParseAddr("10.0.0.2")}}}
-	})
-	s, err := New(Config{ServerIP: netip.MustParseAddr("10.0.0.1"), HTTPBase: "http://10.0.0.1:7080", Backend: b0})
+	// One Host value for every MAC, as a watch-fed Backend returns it, so
+	// that templates are kept and reused.
+	host := &Host{Name: "h", IP: netip.MustParseAddr("10.0.0.5"), Netmask: net.CIDRMask(24, 32),
+		Gateway: netip.MustParseAddr("10.0.0.1"), Hostname: "h", Domain: "d", LeaseTime: time.Hour, AllowPXE: true,
+		Routes: []Route{{Dest: netip.MustParsePrefix("10.1.0.0/16"), Router: netip.MustParseAddr("10.0.0.2")}}}
+	b0 := backendFunc(func(macaddr.MAC) *Host { return host })
+	s, err := New(Config{ServerIP: netip.MustParseAddr("10.0.0.1"), HTTPBase: "http://10.0.0.1:7080", Backend: b0,
+		Logger: discardLogger})
 	if err != nil {
 		f.Fatal(err)
 	}
-	sc := newScratch()
+	sc, sc2 := newScratch(), newScratch()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		want, wantErr := dhcpv4.FromBytes(data)
 		pkt := bytes.Clone(data)
@@ -72,6 +74,20 @@ func FuzzWire(f *testing.F) {
 		ctx := context.Background()
 		from := netip.MustParseAddrPort("10.9.0.1:67")
 		wantResp, wantTo, wantD := s.Reply(ctx, want, from, ServerPort)
+		// Serve's packet path, twice: the second answer may come from
+		// the template the first one left.
+		for range 2 {
+			out, to, d := s.process(ctx, sc2, pkt, from, ServerPort)
+			if (out == nil) != (wantResp == nil) || to != wantTo {
+				t.Fatalf("process = %x to %s; Reply = %v to %s (%s)", out, to, wantResp, wantTo, wantD.Message())
+			}
+			if out == nil {
+				continue
+			}
+			if !bytes.Equal(out, wantResp.ToBytes()) || !reflect.DeepEqual(*d, wantD) {
+				t.Fatalf("process = %x %+v\nReply = %x %+v", out, *d, wantResp.ToBytes(), wantD)
+			}
+		}
 		resp, to, d := s.reply(ctx, got, from, ServerPort, sc)
 		if (resp == nil) != (wantResp == nil) || to != wantTo || d.Outcome != wantD.Outcome || d.Message() != wantD.Message() {
 			t.Fatalf("reply with scratch = %v %s %q; Reply = %v %s %q", resp != nil, to, d.Message(), wantResp != nil, wantTo, wantD.Message())
