@@ -97,6 +97,11 @@ type options struct {
 	cpuProfile string
 	// rates, if set, are the fixed offered rates of -rates mode.
 	rates []int
+	// warmup is the length of a trial at the first of rates that each
+	// server gets first and that is reported apart (warmup in -json).
+	warmup time.Duration
+	// anvilBase is a second anvil binary, measured as server "anvil-base".
+	anvilBase string
 	// harnessWorkers is dhcp.Config.Workers for the harness.
 	harnessWorkers int
 }
@@ -111,7 +116,7 @@ func main() {
 	var o options
 	var servers, rates string
 	flag.StringVar(&o.anvil, "anvil", "bin/anvil", "anvil binary under test")
-	flag.StringVar(&servers, "servers", "anvil,dnsmasq,kea", "servers to measure, in order: anvil, dnsmasq, kea, harness (internal/dhcp alone over a map)")
+	flag.StringVar(&servers, "servers", "anvil,dnsmasq,kea", "servers to measure, in order: anvil, dnsmasq, kea, harness (internal/dhcp alone over a map), anvil-base (-anvil-base)")
 	flag.IntVar(&o.clients, "clients", 10000, "simulated clients and reservations (perfdhcp -R)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each trial (perfdhcp -p)")
 	flag.IntVar(&o.start, "start", 1000, "first rate tried, exchanges/s")
@@ -126,6 +131,8 @@ func main() {
 	flag.IntVar(&o.harnessWorkers, "harness-workers", 0, "dhcp.Config.Workers of the harness (0: the default)")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write the CPU profile of anvil serve (or the harness) to FILE")
 	flag.StringVar(&rates, "rates", "", "comma-separated offered rates (exchanges/s): one trial per server at each, instead of the rate search")
+	flag.DurationVar(&o.warmup, "warmup", 0, "with -rates: a trial of this length at the first rate before the measured ones, reported apart (first contact of every client: machine records created, templates built)")
+	flag.StringVar(&o.anvilBase, "anvil-base", "", "a second anvil binary (e.g. main's), measured as server anvil-base with the same options")
 	flag.Parse()
 	o.servers = strings.Split(servers, ",")
 	var err error
@@ -152,7 +159,9 @@ type result struct {
 	ServerRcvbufErrors int64   `json:"server_rcvbuf_errors"`
 	ClientRcvbufErrors int64   `json:"client_rcvbuf_errors"`
 	Trials             []trial `json:"trials"`
-	Err                string  `json:"error,omitempty"`
+	// Warmup is -rates mode's warm-up trial, if any.
+	Warmup *trial `json:"warmup,omitempty"`
+	Err    string `json:"error,omitempty"`
 }
 
 type trial struct {
@@ -246,6 +255,13 @@ func measure(ctx context.Context, o options, n *netns, r *result) error {
 	switch r.Server {
 	case "anvil":
 		srv, err = startAnvil(ctx, o, n)
+	case "anvil-base":
+		if o.anvilBase == "" {
+			return errors.New("anvil-base needs -anvil-base")
+		}
+		ob := o
+		ob.anvil = o.anvilBase
+		srv, err = startAnvil(ctx, ob, n)
 	case "dnsmasq":
 		srv, err = startDnsmasq(o, n)
 	case "kea":
@@ -264,6 +280,17 @@ func measure(ctx context.Context, o options, n *netns, r *result) error {
 	}
 	log.Printf("%s: answering (pid %d)", r.Server, srv.pid())
 	if len(o.rates) > 0 {
+		if o.warmup > 0 {
+			ow := o
+			ow.duration = o.warmup
+			t, err := runTrial(ctx, ow, n, srv, o.rates[0])
+			if err != nil {
+				return err
+			}
+			r.Warmup = &t
+			log.Printf("%s: warm-up at %d/s: %d exchanges, drops %d+%d, %.1f µs CPU/exchange", r.Server, t.Rate, t.Acks,
+				t.DODrops, t.RADrops, t.CPUPerExchange)
+		}
 		for _, rate := range o.rates {
 			t, err := runTrial(ctx, o, n, srv, rate)
 			if err != nil {
@@ -514,12 +541,15 @@ func reportRates(o options, results []*result) error {
 	}
 	tw.Flush()
 	fmt.Println()
+	if o.warmup > 0 {
+		fmt.Printf("Each server first had a %s warm-up trial at %d/s (in -json as warmup).\n\n", o.warmup, o.rates[0])
+	}
 	summary := map[string]any{"bench": "dhcp", "mode": "rates", "rates": o.rates, "clients": o.clients,
-		"duration_s": o.duration.Seconds(), "cpus": runtime.NumCPU(), "date": time.Now().UTC().Format(time.RFC3339),
+		"warmup_s": o.warmup.Seconds(), "duration_s": o.duration.Seconds(), "cpus": runtime.NumCPU(), "date": time.Now().UTC().Format(time.RFC3339),
 		"commit": gitCommit(), "results": results}
 	ratios := map[string][]float64{}
 	if a := byName["anvil"]; a != nil {
-		for _, peer := range []string{"kea", "dnsmasq"} {
+		for _, peer := range []string{"kea", "dnsmasq", "anvil-base"} {
 			p := byName[peer]
 			if p == nil {
 				continue
