@@ -1,6 +1,7 @@
 package dhcp
 
 import (
+	"bytes"
 	"context"
 	"sync"
 
@@ -299,7 +300,9 @@ func (s *Server) learn(sc *scratch, key templateKey, resp *dhcpv4.DHCPv4, d *Dec
 	for _, c := range []uint8{optClientID, optMachineID, optRelayAgentInfo} {
 		delete(resp.Options, c)
 	}
-	full := appendPacket(nil, resp)
+	// Cloned to its length: a template lives as long as its Host, and
+	// there is one or two per machine (about 0.5 KiB each).
+	full := bytes.Clone(appendPacket(nil, resp))
 	t.head = full[:headerLen+len(magicCookie)]
 	// Find the end option and where 61 and 97 would go, walking the
 	// options appendPacket wrote in code order.
