@@ -924,7 +924,7 @@ func startAnvil(ctx context.Context, o options, n *netns) (*server, error) {
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n.server, bin, "--server", anvilHTTP, "--log-level", "warn", "apply", "-f", hw)
 		out, err := cmd.CombinedOutput()
 		if err == nil {
-			log.Printf("anvil: applied %d Hardware in %s", o.clients, time.Since(t0).Round(time.Millisecond))
+			log.Printf("%s: applied %d Hardware in %s", filepath.Base(bin), o.clients, time.Since(t0).Round(time.Millisecond))
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
