@@ -149,7 +149,16 @@ func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 	if proxy && !c.netboot() {
 		return no(OutcomeNotPXEClient, "not a PXE, HTTP boot or iPXE client ("+string(s.mode)+" mode answers only those)")
 	}
-	host, err := s.backend.Lookup(ctx, mac)
+	var (
+		host *Host
+		err  error
+	)
+	if sc != nil && sc.looked.ok && sc.looked.mac == mac {
+		// The template path asked the Backend about this packet already.
+		host, err = sc.looked.host, sc.looked.err
+	} else {
+		host, err = s.backend.Lookup(ctx, mac)
+	}
 	switch {
 	case errors.Is(err, ErrUnknownHost):
 		host = nil

@@ -295,6 +295,7 @@ func (s *Server) process(ctx context.Context, sc *scratch, pkt []byte, from neti
 		key   templateKey
 		learn bool
 	)
+	sc.looked.ok = false
 	if s.mode == ModeReservation && port != PXEPort {
 		var t *template
 		t, key, learn = s.templated(ctx, sc, pkt)

@@ -229,6 +229,7 @@ func (s *Server) templated(ctx context.Context, sc *scratch, pkt []byte) (t *tem
 	}
 	mac := macaddr.From([macaddr.Len]byte(pkt[28:34]))
 	host, err := s.backend.Lookup(ctx, mac)
+	sc.looked.ok, sc.looked.mac, sc.looked.host, sc.looked.err = true, mac, host, err
 	if err != nil || host == nil || host.DisableDHCP || !host.IP.Is4() {
 		return nil, key, false
 	}

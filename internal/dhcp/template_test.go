@@ -289,3 +289,39 @@ func reservationExchange(t testing.TB) ([][]byte, *Server, *scratch) {
 // discardLogger is a decision log below Info, as anvil serve --log-level
 // warn has it.
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+// TestOneLookupPerPacket: the template path and the general path share
+// one Backend Lookup per packet, for a known MAC without a template yet,
+// one with a template, and an unknown one.
+func TestOneLookupPerPacket(t *testing.T) {
+	var lookups int
+	host := tmplHost()
+	b := backendFunc(func(mac macaddr.MAC) *Host {
+		lookups++
+		if mac == tmplMAC {
+			return host
+		}
+		return nil
+	})
+	s := tmplServerFor(t, b, nil)
+	sc := newScratch()
+	from := netip.MustParseAddrPort("10.9.0.1:67")
+	unknown, err := dhcpv4.NewDiscovery(net.HardwareAddr{0x52, 0x54, 0, 0, 0xee, 0xee}, dhcpv4.WithRelay(net.IP{10, 9, 0, 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pkt := range [][]byte{
+		tmplRequest(t, dhcpv4.MessageTypeDiscover, 1, dhcpv4.WithRelay(net.IP{10, 9, 0, 1})), // builds the template
+		tmplRequest(t, dhcpv4.MessageTypeDiscover, 2, dhcpv4.WithRelay(net.IP{10, 9, 0, 1})), // from it
+		unknown.ToBytes(),
+	} {
+		lookups = 0
+		out, _, _ := s.process(context.Background(), sc, pkt, from, ServerPort)
+		if (out == nil) != (i == 2) {
+			t.Fatalf("packet %d: answered %v", i, out != nil)
+		}
+		if lookups != 1 {
+			t.Errorf("packet %d: %d Backend lookups, want 1", i, lookups)
+		}
+	}
+}

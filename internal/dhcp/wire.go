@@ -9,6 +9,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // The packet path of Serve reads requests into, and writes replies from,
@@ -42,6 +44,14 @@ type scratch struct {
 	host *Host
 	// scan is the template path's reading of the current request.
 	scan scan
+	// looked is the Backend's answer for the current request when the
+	// template path asked it (ok), so the general path does not ask again.
+	looked struct {
+		ok   bool
+		mac  macaddr.MAC
+		host *Host
+		err  error
+	}
 }
 
 func newScratch() *scratch {
