@@ -43,18 +43,25 @@ func FuzzWire(f *testing.F) {
 	f.Add(b[:241])
 	f.Add(b[:100])
 
-	// One Host value for every MAC, as a watch-fed Backend returns it, so
-	// that templates are kept and reused.
-	host := &Host{Name: "h", IP: netip.MustParseAddr("10.0.0.5"), Netmask: net.CIDRMask(24, 32),
-		Gateway: netip.MustParseAddr("10.0.0.1"), Hostname: "h", Domain: "d", LeaseTime: time.Hour, AllowPXE: true,
-		Routes: []Route{{Dest: netip.MustParsePrefix("10.1.0.0/16"), Router: netip.MustParseAddr("10.0.0.2")}}}
-	b0 := backendFunc(func(macaddr.MAC) *Host { return host })
-	s, err := New(Config{ServerIP: netip.MustParseAddr("10.0.0.1"), HTTPBase: "http://10.0.0.1:7080", Backend: b0,
-		Logger: discardLogger})
+	b0 := backendFunc(func(macaddr.MAC) *Host {
+		return &Host{Name: "h", IP: netip.MustParseAddr("10.0.0.5"), Netmask: net.CIDRMask(24, 32),
+			Gateway: netip.MustParseAddr("10.0.0.1"), Hostname: "h", Domain: "d", LeaseTime: time.Hour, AllowPXE: true,
+			Routes: []Route{{Dest: netip.MustParsePrefix("10.1.0.0/16"), Router: netip.MustParseAddr("10.0.0.2")}}}
+	})
+	s, err := New(Config{ServerIP: netip.MustParseAddr("10.0.0.1"), HTTPBase: "http://10.0.0.1:7080", Backend: b0})
 	if err != nil {
 		f.Fatal(err)
 	}
-	sc, sc2 := newScratch(), newScratch()
+	sc := newScratch()
+	// st is s whose Backend returns one Host value for every MAC, as a
+	// watch-fed Backend does, so that templates are kept and reused.
+	host, _ := b0.Lookup(context.Background(), macaddr.MAC{})
+	st, err := New(Config{ServerIP: netip.MustParseAddr("10.0.0.1"), HTTPBase: "http://10.0.0.1:7080",
+		Backend: backendFunc(func(macaddr.MAC) *Host { return host }), Logger: discardLogger})
+	if err != nil {
+		f.Fatal(err)
+	}
+	sc2 := newScratch()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		want, wantErr := dhcpv4.FromBytes(data)
 		pkt := bytes.Clone(data)
@@ -77,7 +84,7 @@ func FuzzWire(f *testing.F) {
 		// Serve's packet path, twice: the second answer may come from
 		// the template the first one left.
 		for range 2 {
-			out, to, d := s.process(ctx, sc2, pkt, from, ServerPort)
+			out, to, d := st.process(ctx, sc2, pkt, from, ServerPort)
 			if (out == nil) != (wantResp == nil) || to != wantTo {
 				t.Fatalf("process = %x to %s; Reply = %v to %s (%s)", out, to, wantResp, wantTo, wantD.Message())
 			}
