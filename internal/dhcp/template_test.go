@@ -241,9 +241,6 @@ func TestTemplateFollowsHardware(t *testing.T) {
 // events on and the decision log below Info (as anvil serve runs with
 // --log-level warn).
 func TestReservationPathAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates on its own; this test runs without -race in make test")
-	}
 	pkts, s, sc := reservationExchange(t)
 	from := netip.MustParseAddrPort("10.88.0.2:67")
 	ctx := context.Background()

@@ -1,5 +1,0 @@
-//go:build !race
-
-package dhcp
-
-const raceEnabled = false
