@@ -14,6 +14,8 @@
 #   FLEET_ARGS   extra flags for bench/fleet (e.g. "-action-time 1s")
 #   BENCH_OUT    directory for each run's output and JSON line (default bench/out)
 #   DHCP_ARGS    extra flags for bench/dhcp (e.g. "-duration 5s -servers anvil,kea")
+#   DHCP_RATES   offered rates of the dhcprates section (default "2000,4000,8000")
+#   DHCPRATES_ARGS extra flags for bench/dhcp in the dhcprates section
 #   TFTP_ARGS    extra flags for bench/tftp (e.g. "-runs 1 -only anvil,dnsmasq")
 #   IMAGE2DISK_ARGS extra flags for bench/image2disk (e.g. "-runs 5 -checksum")
 #   BOOTENV_ARGS extra flags for bench/bootenv (e.g. "-runs 3 -compress lz4-9,zstd-19")
@@ -31,7 +33,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp tftp http image2disk bootenv install apiauth ocirun bmcpoll)
+SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll)
 
 say() { echo "bench: $*" >&2; }
 
@@ -63,6 +65,22 @@ section_dhcp() {
     2> >(tee "$BENCH_OUT/dhcp.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/dhcp.txt"
   grep '^{' "$BENCH_OUT/dhcp.txt" >"$BENCH_OUT/dhcp.json" || true
+  return $rc
+}
+
+# dhcprates: perfdhcp at the same fixed offered rates (DHCP_RATES) against
+# anvil serve, Kea and dnsmasq (bench/dhcp -rates): exchanges, drops and
+# server CPU per exchange at each rate, and anvil's CPU per exchange over
+# Kea's. Each server first gets a 10 s warm-up at the first rate.
+section_dhcprates() {
+  go build -o "$BENCH_OUT/dhcp" ./bench/dhcp || return 1
+  local rc=0
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/dhcp" -anvil "$ANVIL" -json -rates "${DHCP_RATES:-2000,4000,8000}" -warmup 10s \
+    -servers anvil,kea,dnsmasq ${DHCPRATES_ARGS:-} >"$BENCH_OUT/dhcprates.txt" \
+    2> >(tee "$BENCH_OUT/dhcprates.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/dhcprates.txt"
+  grep '^{' "$BENCH_OUT/dhcprates.txt" >"$BENCH_OUT/dhcprates.json" || true
   return $rc
 }
 

@@ -28,6 +28,15 @@
 //
 // It prints a table, the ratios anvil/dnsmasq and anvil/Kea, and with -json
 // one JSON line. It exits 1 if anvil misses -min-rate or -min-ratio.
+//
+// With -rates, it searches nothing: each server gets one trial at each of
+// the given offered rates, the same rates and duration for every server,
+// and the table compares them rate by rate (exchanges, drops, server CPU
+// per exchange, and anvil's CPU per exchange over Kea's), which is the
+// comparison a rate search cannot give: the search stops each server at
+// another rate.
+//
+//	go run ./bench/dhcp -rates 2000,4000,8000 -servers anvil,kea -json
 package main
 
 import (
@@ -86,6 +95,13 @@ type options struct {
 	minRatio   float64
 	keep       bool
 	cpuProfile string
+	// rates, if set, are the fixed offered rates of -rates mode.
+	rates []int
+	// warmup is the length of a trial at the first of rates that each
+	// server gets first and that is reported apart (warmup in -json).
+	warmup time.Duration
+	// anvilBase is a second anvil binary, measured as server "anvil-base".
+	anvilBase string
 	// harnessWorkers is dhcp.Config.Workers for the harness.
 	harnessWorkers int
 }
@@ -98,9 +114,9 @@ func main() {
 		return
 	}
 	var o options
-	var servers string
+	var servers, rates string
 	flag.StringVar(&o.anvil, "anvil", "bin/anvil", "anvil binary under test")
-	flag.StringVar(&servers, "servers", "anvil,dnsmasq,kea", "servers to measure, in order: anvil, dnsmasq, kea, harness (internal/dhcp alone over a map)")
+	flag.StringVar(&servers, "servers", "anvil,dnsmasq,kea", "servers to measure, in order: anvil, dnsmasq, kea, harness (internal/dhcp alone over a map), anvil-base (-anvil-base)")
 	flag.IntVar(&o.clients, "clients", 10000, "simulated clients and reservations (perfdhcp -R)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each trial (perfdhcp -p)")
 	flag.IntVar(&o.start, "start", 1000, "first rate tried, exchanges/s")
@@ -114,8 +130,15 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the namespaces and work directory afterwards")
 	flag.IntVar(&o.harnessWorkers, "harness-workers", 0, "dhcp.Config.Workers of the harness (0: the default)")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write the CPU profile of anvil serve (or the harness) to FILE")
+	flag.StringVar(&rates, "rates", "", "comma-separated offered rates (exchanges/s): one trial per server at each, instead of the rate search")
+	flag.DurationVar(&o.warmup, "warmup", 0, "with -rates: a trial of this length at the first rate before the measured ones, reported apart (first contact of every client: machine records created, templates built)")
+	flag.StringVar(&o.anvilBase, "anvil-base", "", "a second anvil binary (e.g. main's), measured as server anvil-base with the same options")
 	flag.Parse()
 	o.servers = strings.Split(servers, ",")
+	var err error
+	if o.rates, err = parseRates(rates); err != nil {
+		log.Fatal(err)
+	}
 	if err := run(o); err != nil {
 		log.Fatal(err)
 	}
@@ -136,7 +159,9 @@ type result struct {
 	ServerRcvbufErrors int64   `json:"server_rcvbuf_errors"`
 	ClientRcvbufErrors int64   `json:"client_rcvbuf_errors"`
 	Trials             []trial `json:"trials"`
-	Err                string  `json:"error,omitempty"`
+	// Warmup is -rates mode's warm-up trial, if any.
+	Warmup *trial `json:"warmup,omitempty"`
+	Err    string `json:"error,omitempty"`
 }
 
 type trial struct {
@@ -150,6 +175,11 @@ type trial struct {
 	CPUPerExchange float64 `json:"cpu_us_per_exchange"`
 	ServerRcvbuf   int64   `json:"server_rcvbuf_errors"`
 	ClientRcvbuf   int64   `json:"client_rcvbuf_errors"`
+	// CPUSeconds is the server's CPU time over the trial; Load1 the
+	// machine's 1-minute load average at its end (the machine is shared:
+	// a busy one moves every figure).
+	CPUSeconds float64 `json:"server_cpu_s"`
+	Load1      float64 `json:"load1"`
 }
 
 func run(o options) error {
@@ -200,13 +230,38 @@ func run(o options) error {
 	return report(o, results)
 }
 
-// measure starts the server, waits until it answers, searches the rate.
+// parseRates reads -rates: "" (none) or positive integers separated by
+// commas.
+func parseRates(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var rates []int
+	for _, f := range strings.Split(s, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r <= 0 {
+			return nil, fmt.Errorf("-rates %q: %q is not a positive number of exchanges per second", s, f)
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
+}
+
+// measure starts the server, waits until it answers, and searches the
+// rate, or with -rates runs one trial at each.
 func measure(ctx context.Context, o options, n *netns, r *result) error {
 	var srv *server
 	var err error
 	switch r.Server {
 	case "anvil":
 		srv, err = startAnvil(ctx, o, n)
+	case "anvil-base":
+		if o.anvilBase == "" {
+			return errors.New("anvil-base needs -anvil-base")
+		}
+		ob := o
+		ob.anvil = o.anvilBase
+		srv, err = startAnvil(ctx, ob, n)
 	case "dnsmasq":
 		srv, err = startDnsmasq(o, n)
 	case "kea":
@@ -224,6 +279,29 @@ func measure(ctx context.Context, o options, n *netns, r *result) error {
 		return err
 	}
 	log.Printf("%s: answering (pid %d)", r.Server, srv.pid())
+	if len(o.rates) > 0 {
+		if o.warmup > 0 {
+			ow := o
+			ow.duration = o.warmup
+			t, err := runTrial(ctx, ow, n, srv, o.rates[0])
+			if err != nil {
+				return err
+			}
+			r.Warmup = &t
+			log.Printf("%s: warm-up at %d/s: %d exchanges, drops %d+%d, %.1f µs CPU/exchange", r.Server, t.Rate, t.Acks,
+				t.DODrops, t.RADrops, t.CPUPerExchange)
+		}
+		for _, rate := range o.rates {
+			t, err := runTrial(ctx, o, n, srv, rate)
+			if err != nil {
+				return err
+			}
+			r.Trials = append(r.Trials, t)
+			log.Printf("%s: rate %d: achieved %.0f/s, %d exchanges, drops %d+%d, %.1f µs CPU/exchange, load %.2f",
+				r.Server, rate, t.Achieved, t.Acks, t.DODrops, t.RADrops, t.CPUPerExchange, t.Load1)
+		}
+		return nil
+	}
 
 	try := func(rate int) (trial, error) {
 		var t trial
@@ -337,9 +415,11 @@ func runTrial(ctx context.Context, o options, n *netns, srv *server, rate int) (
 	}
 	t.Pass = code == 0 && st.acks > 0
 	t.Achieved, t.Sent, t.Acks, t.DODrops, t.RADrops = st.rate, st.sent, st.acks, st.doDrops, st.raDrops
+	t.CPUSeconds = float64(cpu1-cpu0) / float64(clockTicks)
 	if st.acks > 0 {
-		t.CPUPerExchange = float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(st.acks)
+		t.CPUPerExchange = t.CPUSeconds * 1e6 / float64(st.acks)
 	}
+	t.Load1 = load1()
 	t.ServerRcvbuf, t.ClientRcvbuf = s1-s0, c1-c0
 	return t, nil
 }
@@ -424,7 +504,105 @@ func cpuTicks(pid int) (int64, error) {
 	return u + st, nil
 }
 
+// load1 is the 1-minute load average, or -1 if unknown.
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// reportRates prints -rates mode's table: per server and offered rate, and
+// anvil's CPU per exchange over Kea's (and dnsmasq's) at each rate.
+func reportRates(o options, results []*result) error {
+	fmt.Printf("DHCP at fixed offered rates: perfdhcp -4 -l %s -g single -W 500000 -R %d -b mac=%s -r RATE -p %d, relay mode, veth between two namespaces, %d CPUs\n\n",
+		clientIf, o.clients, macBase, int(math.Ceil(o.duration.Seconds())), runtime.NumCPU())
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "server\toffered (/s)\tachieved (DORA/s)\texchanges (ACKs)\tdrops (DO+RA)\tserver CPU (s)\tCPU/exchange (µs)\tserver rcvbuf errors\tclient rcvbuf errors\tload\t")
+	byName := map[string]*result{}
+	for _, r := range results {
+		byName[r.Server] = r
+		if r.Err != "" {
+			fmt.Fprintf(tw, "%s\tfailed: %s\t\t\t\t\t\t\t\t\t\n", r.Server, firstLine(r.Err))
+		}
+		for _, t := range r.Trials {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.2f\t%.1f\t%d\t%d\t%.2f\t\n", r.Server, t.Rate, t.Achieved, t.Acks,
+				t.DODrops+t.RADrops, t.CPUSeconds, t.CPUPerExchange, t.ServerRcvbuf, t.ClientRcvbuf, t.Load1)
+		}
+	}
+	tw.Flush()
+	fmt.Println()
+	if o.warmup > 0 {
+		fmt.Printf("Each server first had a %s warm-up trial at %d/s (in -json as warmup).\n\n", o.warmup, o.rates[0])
+	}
+	summary := map[string]any{"bench": "dhcp", "mode": "rates", "rates": o.rates, "clients": o.clients,
+		"warmup_s": o.warmup.Seconds(), "duration_s": o.duration.Seconds(), "cpus": runtime.NumCPU(), "date": time.Now().UTC().Format(time.RFC3339),
+		"commit": gitCommit(), "results": results}
+	ratios := map[string][]float64{}
+	if a := byName["anvil"]; a != nil {
+		for _, peer := range []string{"kea", "dnsmasq", "anvil-base"} {
+			p := byName[peer]
+			if p == nil {
+				continue
+			}
+			for _, rate := range o.rates {
+				at, pt := trialAt(a, rate), trialAt(p, rate)
+				if at == nil || pt == nil || at.CPUPerExchange == 0 || pt.CPUPerExchange == 0 {
+					continue
+				}
+				q := at.CPUPerExchange / pt.CPUPerExchange
+				ratios[peer] = append(ratios[peer], q)
+				fmt.Printf("at %d/s: anvil/%s CPU per exchange %.2f (%.1f / %.1f µs); drops %d / %d\n", rate, peer, q,
+					at.CPUPerExchange, pt.CPUPerExchange, at.DODrops+at.RADrops, pt.DODrops+pt.RADrops)
+			}
+		}
+	}
+	for peer, q := range ratios {
+		summary["cpu_per_exchange_ratio_anvil_"+peer] = q
+	}
+	if o.jsonOut {
+		b, err := json.Marshal(summary)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
+	}
+	return nil
+}
+
+// trialAt is r's trial at offered rate rate, or nil.
+func trialAt(r *result, rate int) *trial {
+	for i := range r.Trials {
+		if r.Trials[i].Rate == rate {
+			return &r.Trials[i]
+		}
+	}
+	return nil
+}
+
+// gitCommit is the commit the benchmark runs from, or "" outside a
+// repository.
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
 func report(o options, results []*result) error {
+	if len(o.rates) > 0 {
+		return reportRates(o, results)
+	}
 	byName := map[string]*result{}
 	for _, r := range results {
 		byName[r.Server] = r
@@ -746,7 +924,7 @@ func startAnvil(ctx context.Context, o options, n *netns) (*server, error) {
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n.server, bin, "--server", anvilHTTP, "--log-level", "warn", "apply", "-f", hw)
 		out, err := cmd.CombinedOutput()
 		if err == nil {
-			log.Printf("anvil: applied %d Hardware in %s", o.clients, time.Since(t0).Round(time.Millisecond))
+			log.Printf("%s: applied %d Hardware in %s", filepath.Base(bin), o.clients, time.Since(t0).Round(time.Millisecond))
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

@@ -16,7 +16,10 @@ var ErrUnknownHost = errors.New("no Hardware with this MAC")
 // Backend tells the server what it needs to know about a MAC. The boot
 // policy (internal/bootpolicy) implements it over the store; tests use a map.
 // Implementations must be safe for concurrent use and fast: Lookup runs on
-// the packet path.
+// the packet path. A Host, once returned, must never be modified: the
+// server keeps its answers to a MAC in wire form for as long as Lookup
+// returns the same *Host (template.go), so a changed Hardware must be a new
+// Host value (bootpolicy builds one per watch event).
 type Backend interface {
 	// Lookup returns the host for mac (always a valid MAC: the server
 	// answers only Ethernet clients), or an error wrapping

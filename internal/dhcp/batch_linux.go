@@ -72,13 +72,24 @@ func (m *mmsgs) recv(fd uintptr) (int, error) {
 		m.hdrs[i].Hdr.Flags = 0
 		m.hdrs[i].Len = 0
 	}
-	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&m.hdrs[0])), uintptr(len(m.hdrs)),
+	return recvmmsg(fd, m.hdrs)
+}
+
+// recvmmsg is the system call; a variable so that a test can be a kernel
+// without it.
+var recvmmsg = func(fd uintptr, hdrs []unix.Mmsghdr) (int, error) {
+	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)),
 		unix.MSG_DONTWAIT, 0, 0)
 	if errno != 0 {
 		return 0, errno
 	}
 	return int(n), nil
 }
+
+// errNoBatch is batchWorker's answer when the kernel has no recvmmsg
+// (ENOSYS: some sandboxes and emulators): the worker reads one datagram
+// at a time instead.
+var errNoBatch = errors.New("dhcp: recvmmsg not supported")
 
 // from returns the source of datagram i, if IPv4.
 func (m *mmsgs) from(i int) netip.AddrPort {
@@ -167,6 +178,9 @@ func (s *Server) batchWorker(ctx context.Context, uc *net.UDPConn, port int) err
 		if rerr != nil {
 			if errors.Is(rerr, unix.EINTR) {
 				continue
+			}
+			if errors.Is(rerr, unix.ENOSYS) {
+				return errNoBatch
 			}
 			return fmt.Errorf("dhcp: read: %w", rerr)
 		}

@@ -4,6 +4,7 @@ package dhcp
 
 import (
 	"context"
+	"errors"
 	"net"
 )
 
@@ -13,3 +14,5 @@ const batchIO = false
 func (s *Server) batchWorker(ctx context.Context, uc *net.UDPConn, port int) error {
 	panic("unreachable: batchIO is false")
 }
+
+var errNoBatch = errors.New("dhcp: no batched reads on this system")

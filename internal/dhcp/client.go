@@ -46,19 +46,26 @@ func (c client) supported() bool { return c.arch < 0 || c.firmware != ipxe.Firmw
 
 // classify reads options 60, 77, 93 and 175 of req.
 func classify(req *dhcpv4.DHCPv4) client {
+	return classifyOptions(req.Options[optVendorClass], req.Options[optClientArch], req.Options[optUserClass],
+		req.Options.Has(dhcpv4.GenericOptionCode(optIPXEEncap)))
+}
+
+// classifyOptions is classify over the option values themselves: vc
+// (option 60), arch (93), uc (77), and whether option 175 is present. The
+// template path (template.go) reads them without an option map.
+func classifyOptions(vc, arch, uc []byte, ipxeEncap bool) client {
 	c := client{arch: -1}
-	vc := req.Options[optVendorClass]
 	c.pxe = hasPrefix(vc, vendorClassPXE)
 	c.http = hasPrefix(vc, vendorClassHTTP)
-	if a := req.Options[optClientArch]; len(a) >= 2 {
+	if a := arch; len(a) >= 2 {
 		// A list of 16-bit types (RFC 4578 §2.1); the first is the one
 		// the client booted with.
 		c.arch = int(binary.BigEndian.Uint16(a))
 	} else if c.pxe || c.http {
 		c.arch = archFromVendorClass(string(vc))
 	}
-	c.ipxe = ipxeUserClass(req.Options[optUserClass])
-	if c.ipxe == "" && req.Options.Has(dhcpv4.GenericOptionCode(optIPXEEncap)) {
+	c.ipxe = ipxeUserClass(uc)
+	if c.ipxe == "" && ipxeEncap {
 		c.ipxe = userClassIPXE
 	}
 	switch c.arch {

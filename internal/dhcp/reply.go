@@ -83,6 +83,9 @@ func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 	// chaddr becomes a MAC here, once: the Backend, the boot file's URL,
 	// the log and the machine's record all take this value.
 	mac, ethernet := macaddr.FromBytes(req.ClientHWAddr)
+	if sc != nil {
+		sc.host = nil
+	}
 	d := Decision{Type: req.MessageType(), MAC: mac, IP: addr4(req.ClientIPAddr)}
 	no := func(outcome, reason string) (*dhcpv4.DHCPv4, netip.AddrPort, Decision) {
 		d.Outcome, d.Reason = outcome, reason
@@ -146,7 +149,16 @@ func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 	if proxy && !c.netboot() {
 		return no(OutcomeNotPXEClient, "not a PXE, HTTP boot or iPXE client ("+string(s.mode)+" mode answers only those)")
 	}
-	host, err := s.backend.Lookup(ctx, mac)
+	var (
+		host *Host
+		err  error
+	)
+	if sc != nil && sc.looked.ok && sc.looked.mac == mac {
+		// The template path asked the Backend about this packet already.
+		host, err = sc.looked.host, sc.looked.err
+	} else {
+		host, err = s.backend.Lookup(ctx, mac)
+	}
 	switch {
 	case errors.Is(err, ErrUnknownHost):
 		host = nil
@@ -154,6 +166,9 @@ func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 		return no(OutcomeBackendError, err.Error())
 	case host == nil:
 		return no(OutcomeBackendError, "backend returned no host and no error")
+	}
+	if sc != nil {
+		sc.host = host // the template path keys what it learns from this reply on it
 	}
 	if host == nil {
 		if s.mode != ModeAutoProxy {
@@ -466,14 +481,20 @@ func (s *Server) bootOptions(resp *dhcpv4.DHCPv4, v *values, req *dhcpv4.DHCPv4,
 // client, and those that asked for unicast accept broadcasts too.
 // Boot server (PXEPort) replies go back where the request came from.
 func (s *Server) destination(req, resp *dhcpv4.DHCPv4, from netip.AddrPort, pxePort bool) netip.AddrPort {
+	return s.destinationOf(req.GatewayIPAddr, req.ClientIPAddr, resp.MessageType() == dhcpv4.MessageTypeNak, from, pxePort)
+}
+
+// destinationOf is destination given the request's giaddr and ciaddr (4
+// or 16 bytes) and whether the reply is a NAK.
+func (s *Server) destinationOf(giaddr, ciaddr []byte, nak bool, from netip.AddrPort, pxePort bool) netip.AddrPort {
 	if pxePort && from.Addr().Is4() && !from.Addr().IsUnspecified() {
 		return from
 	}
-	if gi := addr4(req.GatewayIPAddr); gi.IsValid() {
+	if gi := addr4(giaddr); gi.IsValid() {
 		return netip.AddrPortFrom(gi, s.relayPort)
 	}
-	if resp.MessageType() != dhcpv4.MessageTypeNak {
-		if ci := addr4(req.ClientIPAddr); ci.IsValid() {
+	if !nak {
+		if ci := addr4(ciaddr); ci.IsValid() {
 			return netip.AddrPortFrom(ci, ClientPort)
 		}
 	}

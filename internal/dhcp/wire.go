@@ -9,6 +9,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
 // The packet path of Serve reads requests into, and writes replies from,
@@ -38,6 +40,18 @@ type scratch struct {
 	arena     []byte
 	out       []byte
 	decision  Decision
+	// host is the Host the last reply was built for (nil if none).
+	host *Host
+	// scan is the template path's reading of the current request.
+	scan scan
+	// looked is the Backend's answer for the current request when the
+	// template path asked it (ok), so the general path does not ask again.
+	looked struct {
+		ok   bool
+		mac  macaddr.MAC
+		host *Host
+		err  error
+	}
 }
 
 func newScratch() *scratch {
@@ -166,17 +180,7 @@ func appendPacket(b []byte, p *dhcpv4.DHCPv4) []byte {
 		n++
 	}
 	for _, c := range codes[:n] {
-		v := p.Options[c]
-		if len(v) == 0 {
-			b = append(b, c, 0)
-			continue
-		}
-		for len(v) > 0 {
-			k := min(len(v), 255)
-			b = append(b, c, byte(k))
-			b = append(b, v[:k]...)
-			v = v[k:]
-		}
+		b = appendOption(b, c, p.Options[c])
 	}
 	b = append(b, optEnd)
 	for len(b)-start < bootpMinLen {

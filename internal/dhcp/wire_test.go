@@ -53,6 +53,15 @@ func FuzzWire(f *testing.F) {
 		f.Fatal(err)
 	}
 	sc := newScratch()
+	// st is s whose Backend returns one Host value for every MAC, as a
+	// watch-fed Backend does, so that templates are kept and reused.
+	host, _ := b0.Lookup(context.Background(), macaddr.MAC{})
+	st, err := New(Config{ServerIP: netip.MustParseAddr("10.0.0.1"), HTTPBase: "http://10.0.0.1:7080",
+		Backend: backendFunc(func(macaddr.MAC) *Host { return host }), Logger: discardLogger})
+	if err != nil {
+		f.Fatal(err)
+	}
+	sc2 := newScratch()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		want, wantErr := dhcpv4.FromBytes(data)
 		pkt := bytes.Clone(data)
@@ -72,6 +81,20 @@ func FuzzWire(f *testing.F) {
 		ctx := context.Background()
 		from := netip.MustParseAddrPort("10.9.0.1:67")
 		wantResp, wantTo, wantD := s.Reply(ctx, want, from, ServerPort)
+		// Serve's packet path, twice: the second answer may come from
+		// the template the first one left.
+		for range 2 {
+			out, to, d := st.process(ctx, sc2, pkt, from, ServerPort)
+			if (out == nil) != (wantResp == nil) || to != wantTo {
+				t.Fatalf("process = %x to %s; Reply = %v to %s (%s)", out, to, wantResp, wantTo, wantD.Message())
+			}
+			if out == nil {
+				continue
+			}
+			if !bytes.Equal(out, wantResp.ToBytes()) || !reflect.DeepEqual(*d, wantD) {
+				t.Fatalf("process = %x %+v\nReply = %x %+v", out, *d, wantResp.ToBytes(), wantD)
+			}
+		}
 		resp, to, d := s.reply(ctx, got, from, ServerPort, sc)
 		if (resp == nil) != (wantResp == nil) || to != wantTo || d.Outcome != wantD.Outcome || d.Message() != wantD.Message() {
 			t.Fatalf("reply with scratch = %v %s %q; Reply = %v %s %q", resp != nil, to, d.Message(), wantResp != nil, wantTo, wantD.Message())
@@ -94,43 +117,21 @@ func (f backendFunc) Lookup(_ context.Context, mac macaddr.MAC) (*Host, error) {
 	return nil, ErrUnknownHost
 }
 
-// BenchmarkServePath is one relayed DISCOVER and REQUEST through Serve's
-// packet path without the sockets: parse into scratch, decide, encode.
+// BenchmarkServePath is one relayed DISCOVER and REQUEST of a reserved
+// client through Serve's packet path without the sockets (process: parse,
+// decide or fill the template, encode, count, record the machine event),
+// as anvil serve runs it (decision log at Warn, machine events on).
 func BenchmarkServePath(b *testing.B) {
-	mac := net.HardwareAddr{0x00, 0x0c, 0x01, 0, 0, 1}
-	host := &Host{Name: "default/m1", IP: netip.MustParseAddr("10.88.1.1"), Netmask: net.CIDRMask(16, 32),
-		Gateway: netip.MustParseAddr("10.88.0.1"), Hostname: "m1", LeaseTime: time.Hour, AllowPXE: true}
-	s, err := New(Config{ServerIP: netip.MustParseAddr("10.88.0.1"), HTTPBase: "http://10.88.0.1:7080",
-		Backend: backendFunc(func(macaddr.MAC) *Host { return host })})
-	if err != nil {
-		b.Fatal(err)
-	}
-	disc, err := dhcpv4.NewDiscovery(mac, dhcpv4.WithRelay(net.IP{10, 88, 0, 2}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	req, err := dhcpv4.NewDiscovery(mac, dhcpv4.WithRelay(net.IP{10, 88, 0, 2}), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
-		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IP{10, 88, 1, 1})), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP{10, 88, 0, 1})))
-	if err != nil {
-		b.Fatal(err)
-	}
-	pkts := [][]byte{disc.ToBytes(), req.ToBytes()}
-	sc := newScratch()
+	pkts, s, sc := reservationExchange(b)
 	from := netip.MustParseAddrPort("10.88.0.2:67")
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, pkt := range pkts {
-			p, err := sc.parseInto(pkt)
-			if err != nil {
-				b.Fatal(err)
+			out, _, d := s.process(ctx, sc, pkt, from, ServerPort)
+			if out == nil {
+				b.Fatal("no answer")
 			}
-			resp, _, d := s.reply(ctx, p, from, ServerPort, sc)
-			if resp == nil {
-				b.Fatal(d.Message())
-			}
-			sc.out = appendPacket(sc.out[:0], resp)
-			countPacket(typeLabel(d.Type), d.Outcome)
 			countReply(d.Reply)
 		}
 	}
