@@ -75,6 +75,7 @@ type options struct {
 	timeout    time.Duration
 	logLevel   string
 	cpuProfile string
+	memProfile string
 	netboot    bool
 }
 
@@ -92,6 +93,7 @@ func main() {
 	flag.StringVar(&o.logLevel, "log-level", "warn", "the server's --log-level")
 	flag.BoolVar(&o.netboot, "toggle-netboot", true, "workflows set bootOptions.toggleAllowNetboot, as in examples/workflow.yaml")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "have the server write a CPU profile of the run to this file")
+	flag.StringVar(&o.memProfile, "mem-profile", "", "have the server write a heap profile (the run's allocations) to this file at exit")
 	backends := flag.String("backends", "bolt", "what to run against, in turn: bolt, kubernetes (one replica), kubernetes:N (N replicas), comma-separated")
 	flag.Parse()
 	var err error
