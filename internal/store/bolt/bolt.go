@@ -97,8 +97,11 @@ type Store struct {
 	closeErr  error
 }
 
-// entry is one cached object. obj is decoded once and never modified or
-// handed out; callers get fresh decodes of raw.
+// entry is one cached object. obj is never modified: shared readers
+// (store.Sharer, shared watches) get it as it is, the others a copy. raw is
+// its JSON from the write until that write is published — persist writes
+// it, the watch history keeps it — and nil after, so that the cache does
+// not hold every object twice; entries loaded at Open have none.
 type entry struct {
 	obj      model.Object
 	raw      []byte
@@ -227,7 +230,7 @@ func (s *Store) load() error {
 				if err != nil {
 					return err
 				}
-				kc.put(string(k), &entry{obj: obj, raw: raw, ns: m.Namespace, name: m.Name,
+				kc.put(string(k), &entry{obj: obj, ns: m.Namespace, name: m.Name,
 					rev: rv, gen: m.Generation, specSum: sum, idx: kc.ix.Values(obj)})
 				return nil
 			})

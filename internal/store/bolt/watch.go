@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -216,8 +217,18 @@ func (s *Store) publish(changes []change, rev uint64) {
 		} else {
 			c.kc.put(c.key, c.e)
 		}
-		ev := event{typ: c.typ, kind: c.kc.kind, raw: c.e.raw, rev: c.rev}
+		raw := c.e.raw
+		if raw == nil {
+			// A deletion: c.e is the last stored entry, published before
+			// (its raw dropped). Deletions are rare; encode it again.
+			var err error
+			if raw, err = json.Marshal(c.e.obj); err != nil {
+				s.log.Error("store: encode a deleted object for the watch history", "kind", c.kc.kind, "key", c.key, "err", err)
+			}
+		}
+		ev := event{typ: c.typ, kind: c.kc.kind, raw: raw, rev: c.rev}
 		s.remember(ev)
+		c.e.raw = nil // persisted, and in the history: the cache keeps obj alone
 		ev.obj = c.e.obj
 		for w := range s.watchers {
 			if w.kind != ev.kind || !w.matches(c.e.obj) {
