@@ -52,8 +52,13 @@ type Config struct {
 // DefaultMaxWait is the GetAction long-poll cap when Config.MaxWait is 0.
 const DefaultMaxWait = 30 * time.Second
 
-// DefaultMaxConcurrentReports is Config.MaxConcurrentReports when 0.
-const DefaultMaxConcurrentReports = 256
+// DefaultMaxConcurrentReports is Config.MaxConcurrentReports when 0. It is
+// also the largest group commit reports can make: with 10,000 agents
+// reporting at once, 2,048 ran the fleet benchmark 17 % faster, at 20 %
+// less server CPU per call, than 256 (fewer, larger fsynced commits). A
+// report in flight holds only a copy of its workflow's status, so the
+// bound costs a few MiB.
+const DefaultMaxConcurrentReports = 2048
 
 // reconcileWorkers is the size of the controller's worker pool.
 const reconcileWorkers = 4
