@@ -14,7 +14,16 @@
 // then updates the in-memory cache, publishes watch events in revision order
 // and answers the callers. While one batch is being fsynced the next one
 // queues, so throughput grows with the number of concurrent writers without
-// any artificial delay.
+// any artificial delay. The group commit is this committer rather than
+// bbolt's DB.Batch, which waits up to MaxBatchDelay to fill a batch, may run
+// a caller's function twice, and returns to its callers in no set order,
+// so the cache and the watches could not be updated in revision order.
+//
+// Cached objects are immutable once published (a write replaces the key's
+// entry). Get, List, ByIndex and ordinary watches hand out copies; the
+// store.Sharer methods and shared watches (WatchOptions.Shared) hand out
+// the cached objects themselves, and UpdateShared keeps the caller's
+// object without copying it.
 package bolt
 
 import (
