@@ -76,7 +76,7 @@ func startDeployment(ctx context.Context, o options, b backend) (_ *deployment, 
 			d.cleanup(o.keep)
 		}
 	}()
-	opts := benchproc.Options{Binary: o.anvil, LogLevel: o.logLevel, CPUProfile: o.cpuProfile, Progress: progress}
+	opts := benchproc.Options{Binary: o.anvil, LogLevel: o.logLevel, CPUProfile: o.cpuProfile, MemProfile: o.memProfile, Progress: progress}
 	if !b.kube {
 		s, err := benchproc.Start(ctx, opts)
 		if err != nil {
@@ -111,7 +111,7 @@ func startDeployment(ctx context.Context, o options, b backend) (_ *deployment, 
 		ro.Args = []string{"--store", "kubernetes", "--kubeconfig", kubeconfig}
 		ro.Env = []string{fmt.Sprintf("POD_NAME=fleet-%d", i)}
 		if i > 0 {
-			ro.CPUProfile = "" // the first replica's, which leads (it starts first)
+			ro.CPUProfile, ro.MemProfile = "", "" // the first replica's, which leads (it starts first)
 		}
 		s, err := benchproc.Start(ctx, ro)
 		if err != nil {

@@ -20,7 +20,7 @@ func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var memoryLimitMiB int64
 	var metadataPort int
-	var cpuProfile string
+	var cpuProfile, memProfile string
 	var noTLS bool
 	var maxRequestMiB int64
 	var noConsole bool
@@ -83,6 +83,13 @@ instead of --bind and the ports.`,
 					return err
 				}
 				defer pprof.StopCPUProfile()
+			}
+			if memProfile != "" {
+				// Written at exit: the heap profile's alloc_space and
+				// alloc_objects cover every allocation of the run (sampled
+				// at the default rate), which is what says where garbage
+				// comes from; inuse_space is what was live at exit.
+				defer writeHeapProfile(memProfile, cfg.Logger)
 			}
 			cfg.Logger.Info("starting anvil", "version", version.Get().Version, "commit", version.Get().Commit,
 				"data_dir", cfg.DataDir, "store", cfg.Store.Kind)
@@ -171,9 +178,24 @@ instead of --bind and the ports.`,
 	f.Int64Var(&cfg.BootMinSendRate, "boot-min-send-rate", server.DefaultBootMinSendRate, "cut a boot path download that averages fewer bytes per second than this once --boot-send-grace has passed (0: never)")
 	f.DurationVar(&cfg.BootSendGrace, "boot-send-grace", server.DefaultBootSendGrace, "how long a boot path download may start below --boot-min-send-rate")
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
+	f.StringVar(&memProfile, "mem-profile", "", "write a Go heap profile (allocations of the whole run, and what is live at exit) to this file at exit (for performance reports)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	return cmd
 }
 
 // defaultBootISO is Debian's iPXE ISO (package ipxe): --boot-iso's default.
 const defaultBootISO = "/usr/lib/ipxe/ipxe.iso"
+
+// writeHeapProfile writes the heap profile to path; a failure is logged, not
+// returned, since the server itself has already finished.
+func writeHeapProfile(path string, log *slog.Logger) {
+	f, err := os.Create(path)
+	if err != nil {
+		log.Error("heap profile", "err", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		log.Error("heap profile", "path", path, "err", err)
+	}
+}

@@ -75,7 +75,7 @@ func (s *Services) checkAgent(ctx context.Context, c agentCall, workflowID strin
 	if !ok || ns == "" || name == "" {
 		return invalid("workflow_id %q: want namespace/name", workflowID)
 	}
-	obj, err := s.cfg.Store.Get(ctx, model.KindWorkflow, ns, name)
+	obj, err := store.GetShared(ctx, s.cfg.Store, model.KindWorkflow, ns, name) // read only
 	if errors.Is(err, store.ErrNotFound) {
 		// Same answer as a bad token or another machine's workflow: an
 		// agent learns nothing about which workflows exist.
@@ -89,7 +89,7 @@ func (s *Services) checkAgent(ctx context.Context, c agentCall, workflowID strin
 		return refuse(connect.CodePermissionDenied, "bad_token", errNotItsWorkflow(c))
 	}
 	if c.agent.ID != "" {
-		agentID, err := workflow.ResolveAgent(ctx, s.cfg.Store, wf.Namespace, c.agent)
+		agentID, err := workflow.ResolveAgent(ctx, store.SharedIndexer(s.cfg.Store), wf.Namespace, c.agent)
 		if err != nil {
 			return s.toConnect(err)
 		}
@@ -190,11 +190,12 @@ func (s *Services) refuseAgent(ctx context.Context, c agentCall, ip, workflowID 
 
 // agentHardware returns the Hardware the agent runs on: the machine its
 // agent ID names (workflow.AgentHardware) in the workflow's namespace,
-// else the workflow's hardwareRef.
+// else the workflow's hardwareRef. They may be the store's shared objects:
+// read only.
 func (s *Services) agentHardware(ctx context.Context, wf *model.Workflow, agent workflow.AgentName) ([]*model.Hardware, error) {
 	var out []*model.Hardware
 	if agent.ID != "" {
-		hws, err := workflow.AgentHardware(ctx, s.cfg.Store, agent)
+		hws, err := workflow.AgentHardware(ctx, store.SharedIndexer(s.cfg.Store), agent)
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +206,7 @@ func (s *Services) agentHardware(ctx context.Context, wf *model.Workflow, agent 
 		}
 	}
 	if len(out) == 0 && wf.Spec.HardwareRef != "" {
-		obj, err := s.cfg.Store.Get(ctx, model.KindHardware, wf.Namespace, wf.Spec.HardwareRef)
+		obj, err := store.GetShared(ctx, s.cfg.Store, model.KindHardware, wf.Namespace, wf.Spec.HardwareRef)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}

@@ -49,7 +49,7 @@ func (s *Services) imageSources(ctx context.Context, na *workflow.NextAction, ag
 // Hardware the agent runs the workflow on.
 func (s *Services) registrySettings(ctx context.Context, workflowID string, agent workflow.AgentName) (oci.Settings, error) {
 	ns, name, _ := strings.Cut(workflowID, "/")
-	obj, err := s.cfg.Store.Get(ctx, model.KindWorkflow, ns, name)
+	obj, err := store.GetShared(ctx, s.cfg.Store, model.KindWorkflow, ns, name) // read only
 	if errors.Is(err, store.ErrNotFound) {
 		return s.cfg.Registries, nil
 	}

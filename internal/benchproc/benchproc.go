@@ -50,6 +50,8 @@ type Options struct {
 	LogLevel string
 	// CPUProfile, if set, has the server write a CPU profile there.
 	CPUProfile string
+	// MemProfile, if set, has the server write a heap profile there at exit.
+	MemProfile string
 	// Dir, if set, is the directory of an earlier Server to start again
 	// on the same data; else a new temporary one is made.
 	Dir string
@@ -102,12 +104,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata", "--no-console", // the control plane is under test
 		"--no-tls") // agents speak h2c to the gRPC port; and no fixed HTTPS port to collide on
 	s.cmd.Args = append(s.cmd.Args, o.Args...)
-	if o.CPUProfile != "" {
-		abs, err := filepath.Abs(o.CPUProfile)
+	for _, p := range []struct{ flag, path string }{{"--cpu-profile", o.CPUProfile}, {"--mem-profile", o.MemProfile}} {
+		if p.path == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p.path)
 		if err != nil {
 			return nil, err
 		}
-		s.cmd.Args = append(s.cmd.Args, "--cpu-profile", abs)
+		s.cmd.Args = append(s.cmd.Args, p.flag, abs)
 	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if len(o.Env) > 0 {

@@ -128,6 +128,58 @@ type LiveReader interface {
 	StoredVersion(ctx context.Context, kind, namespace, name string) (string, error)
 }
 
+// Sharer is a Store that can hand out the objects it caches instead of
+// copies, and take over a caller's object instead of copying it: the agent
+// path's reads and writes then cost no whole-object copy. Objects it
+// returns are immutable and shared: who gets one must not modify it (to
+// change one, copy what changes: model.WithPrivateStatus). The embedded
+// store is one; the Kubernetes store is not (it copies).
+type Sharer interface {
+	// GetShared is Reader.Get without the copy.
+	GetShared(ctx context.Context, kind, namespace, name string) (model.Object, error)
+	// ByIndexShared is Indexer.ByIndex without the copies.
+	ByIndexShared(ctx context.Context, kind, index, value string) ([]model.Object, error)
+	// UpdateShared is Writer.Update that keeps obj itself, not a copy: the
+	// caller must neither modify obj after the call nor keep a part of it
+	// it will modify; parts shared with an object from GetShared are fine,
+	// since those are never modified. It returns the object as stored,
+	// shared (possibly obj itself).
+	UpdateShared(ctx context.Context, obj model.Object) (model.Object, error)
+}
+
+// AsSharer returns st as a Sharer, or nil. It does not look through an
+// Unwrapper: a wrapper adds checks or fencing to the writes that
+// UpdateShared would skip.
+func AsSharer(st Store) Sharer {
+	sh, _ := st.(Sharer)
+	return sh
+}
+
+// SharedIndexer returns an Indexer whose ByIndex answers with st's shared
+// objects (Sharer.ByIndexShared) when st is a Sharer, else st itself: for
+// readers that only read what they get.
+func SharedIndexer(st Store) Indexer {
+	if sh := AsSharer(st); sh != nil {
+		return sharedIndexer{sh}
+	}
+	return st
+}
+
+// GetShared reads one object to read only: st's shared object when st is a
+// Sharer, else a copy (Reader.Get).
+func GetShared(ctx context.Context, st Store, kind, namespace, name string) (model.Object, error) {
+	if sh := AsSharer(st); sh != nil {
+		return sh.GetShared(ctx, kind, namespace, name)
+	}
+	return st.Get(ctx, kind, namespace, name)
+}
+
+type sharedIndexer struct{ sh Sharer }
+
+func (s sharedIndexer) ByIndex(ctx context.Context, kind, index, value string) ([]model.Object, error) {
+	return s.sh.ByIndexShared(ctx, kind, index, value)
+}
+
 // Unwrapper is a Store that wraps another (adding checks to its writes,
 // say), so that AsLiveReader can look through it.
 type Unwrapper interface {
@@ -167,6 +219,12 @@ type WatchOptions struct {
 	Labels          labels.Selector
 	Fields          []FieldRequirement
 	ResourceVersion string
+	// Shared asks for events whose objects may be the store's own, shared
+	// with its cache and with every other such watcher: the receiver must
+	// not modify them (copy first, e.g. model.DeepCopy). A store that
+	// cannot share (or does not) sends private copies, which the receiver
+	// treats the same way. It saves a copy per event and watcher.
+	Shared bool
 }
 
 // EventType says what happened to an object.

@@ -52,8 +52,13 @@ type Config struct {
 // DefaultMaxWait is the GetAction long-poll cap when Config.MaxWait is 0.
 const DefaultMaxWait = 30 * time.Second
 
-// DefaultMaxConcurrentReports is Config.MaxConcurrentReports when 0.
-const DefaultMaxConcurrentReports = 256
+// DefaultMaxConcurrentReports is Config.MaxConcurrentReports when 0. It is
+// also the largest group commit reports can make: with 10,000 agents
+// reporting at once, 2,048 ran the fleet benchmark 17 % faster, at 20 %
+// less server CPU per call, than 256 (fewer, larger fsynced commits). A
+// report in flight holds only a copy of its workflow's status, so the
+// bound costs a few MiB.
+const DefaultMaxConcurrentReports = 2048
 
 // reconcileWorkers is the size of the controller's worker pool.
 const reconcileWorkers = 4
@@ -71,6 +76,15 @@ const errorRequeueDelay = time.Second
 // reports. Workflows are identified by "namespace/name".
 type Engine struct {
 	store store.Store
+	// idx answers the engine's index lookups, which only read what they
+	// get: with the store's shared objects when it has them
+	// (store.SharedIndexer), so that no lookup copies a workflow.
+	idx store.Indexer
+	// shared, if not nil, is store's no-copy reads and writes
+	// (store.Sharer). Objects from it, from the watch (WatchOptions.Shared)
+	// and so from offer/take are immutable: whoever changes a workflow's
+	// status changes a model.WithPrivateStatus copy.
+	shared store.Sharer
 	// live, if not nil, confirms a workflow read from store's cache
 	// before one of its actions is handed out (store.LiveReader).
 	live    store.LiveReader
@@ -138,6 +152,8 @@ type deadlineTimer struct {
 func New(cfg Config) *Engine {
 	e := &Engine{
 		store:   cfg.Store,
+		idx:     store.SharedIndexer(cfg.Store),
+		shared:  store.AsSharer(cfg.Store),
 		live:    store.AsLiveReader(cfg.Store),
 		clock:   clock.Or(cfg.Clock),
 		log:     cfg.Logger,
@@ -245,7 +261,7 @@ func (e *Engine) watch(ctx context.Context) error {
 		if err == nil {
 			e.relisted(ctx, objs)
 			var ch <-chan store.Event
-			ch, err = e.store.Watch(ctx, model.KindWorkflow, store.WatchOptions{ResourceVersion: rv})
+			ch, err = e.store.Watch(ctx, model.KindWorkflow, store.WatchOptions{ResourceVersion: rv, Shared: true})
 			if err == nil {
 				for ev := range ch {
 					if ev.Type == store.Error {
@@ -371,7 +387,7 @@ func (e *Engine) reconcile(ctx context.Context, key string) error {
 	wf := e.take(key)
 	for attempt := 0; ; attempt++ {
 		if wf == nil {
-			obj, err := e.store.Get(ctx, model.KindWorkflow, ns, name)
+			obj, err := e.get(ctx, model.KindWorkflow, ns, name)
 			if errors.Is(err, store.ErrNotFound) {
 				e.cancelTimer(key)
 				return nil
@@ -381,7 +397,10 @@ func (e *Engine) reconcile(ctx context.Context, key string) error {
 			}
 			wf = obj.(*model.Workflow)
 		}
-		err := e.reconcileOnce(ctx, wf)
+		// wf may be shared (the store's, offered by the watch or a
+		// report): reconcileOnce changes only the status, so only the
+		// status is copied.
+		err := e.reconcileOnce(ctx, model.WithPrivateStatus(wf))
 		wf = nil
 		if errors.Is(err, store.ErrConflict) && attempt < maxConflictRetries {
 			continue
@@ -505,7 +524,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, wf *model.Workflow) error {
 	}
 
 	if changed {
-		obj, err := e.store.Update(ctx, wf)
+		obj, err := e.update(ctx, wf)
 		if err != nil {
 			return err
 		}
@@ -555,7 +574,7 @@ func (e *Engine) cancelRendering(key string) {
 // policy asks too) among the workflows of wf's namespace on wf's hardware,
 // wf itself as given, not as stored.
 func (e *Engine) activeSibling(ctx context.Context, wf *model.Workflow) (string, error) {
-	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
+	objs, err := e.idx.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
 	if err != nil {
 		return "", err
 	}
@@ -578,7 +597,7 @@ func (e *Engine) enqueueSiblings(ctx context.Context, wf *model.Workflow) {
 	if wf.Spec.HardwareRef == "" {
 		return
 	}
-	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
+	objs, err := e.idx.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, wf.Spec.HardwareRef)
 	if err != nil {
 		return
 	}
@@ -716,7 +735,7 @@ func (e *Engine) notifyWorkflowAgents(wf *model.Workflow) {
 func (e *Engine) resolveWorkers(ctx context.Context, ns string, st *model.WorkflowStatus) error {
 	for i := range st.Tasks {
 		t := &st.Tasks[i]
-		id, err := ResolveAgent(ctx, e.store, ns, ParseAgentName(t.AgentID))
+		id, err := ResolveAgent(ctx, e.idx, ns, ParseAgentName(t.AgentID))
 		if err != nil {
 			return err
 		}
@@ -770,7 +789,7 @@ func (e *Engine) GetActionFor(ctx context.Context, name AgentName, wait time.Dur
 	if wait > e.maxWait {
 		wait = e.maxWait
 	}
-	agentID, err := ResolveAgent(ctx, e.store, "", name)
+	agentID, err := ResolveAgent(ctx, e.idx, "", name)
 	if err != nil {
 		return nil, err
 	}
@@ -801,17 +820,18 @@ func (e *Engine) GetActionFor(ctx context.Context, name AgentName, wait time.Dur
 
 // nextAction looks once, through the agent index.
 func (e *Engine) nextAction(ctx context.Context, agentID string) (*NextAction, error) {
-	objs, err := e.store.ByIndex(ctx, model.KindWorkflow, store.IndexAgentID, agentID)
+	objs, err := e.idx.ByIndex(ctx, model.KindWorkflow, store.IndexAgentID, agentID)
 	if err != nil {
 		return nil, err
 	}
 	var cands []*model.Workflow
 	for _, o := range objs {
-		w := o.(*model.Workflow)
+		w := o.(*model.Workflow) // shared: read only
 		if w.Status.CancelRequested != nil {
 			// Asking for work, the agent is not running the action the
 			// cancellation waits for, if that is its: end it now.
-			if CancelInterrupted(&w.Status, agentID, e.clock.Now()) {
+			// (Asked of a copy: cancelInterrupted makes the change.)
+			if st := w.Status.DeepCopy(); CancelInterrupted(&st, agentID, e.clock.Now()) {
 				if err := e.cancelInterrupted(ctx, w.Namespace, w.Name, agentID); err != nil {
 					return nil, err
 				}
@@ -883,7 +903,7 @@ func (e *Engine) ownWorkflows(ctx context.Context, agentID string, cands []*mode
 	if len(cands) == 0 {
 		return cands, nil
 	}
-	nss, err := workerNamespaces(ctx, e.store, agentID)
+	nss, err := workerNamespaces(ctx, e.idx, agentID)
 	if err != nil {
 		return nil, err
 	}
@@ -933,7 +953,7 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.
 	if agent.ID == "" {
 		agent = ParseAgentName(r.AgentID)
 	}
-	agentID, err := ResolveAgent(ctx, e.store, ns, agent)
+	agentID, err := ResolveAgent(ctx, e.idx, ns, agent)
 	if err != nil {
 		return "", err
 	}
@@ -945,14 +965,15 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.
 		return "", ctx.Err()
 	}
 	for attempt := 0; ; attempt++ {
-		obj, err := e.store.Get(ctx, model.KindWorkflow, ns, name)
+		obj, err := e.get(ctx, model.KindWorkflow, ns, name)
 		if errors.Is(err, store.ErrNotFound) {
 			return "", fmt.Errorf("%w: %s", ErrUnknownWorkflow, r.WorkflowID)
 		}
 		if err != nil {
 			return "", err
 		}
-		wf := obj.(*model.Workflow)
+		// Copy-on-write: the report changes the status only.
+		wf := model.WithPrivateStatus(obj.(*model.Workflow))
 		if c := FindCondition(&wf.Status, ConditionWaiting); c != nil && !wf.Status.State.IsFinal() {
 			return wf.Status.State, fmt.Errorf("%w: %s", ErrBadReport, c.Message)
 		}
@@ -963,7 +984,7 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.
 		if !changed {
 			return wf.Status.State, nil
 		}
-		obj, err = e.store.Update(ctx, wf)
+		obj, err = e.update(ctx, wf)
 		if errors.Is(err, store.ErrConflict) && attempt < maxConflictRetries {
 			continue
 		}
@@ -978,6 +999,26 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.
 		}
 		return state, nil
 	}
+}
+
+// get reads one object, shared when the store can (see Engine.shared):
+// the caller must not modify it.
+func (e *Engine) get(ctx context.Context, kind, ns, name string) (model.Object, error) {
+	if e.shared != nil {
+		return e.shared.GetShared(ctx, kind, ns, name)
+	}
+	return e.store.Get(ctx, kind, ns, name)
+}
+
+// update writes obj, handing it to the store when it can take it without
+// a copy (store.Sharer.UpdateShared): obj must be the caller's own (its
+// status private; metadata and spec at most shared with a stored version)
+// and is not to be used after. The result is shared: read only.
+func (e *Engine) update(ctx context.Context, obj model.Object) (model.Object, error) {
+	if e.shared != nil {
+		return e.shared.UpdateShared(ctx, obj)
+	}
+	return e.store.Update(ctx, obj)
 }
 
 // CancelOptions says how Cancel stops a workflow.
@@ -1149,7 +1190,7 @@ const followRetry = time.Second
 // of its next action as soon as the leader has rendered it.
 func (e *Engine) Follow(ctx context.Context) error {
 	for ctx.Err() == nil {
-		ch, err := e.store.Watch(ctx, model.KindWorkflow, store.WatchOptions{})
+		ch, err := e.store.Watch(ctx, model.KindWorkflow, store.WatchOptions{Shared: true})
 		if err != nil {
 			e.log.Warn("workflow watch for waiting agents failed; retrying", "err", err, "in", followRetry)
 			select {

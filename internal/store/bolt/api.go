@@ -11,7 +11,10 @@ import (
 	"github.com/anvilproj/anvil/internal/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Sharer = (*Store)(nil)
+)
 
 // Create implements store.Writer.
 func (s *Store) Create(ctx context.Context, obj model.Object) (model.Object, error) {
@@ -24,16 +27,35 @@ func (s *Store) Update(ctx context.Context, obj model.Object) (model.Object, err
 	return s.writeOne(ctx, verbUpdate, obj)
 }
 
-func (s *Store) writeOne(ctx context.Context, v verb, obj model.Object) (model.Object, error) {
-	o, err := s.prepare(v, obj)
+// UpdateShared implements store.Sharer: Update keeping obj itself in the
+// cache, and returning the cached object, with no copy either way.
+func (s *Store) UpdateShared(ctx context.Context, obj model.Object) (model.Object, error) {
+	o, err := s.prepare(verbUpdate, obj, true)
 	if err != nil {
 		return nil, err
 	}
+	return s.submitOne(ctx, o)
+}
+
+func (s *Store) writeOne(ctx context.Context, v verb, obj model.Object) (model.Object, error) {
+	o, err := s.prepare(v, obj, false)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.submitOne(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return model.DeepCopy(out), nil
+}
+
+// submitOne commits one op and returns the cached object it wrote.
+func (s *Store) submitOne(ctx context.Context, o *op) (model.Object, error) {
 	resp := s.submit(&request{ctx: ctx, ops: []*op{o}})
 	if resp.err != nil {
 		return nil, resp.err
 	}
-	return model.DeepCopy(resp.objs[0]), nil
+	return resp.objs[0], nil
 }
 
 // Delete implements store.Writer.
@@ -60,7 +82,7 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 func (s *Store) Apply(ctx context.Context, objs []model.Object) ([]model.Object, error) {
 	ops := make([]*op, len(objs))
 	for i, obj := range objs {
-		o, err := s.prepare(verbApply, obj)
+		o, err := s.prepare(verbApply, obj, false)
 		if err != nil {
 			return nil, fmt.Errorf("apply object %d: %w", i, err)
 		}
@@ -95,6 +117,16 @@ func decode(kind string, raw []byte, rv uint64) (model.Object, error) {
 
 // Get implements store.Reader. An empty namespace means "default".
 func (s *Store) Get(ctx context.Context, kind, namespace, name string) (model.Object, error) {
+	obj, err := s.GetShared(ctx, kind, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return model.DeepCopy(obj), nil
+}
+
+// GetShared implements store.Sharer: the cached object itself. Cached
+// objects are never modified: a write replaces its key's entry.
+func (s *Store) GetShared(ctx context.Context, kind, namespace, name string) (model.Object, error) {
 	if err := store.CheckKind(kind); err != nil {
 		return nil, err
 	}
@@ -111,7 +143,7 @@ func (s *Store) Get(ctx context.Context, kind, namespace, name string) (model.Ob
 	if e == nil {
 		return nil, store.NotFoundError(kind, namespace, name)
 	}
-	return model.DeepCopy(e.obj), nil
+	return e.obj, nil
 }
 
 // List implements store.Reader.
@@ -132,12 +164,33 @@ func (s *Store) List(ctx context.Context, kind string, opts store.ListOptions) (
 	}
 	rv := strconv.FormatUint(s.rev, 10)
 	s.mu.RUnlock()
-	out, err := decodeSorted(kind, hits)
-	return out, rv, err
+	return copySorted(hits), rv, nil
 }
 
 // ByIndex implements store.Indexer.
 func (s *Store) ByIndex(ctx context.Context, kind, index, value string) ([]model.Object, error) {
+	hits, err := s.byIndex(kind, index, value)
+	if err != nil {
+		return nil, err
+	}
+	return copySorted(hits), nil
+}
+
+// ByIndexShared implements store.Sharer: ByIndex without the copies.
+func (s *Store) ByIndexShared(ctx context.Context, kind, index, value string) ([]model.Object, error) {
+	hits, err := s.byIndex(kind, index, value)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(hits, compareEntries)
+	out := make([]model.Object, len(hits))
+	for i, e := range hits {
+		out[i] = e.obj
+	}
+	return out, nil
+}
+
+func (s *Store) byIndex(kind, index, value string) ([]*entry, error) {
 	if err := store.CheckKind(kind); err != nil {
 		return nil, err
 	}
@@ -157,10 +210,10 @@ func (s *Store) ByIndex(ctx context.Context, kind, index, value string) ([]model
 		hits = append(hits, kc.objs[key])
 	}
 	s.mu.RUnlock()
-	return decodeSorted(kind, hits)
+	return hits, nil
 }
 
-func decodeSorted(kind string, hits []*entry) ([]model.Object, error) {
+func copySorted(hits []*entry) []model.Object {
 	slices.SortFunc(hits, compareEntries)
 	out := make([]model.Object, len(hits))
 	for i, e := range hits {
@@ -168,7 +221,7 @@ func decodeSorted(kind string, hits []*entry) ([]model.Object, error) {
 		// bytes: reads are the store's hottest path.
 		out[i] = model.DeepCopy(e.obj)
 	}
-	return out, nil
+	return out
 }
 
 func compareEntries(a, b *entry) int {

@@ -14,7 +14,16 @@
 // then updates the in-memory cache, publishes watch events in revision order
 // and answers the callers. While one batch is being fsynced the next one
 // queues, so throughput grows with the number of concurrent writers without
-// any artificial delay.
+// any artificial delay. The group commit is this committer rather than
+// bbolt's DB.Batch, which waits up to MaxBatchDelay to fill a batch, may run
+// a caller's function twice, and returns to its callers in no set order,
+// so the cache and the watches could not be updated in revision order.
+//
+// Cached objects are immutable once published (a write replaces the key's
+// entry). Get, List, ByIndex and ordinary watches hand out copies; the
+// store.Sharer methods and shared watches (WatchOptions.Shared) hand out
+// the cached objects themselves, and UpdateShared keeps the caller's
+// object without copying it.
 package bolt
 
 import (
@@ -97,8 +106,11 @@ type Store struct {
 	closeErr  error
 }
 
-// entry is one cached object. obj is decoded once and never modified or
-// handed out; callers get fresh decodes of raw.
+// entry is one cached object. obj is never modified: shared readers
+// (store.Sharer, shared watches) get it as it is, the others a copy. raw is
+// its JSON from the write until that write is published — persist writes
+// it, the watch history keeps it — and nil after, so that the cache does
+// not hold every object twice; entries loaded at Open have none.
 type entry struct {
 	obj      model.Object
 	raw      []byte
@@ -227,7 +239,7 @@ func (s *Store) load() error {
 				if err != nil {
 					return err
 				}
-				kc.put(string(k), &entry{obj: obj, raw: raw, ns: m.Namespace, name: m.Name,
+				kc.put(string(k), &entry{obj: obj, ns: m.Namespace, name: m.Name,
 					rev: rv, gen: m.Generation, specSum: sum, idx: kc.ix.Values(obj)})
 				return nil
 			})

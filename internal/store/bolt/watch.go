@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -33,6 +34,7 @@ type watcher struct {
 	ns     string
 	sel    labels.Selector
 	fields []store.FieldRequirement
+	shared bool // store.WatchOptions.Shared: events carry the cached objects
 
 	initial []event // sent first; filtered by run
 	in      chan event
@@ -69,7 +71,7 @@ func (s *Store) Watch(ctx context.Context, kind string, opts store.WatchOptions)
 		return nil, err
 	}
 	w := &watcher{
-		s: s, ctx: ctx, kind: kind, ns: opts.Namespace, sel: opts.Labels, fields: opts.Fields,
+		s: s, ctx: ctx, kind: kind, ns: opts.Namespace, sel: opts.Labels, fields: opts.Fields, shared: opts.Shared,
 		in:  make(chan event, s.opts.WatchBuffer),
 		out: make(chan store.Event),
 	}
@@ -157,8 +159,9 @@ func (w *watcher) run() {
 	}
 }
 
-// deliver decodes ev into a fresh object and sends it, first checking the
-// filter if asked (live events were filtered by the committer).
+// deliver sends ev's object — the cached one to a shared watcher, else a
+// copy, or one decoded from the history's JSON — first checking the filter
+// if asked (live events were filtered by the committer).
 func (w *watcher) deliver(ev event, filter bool) bool {
 	var rv uint64
 	if ev.typ == store.Deleted {
@@ -166,7 +169,14 @@ func (w *watcher) deliver(ev event, filter bool) bool {
 	}
 	var obj model.Object
 	if ev.obj != nil {
-		obj = model.DeepCopy(ev.obj)
+		switch {
+		case !w.shared:
+			obj = model.DeepCopy(ev.obj)
+		case rv != 0:
+			obj = model.ShallowCopy(ev.obj) // for its own resourceVersion
+		default:
+			obj = ev.obj
+		}
 		if rv != 0 {
 			obj.GetObjectMeta().ResourceVersion = strconv.FormatUint(rv, 10)
 		}
@@ -207,8 +217,18 @@ func (s *Store) publish(changes []change, rev uint64) {
 		} else {
 			c.kc.put(c.key, c.e)
 		}
-		ev := event{typ: c.typ, kind: c.kc.kind, raw: c.e.raw, rev: c.rev}
+		raw := c.e.raw
+		if raw == nil {
+			// A deletion: c.e is the last stored entry, published before
+			// (its raw dropped). Deletions are rare; encode it again.
+			var err error
+			if raw, err = json.Marshal(c.e.obj); err != nil {
+				s.log.Error("store: encode a deleted object for the watch history", "kind", c.kc.kind, "key", c.key, "err", err)
+			}
+		}
+		ev := event{typ: c.typ, kind: c.kc.kind, raw: raw, rev: c.rev}
 		s.remember(ev)
+		c.e.raw = nil // persisted, and in the history: the cache keeps obj alone
 		ev.obj = c.e.obj
 		for w := range s.watchers {
 			if w.kind != ev.kind || !w.matches(c.e.obj) {

@@ -73,7 +73,9 @@ type undoRec struct {
 	present bool
 }
 
-func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
+// prepare makes the op for obj; own says the store may keep obj itself
+// (UpdateShared) instead of a copy.
+func (s *Store) prepare(v verb, obj model.Object, own bool) (*op, error) {
 	if obj == nil {
 		return nil, fmt.Errorf("nil object: %w", store.ErrInvalid)
 	}
@@ -84,8 +86,12 @@ func (s *Store) prepare(v verb, obj model.Object) (*op, error) {
 	if tk := obj.GetTypeMeta().Kind; tk != "" && tk != kind {
 		return nil, fmt.Errorf("%T says kind %q: %w", obj, tk, store.ErrInvalid)
 	}
-	// The store keeps priv (in its cache) once committed; the caller keeps obj.
-	priv := model.DeepCopy(obj)
+	// The store keeps priv (in its cache) once committed; the caller keeps
+	// obj, unless it handed obj over.
+	priv := obj
+	if !own {
+		priv = model.DeepCopy(obj)
+	}
 	*priv.GetTypeMeta() = model.TypeMeta{APIVersion: model.APIVersionOf(kind), Kind: kind}
 	m := priv.GetObjectMeta()
 	if m.Namespace == "" {

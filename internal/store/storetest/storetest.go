@@ -74,6 +74,7 @@ func Run(t *testing.T, opts Options, open func(t *testing.T) store.Store) {
 		{"WatchFilters", testWatchFilters},
 		{"WatchContextCancel", testWatchCancel},
 		{"ReturnedObjectsAreCopies", testCopies},
+		{"SharedReadsAndWrites", testShared},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"BootProfiles", testBootProfiles},
 		{"BMCKinds", func(t *testing.T, s store.Store) { testBMCKinds(t, s, opts.SecretGenerations) }},
@@ -1107,5 +1108,78 @@ func testBMCKinds(t *testing.T, s store.Store, secretGenerations bool) {
 		updated.(*model.Secret).Sealed != "v1:BBBB" || updated.(*model.Secret).Type != "kubernetes.io/basic-auth" ||
 		!slices.Equal(updated.(*model.Secret).Keys, []string{"password", "username"}) || updated.GetTypeMeta().APIVersion != model.CoreAPIVersion {
 		t.Errorf("Secret after a new sealed value: generation %d (was %d), %+v", updated.GetObjectMeta().Generation, first, updated)
+	}
+}
+
+// testShared checks the shared reads and writes (store.Sharer, with the
+// helpers that fall back to copies for a store without them): they answer
+// as Get, ByIndex and Update do, a write never changes an object handed
+// out before it (shared objects are immutable), and a shared watch sees
+// the same events.
+func testShared(t *testing.T, s store.Store) {
+	wf := mustCreate(t, s, Workflow("default", "w1", "hw1", "agent-1")).(*model.Workflow)
+	ch := watch(t, s, model.KindWorkflow, store.WatchOptions{ResourceVersion: wf.ResourceVersion, Shared: true})
+
+	got, err := store.GetShared(ctx(t), s, model.KindWorkflow, "default", "w1")
+	if err != nil {
+		t.Fatalf("GetShared: %v", err)
+	}
+	old := got.(*model.Workflow)
+	if old.ResourceVersion != wf.ResourceVersion || old.Status.Tasks[0].AgentID != "agent-1" {
+		t.Fatalf("GetShared = rv %s %+v, want rv %s as created", old.ResourceVersion, old.Status.Tasks, wf.ResourceVersion)
+	}
+	objs, err := store.SharedIndexer(s).ByIndex(ctx(t), model.KindWorkflow, store.IndexAgentID, "agent-1")
+	if err != nil || len(objs) != 1 || objs[0].GetObjectMeta().ResourceVersion != wf.ResourceVersion {
+		t.Fatalf("SharedIndexer.ByIndex = %v, %v; want w1 at rv %s", keys(objs), err, wf.ResourceVersion)
+	}
+
+	// A status change made copy-on-write, written through UpdateShared
+	// where the store has it.
+	next1 := model.WithPrivateStatus(old)
+	next1.Status.State = model.StateRunning
+	next1.Status.Tasks[0].AgentID = "agent-2"
+	var updated model.Object
+	if sh := store.AsSharer(s); sh != nil {
+		updated, err = sh.UpdateShared(ctx(t), next1)
+	} else {
+		updated, err = s.Update(ctx(t), next1)
+	}
+	if err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	uw := updated.(*model.Workflow)
+	if rvOf(t, uw) <= rvOf(t, wf) || uw.Status.State != model.StateRunning {
+		t.Fatalf("updated = rv %s state %q; want a newer rv and RUNNING", uw.ResourceVersion, uw.Status.State)
+	}
+	if old.ResourceVersion != wf.ResourceVersion || old.Status.State != "" || old.Status.Tasks[0].AgentID != "agent-1" {
+		t.Fatalf("the object read before the write changed: rv %s state %q tasks %+v", old.ResourceVersion, old.Status.State, old.Status.Tasks)
+	}
+	if objs := byIndex(t, s, model.KindWorkflow, store.IndexAgentID, "agent-2"); len(objs) != 1 {
+		t.Fatalf("index after the shared update: %v, want w1 under agent-2", keys(objs))
+	}
+
+	// The stale version conflicts, shared or not.
+	stale := model.WithPrivateStatus(old)
+	if sh := store.AsSharer(s); sh != nil {
+		_, err = sh.UpdateShared(ctx(t), stale)
+	} else {
+		_, err = s.Update(ctx(t), stale)
+	}
+	wantErr(t, "update from a stale shared read", err, store.ErrConflict)
+
+	ev := next(t, ch)
+	if ev.Type != store.Modified || ev.Object.GetObjectMeta().ResourceVersion != uw.ResourceVersion ||
+		ev.Object.(*model.Workflow).Status.State != model.StateRunning {
+		t.Fatalf("shared watch event = %s %+v, want MODIFIED at rv %s", ev.Type, ev.Object, uw.ResourceVersion)
+	}
+	if err := s.Delete(ctx(t), model.KindWorkflow, "default", "w1", ""); err != nil {
+		t.Fatal(err)
+	}
+	ev = next(t, ch)
+	if ev.Type != store.Deleted || rvOf(t, ev.Object) <= rvOf(t, uw) {
+		t.Fatalf("shared watch event = %s at rv %s, want DELETED after rv %s", ev.Type, ev.Object.GetObjectMeta().ResourceVersion, uw.ResourceVersion)
+	}
+	if uw.ResourceVersion == ev.Object.GetObjectMeta().ResourceVersion {
+		t.Fatal("the Deleted event's resourceVersion was written into the shared object")
 	}
 }
