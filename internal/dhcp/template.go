@@ -147,28 +147,9 @@ func scanRequest(pkt []byte, r *scan) bool {
 	}
 	*r = scan{}
 	var seen [4]uint64
-	opts := pkt[headerLen+4:]
-	end := len(opts) == 0
-	for i := 0; i < len(opts); {
-		code := opts[i]
-		i++
-		if code == optPad {
-			continue
-		}
-		if code == optEnd {
-			end = true
-			break
-		}
-		if i >= len(opts) {
-			return false
-		}
-		n := int(opts[i])
-		i++
-		if i+n > len(opts) {
-			return false
-		}
-		v := opts[i : i+n : i+n]
-		i += n
+	o := newOptionReader(pkt[headerLen+4:])
+	for code, v, ok := o.next(); ok; code, v, ok = o.next() {
+		n := len(v)
 		if seen[code>>6]&(1<<(code&63)) != 0 {
 			return false
 		}
@@ -202,7 +183,7 @@ func scanRequest(pkt []byte, r *scan) bool {
 			r.echo |= echoRelay
 		}
 	}
-	return end
+	return o.complete()
 }
 
 // optMachineID is optClientMachineID, short for the switch above.

@@ -96,45 +96,72 @@ func (sc *scratch) parseInto(pkt []byte) (*dhcpv4.DHCPv4, error) {
 	p.BootFileName = cString(pkt[44+snameLen : headerLen])
 
 	clear(p.Options)
-	opts := pkt[headerLen+4:]
-	// No options at all is accepted (as by dhcpv4.FromBytes); options
-	// without an end option are not.
-	end := len(opts) == 0
-	for i := 0; i < len(opts); {
-		code := opts[i]
-		i++
-		if code == optPad {
-			continue
-		}
-		if code == optEnd {
-			end = true
-			break
-		}
-		if i >= len(opts) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		n := int(opts[i])
-		i++
-		if i+n > len(opts) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		v := opts[i : i+n : i+n]
-		i += n
-		// RFC 3396: repeated options are concatenated. The capacity
-		// limit above makes append copy rather than write into pkt.
+	r := newOptionReader(pkt[headerLen+4:])
+	for code, v, ok := r.next(); ok; code, v, ok = r.next() {
+		// RFC 3396: repeated options are concatenated. The reader's
+		// capacity limit makes append copy rather than write into pkt.
 		if old, ok := p.Options[code]; ok {
 			p.Options[code] = append(old, v...)
-		} else if n == 0 {
+		} else if len(v) == 0 {
 			p.Options[code] = nil // as dhcpv4.FromBytes has it
 		} else {
 			p.Options[code] = v
 		}
 	}
-	if !end {
+	if !r.complete() {
 		return nil, io.ErrUnexpectedEOF
 	}
 	return p, nil
 }
+
+// optionReader reads the options field of a packet: code, length and
+// value, pads skipped, up to the end option. The general parser and the
+// template path's scan both read through it, so they agree on what a
+// well-formed options field is. It allocates nothing.
+type optionReader struct {
+	opts []byte
+	i    int
+	end  bool // the end option was read, or there are no options at all
+}
+
+// newOptionReader reads opts. No options at all are accepted (as by
+// dhcpv4.FromBytes); options without an end option are not.
+func newOptionReader(opts []byte) optionReader {
+	return optionReader{opts: opts, end: len(opts) == 0}
+}
+
+// next returns the next option; ok is false once the options are over or
+// one is cut short (see complete). v's capacity ends with it, so an append
+// to v copies instead of writing into the packet.
+func (r *optionReader) next() (code byte, v []byte, ok bool) {
+	for r.i < len(r.opts) {
+		code = r.opts[r.i]
+		r.i++
+		switch {
+		case code == optPad:
+			continue
+		case code == optEnd:
+			r.end, r.i = true, len(r.opts)
+			return 0, nil, false
+		case r.i >= len(r.opts):
+			return 0, nil, false
+		}
+		n := int(r.opts[r.i])
+		r.i++
+		if r.i+n > len(r.opts) {
+			r.i = len(r.opts)
+			return 0, nil, false
+		}
+		v = r.opts[r.i : r.i+n : r.i+n]
+		r.i += n
+		return code, v, true
+	}
+	return 0, nil, false
+}
+
+// complete reports whether every option was read whole, up to the end
+// option.
+func (r *optionReader) complete() bool { return r.end }
 
 func cString(b []byte) string {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
