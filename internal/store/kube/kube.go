@@ -132,26 +132,18 @@ type resource struct {
 	gvr schema.GroupVersionResource
 	// status: the kind has a status subresource.
 	status bool
-	// ownStatus: Anvil's engine is the one writer of the kind's status,
-	// so a conditional status write replaces it whole (a PUT, which costs
-	// the API server about two thirds of a merge patch: no patch to apply
-	// to the stored object) instead of merging into it. Fields of the
-	// status Anvil does not model would be dropped: by the Kubernetes
-	// convention the status belongs to the object's controller, and for
-	// a Workflow that is Anvil.
-	ownStatus bool
 }
 
 // resources maps each stored kind to its API resource.
 var resources = map[string]resource{
-	model.KindHardware:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "hardware"}, true, false},
-	model.KindTemplate:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "templates"}, true, false},
-	model.KindWorkflow:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "workflows"}, true, true},
-	model.KindBootProfile: {schema.GroupVersionResource{Group: "anvil.dev", Version: "v1alpha1", Resource: "bootprofiles"}, true, false},
-	model.KindMachine:     {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "machines"}, true, false},
-	model.KindJob:         {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "jobs"}, true, false},
-	model.KindTask:        {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "tasks"}, true, false},
-	model.KindSecret:      {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, false, false},
+	model.KindHardware:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "hardware"}, true},
+	model.KindTemplate:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "templates"}, true},
+	model.KindWorkflow:    {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "workflows"}, true},
+	model.KindBootProfile: {schema.GroupVersionResource{Group: "anvil.dev", Version: "v1alpha1", Resource: "bootprofiles"}, true},
+	model.KindMachine:     {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "machines"}, true},
+	model.KindJob:         {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "jobs"}, true},
+	model.KindTask:        {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "tasks"}, true},
+	model.KindSecret:      {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, false},
 }
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
