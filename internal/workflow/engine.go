@@ -387,7 +387,7 @@ func (e *Engine) reconcile(ctx context.Context, key string) error {
 	wf := e.take(key)
 	for attempt := 0; ; attempt++ {
 		if wf == nil {
-			obj, err := e.get(ctx, model.KindWorkflow, ns, name)
+			obj, err := store.GetShared(ctx, e.store, model.KindWorkflow, ns, name)
 			if errors.Is(err, store.ErrNotFound) {
 				e.cancelTimer(key)
 				return nil
@@ -965,7 +965,7 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.
 		return "", ctx.Err()
 	}
 	for attempt := 0; ; attempt++ {
-		obj, err := e.get(ctx, model.KindWorkflow, ns, name)
+		obj, err := store.GetShared(ctx, e.store, model.KindWorkflow, ns, name)
 		if errors.Is(err, store.ErrNotFound) {
 			return "", fmt.Errorf("%w: %s", ErrUnknownWorkflow, r.WorkflowID)
 		}
@@ -999,15 +999,6 @@ func (e *Engine) ReportActionStatus(ctx context.Context, r ActionReport) (model.
 		}
 		return state, nil
 	}
-}
-
-// get reads one object, shared when the store can (see Engine.shared):
-// the caller must not modify it.
-func (e *Engine) get(ctx context.Context, kind, ns, name string) (model.Object, error) {
-	if e.shared != nil {
-		return e.shared.GetShared(ctx, kind, ns, name)
-	}
-	return e.store.Get(ctx, kind, ns, name)
 }
 
 // update writes obj, handing it to the store when it can take it without
