@@ -38,9 +38,13 @@ type HardwareSpec struct {
 	BootProfileRef *LocalObjectReference `json:"bootProfileRef,omitempty"`
 }
 
-// HardwareStatus is Tinkerbell's (nearly empty) Hardware status.
+// HardwareStatus is Tinkerbell's Hardware status.
 type HardwareStatus struct {
 	State string `json:"state,omitempty"`
+	// Attributes is the inventory the machine's agent last reported
+	// (Anvil's agent on each boot, or a tink-agent), in Tinkerbell's
+	// shape. Written by the server, never by hand.
+	Attributes *Attributes `json:"attributes,omitempty"`
 }
 
 // LocalObjectReference names another object in the same namespace.
