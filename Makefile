@@ -58,6 +58,7 @@ FUZZ_TARGETS := \
 	./internal/auth:FuzzVerifySigned \
 	./internal/auth:FuzzParseRevocations \
 	./internal/inventory:FuzzConvert \
+	./internal/hwinfo:FuzzParsers \
 	./internal/render:FuzzRender \
 	./test/powercut:FuzzNBDServer \
 	./internal/doctest:FuzzParse \
