@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/anvilproj/anvil/internal/actions"
 	"github.com/anvilproj/anvil/internal/agentcmdline"
 	"github.com/anvilproj/anvil/internal/clientheader"
+	"github.com/anvilproj/anvil/internal/hwinfo"
 	"github.com/anvilproj/anvil/internal/kmod"
 )
 
@@ -201,9 +203,15 @@ func bootServers(p BootParams) []Server {
 	return out
 }
 
-// attributes describes this machine to the server.
+// attributes describes this machine to the server: a summary, and its
+// inventory (internal/hwinfo), which the server keeps as the Hardware's
+// status.attributes. Read once per boot: the agent sends the same with
+// each GetAction, and the server writes only a change.
 func attributes() *v1.AgentAttributes {
 	a := &v1.AgentAttributes{Cpu: fmt.Sprintf("%d x %s", runtime.NumCPU(), runtime.GOARCH)}
+	if inv, err := hwinfo.Collect("/"); err == nil {
+		a.Inventory, _ = json.Marshal(inv) // plain structs: cannot fail
+	}
 	var si syscall.Sysinfo_t
 	if syscall.Sysinfo(&si) == nil {
 		a.Memory = formatBytes(int64(si.Totalram) * int64(si.Unit))

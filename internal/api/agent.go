@@ -46,6 +46,7 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 	if err := s.checkAgent(ctx, newAgentCall(req.Spec().Procedure, req.Header(), req.Peer().Addr, agent), na.WorkflowID); err != nil {
 		return nil, err
 	}
+	s.recordInventory(ctx, agent, req.Msg.GetAgentAttributes().GetInventory())
 	return connect.NewResponse(&v1.GetActionResponse{
 		WorkflowId:  na.WorkflowID,
 		TaskId:      na.TaskID,
@@ -62,6 +63,24 @@ func (a agentService) GetAction(ctx context.Context, req *connect.Request[v1.Get
 		Runtime:     cmp.Or(na.Runtime, s.cfg.ActionRuntime),
 		Images:      s.imageSources(ctx, na, agent),
 	}), nil
+}
+
+// recordInventory keeps the inventory an agent sent (internal/hwinfo's
+// JSON) as status.attributes of its machine's Hardware. Only once the call
+// has passed checkAgent, that is with an action handed out: a caller
+// whose token is not its workflow's writes nothing on any Hardware. Best
+// effort, as storeAttributes.
+func (s *Services) recordInventory(ctx context.Context, agent workflow.AgentName, inventory []byte) {
+	if len(inventory) == 0 {
+		return
+	}
+	hws, err := workflow.AgentHardware(ctx, s.cfg.Store, agent)
+	if err != nil || len(hws) != 1 {
+		// No machine, or several that share the name: none is surely
+		// the caller's.
+		return
+	}
+	s.storeAttributes(ctx, hws[0], inventory, false)
 }
 
 // pollAction long-polls the engine for agent's next action, waiting up

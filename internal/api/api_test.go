@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -807,4 +809,56 @@ func TestLogs(t *testing.T) {
 	}
 	_, err = bad.CloseAndReceive()
 	wantCode(t, "StreamLogs of a line with no IDs", err, connect.CodeInvalidArgument)
+}
+
+// The inventory Anvil's agent sends with GetAction becomes its Hardware's
+// status.attributes once an action is handed out; one that is not a JSON
+// object, or is over the cap, leaves the stored one as it is.
+func TestAgentInventory(t *testing.T) {
+	e := newEnv(t, envOptions{engine: true})
+	ctx := context.Background()
+	if _, err := apply(e, manifest, false); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	const agent = "3c:ec:ef:00:00:01"
+	inventory, err := os.ReadFile("../hwinfo/testdata/qemu-q35.golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	getAction := func(inv []byte) {
+		t.Helper()
+		for range 20 { // the engine renders the workflow asynchronously
+			_, err := e.ag.GetAction(ctx, connect.NewRequest(&v1.GetActionRequest{AgentId: agent,
+				AgentAttributes: &v1.AgentAttributes{Inventory: inv}, Wait: durationpb.New(5 * time.Second)}))
+			if connect.CodeOf(err) == connect.CodeNotFound {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("GetAction: %v", err)
+			}
+			return
+		}
+		t.Fatal("GetAction: no action after 20 polls")
+	}
+	stored := func() *model.Attributes {
+		t.Helper()
+		obj, err := e.st.Get(ctx, model.KindHardware, "default", "node1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*model.Hardware).Status.Attributes
+	}
+
+	getAction(inventory)
+	a := stored()
+	if a == nil || a.Product == nil || a.Product.SerialNumber != "anvil-qemu-0001" || a.CPU.TotalThreads != 2 ||
+		len(a.BlockDevices) != 2 || a.BlockDevices[1].SerialNumber != "anvil-disk-0001" || a.Anvil == nil || a.Anvil.MemoryBytes != 2014252<<10 {
+		t.Fatalf("status.attributes = %+v; want the QEMU VM's inventory", a)
+	}
+	for _, bad := range [][]byte{[]byte(`["not", "an", "object"]`), []byte(`{"product": {"name": "` + strings.Repeat("x", 70<<10) + `"}}`)} {
+		getAction(bad)
+		if got := stored(); got == nil || got.Product == nil || got.Product.SerialNumber != "anvil-qemu-0001" {
+			t.Errorf("after an inventory of %d bytes that is not kept, status.attributes = %+v; want the last good one", len(bad), got)
+		}
+	}
 }

@@ -23,7 +23,7 @@ var (
 	}, []string{"procedure"})
 	agentAttributes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_agent_attributes_total",
-		Help: "AgentAttributes sent by tink-agents, by outcome: stored (on the Hardware), unchanged, too_large, error.",
+		Help: "Agent attributes (a tink-agent's AgentAttributes, Anvil's agent's inventory) sent by agents, by outcome: stored (on the Hardware), unchanged, too_large, error.",
 	}, []string{"outcome"})
 	auditFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "anvil_audit_write_failures_total",

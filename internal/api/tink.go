@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -155,16 +156,17 @@ func (t tinkService) ReportActionStatus(ctx context.Context, req *connect.Reques
 	return connect.NewResponse(&tinkproto.ActionStatusResponse{}), nil
 }
 
-// maxAttributesBytes caps the AgentAttributes kept on a Hardware. A real
-// machine's are a few KiB (mostly CPU flags); the cap keeps a Hardware
-// well under the ~1.5 MiB Kubernetes allows an object.
+// maxAttributesBytes caps the attributes kept on a Hardware. A real
+// machine's are a few KiB (mostly CPU flags; internal/hwinfo keeps
+// Anvil's agent's to 48 KiB); the cap keeps a Hardware well under the
+// ~1.5 MiB Kubernetes allows an object.
 const maxAttributesBytes = 64 << 10
 
-// recordAttributes keeps the AgentAttributes of a GetAction on the Hardware
-// the call is bound to, as the annotation model.AgentAttributesAnnotation
-// (Tinkerbell's place for them, in its JSON shape), when they changed. It
-// is best effort: the action is handed out whatever happens here, and a
-// failure is logged and counted.
+// recordAttributes keeps the AgentAttributes of a tink-agent's GetAction
+// on the Hardware the call is bound to: as the annotation
+// model.AgentAttributesAnnotation (Tinkerbell's place for them, in its
+// JSON shape) and as status.attributes. It is best effort: the action is
+// handed out whatever happens here, and a failure is logged and counted.
 func (s *Services) recordAttributes(ctx context.Context, hw *model.Hardware, attrs *tinkproto.AgentAttributes) {
 	if attrs == nil {
 		return
@@ -175,20 +177,45 @@ func (s *Services) recordAttributes(ctx context.Context, hw *model.Hardware, att
 		s.log.Error("tink-agent attributes not recorded", "hardware", hw.Key(), "err", err)
 		return
 	}
+	s.storeAttributes(ctx, hw, b, true)
+}
+
+// storeAttributes keeps attributes (JSON in Tinkerbell's shape,
+// model.Attributes) as hw's status.attributes, and as its annotation
+// model.AgentAttributesAnnotation too when annotate, if they changed.
+// Attributes over maxAttributesBytes or that are not a JSON object are
+// not kept; either way the outcome is logged and counted.
+func (s *Services) storeAttributes(ctx context.Context, hw *model.Hardware, b []byte, annotate bool) {
 	if len(b) > maxAttributesBytes {
 		agentAttributes.WithLabelValues("too_large").Inc()
-		s.log.Warn("tink-agent attributes not recorded: too large", "hardware", hw.Key(), "bytes", len(b), "max", maxAttributesBytes)
+		s.log.Warn("agent attributes not recorded: too large", "hardware", hw.Key(), "bytes", len(b), "max", maxAttributesBytes)
+		return
+	}
+	var attrs model.Attributes
+	if err := json.Unmarshal(b, &attrs); err != nil {
+		agentAttributes.WithLabelValues("error").Inc()
+		s.log.Warn("agent attributes not recorded: not a JSON object in Tinkerbell's attributes shape", "hardware", hw.Key(), "err", err)
+		return
+	}
+	want, err := json.Marshal(&attrs) // what is kept, to compare with what is
+	if err != nil {
+		agentAttributes.WithLabelValues("error").Inc()
+		s.log.Error("agent attributes not recorded", "hardware", hw.Key(), "err", err)
 		return
 	}
 	for attempt := 0; ; attempt++ {
-		if hw.Annotations[model.AgentAttributesAnnotation] == string(b) {
+		have, _ := json.Marshal(hw.Status.Attributes)
+		if bytes.Equal(have, want) && (!annotate || hw.Annotations[model.AgentAttributesAnnotation] == string(b)) {
 			agentAttributes.WithLabelValues("unchanged").Inc()
 			return
 		}
-		if hw.Annotations == nil {
-			hw.Annotations = map[string]string{}
+		if annotate {
+			if hw.Annotations == nil {
+				hw.Annotations = map[string]string{}
+			}
+			hw.Annotations[model.AgentAttributesAnnotation] = string(b)
 		}
-		hw.Annotations[model.AgentAttributesAnnotation] = string(b)
+		hw.Status.Attributes = &attrs
 		_, err := s.cfg.Store.Update(ctx, hw)
 		if err == nil {
 			agentAttributes.WithLabelValues("stored").Inc()
@@ -204,7 +231,7 @@ func (s *Services) recordAttributes(ctx context.Context, hw *model.Hardware, att
 			err = gerr
 		}
 		agentAttributes.WithLabelValues("error").Inc()
-		s.log.Error("tink-agent attributes not recorded", "hardware", hw.Key(), "err", err)
+		s.log.Error("agent attributes not recorded", "hardware", hw.Key(), "err", err)
 		return
 	}
 }

@@ -267,6 +267,11 @@ func TestTinkAgentRunsWorkflow(t *testing.T) {
 	if b, _ := json.Marshal(got); string(b) != wantAttrs {
 		t.Errorf("attributes on m1:\n%s\nwant\n%s", b, wantAttrs)
 	}
+	// And as its status.attributes, typed.
+	if st := obj.(*model.Hardware).Status.Attributes; st == nil || st.CPU == nil || st.CPU.TotalCores != 4 ||
+		len(st.BlockDevices) != 1 || st.BlockDevices[0].SerialNumber != "S1" || st.Product == nil || st.Product.Name != "R640" {
+		t.Errorf("status.attributes on m1 = %+v; want the attributes sent", st)
+	}
 	rv := obj.GetObjectMeta().ResourceVersion
 
 	for i, name := range []string{"one", "two", "three"} {

@@ -82,11 +82,19 @@ func (ActionState) EnumDescriptor() ([]byte, []int) {
 }
 
 type AgentAttributes struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cpu           string                 `protobuf:"bytes,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Memory        string                 `protobuf:"bytes,2,opt,name=memory,proto3" json:"memory,omitempty"`
-	Macs          []string               `protobuf:"bytes,3,rep,name=macs,proto3" json:"macs,omitempty"`
-	Extra         map[string]string      `protobuf:"bytes,4,rep,name=extra,proto3" json:"extra,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cpu    string                 `protobuf:"bytes,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Memory string                 `protobuf:"bytes,2,opt,name=memory,proto3" json:"memory,omitempty"`
+	Macs   []string               `protobuf:"bytes,3,rep,name=macs,proto3" json:"macs,omitempty"`
+	Extra  map[string]string      `protobuf:"bytes,4,rep,name=extra,proto3" json:"extra,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// inventory is the machine's hardware inventory as JSON, in the shape of
+	// Tinkerbell's agent attributes (internal/model.Attributes: cpu, memory,
+	// blockDevices, networkInterfaces, pciDevices, gpuDevices, chassis, bios,
+	// baseboard, product, and Anvil's additions under anvil), as
+	// internal/hwinfo collects it. The server keeps it as the Hardware's
+	// status.attributes. JSON rather than messages, so that the shape is
+	// decided once, by the model's types; at most 64 KiB are kept.
+	Inventory     []byte `protobuf:"bytes,5,opt,name=inventory,proto3" json:"inventory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -145,6 +153,13 @@ func (x *AgentAttributes) GetMacs() []string {
 func (x *AgentAttributes) GetExtra() map[string]string {
 	if x != nil {
 		return x.Extra
+	}
+	return nil
+}
+
+func (x *AgentAttributes) GetInventory() []byte {
+	if x != nil {
+		return x.Inventory
 	}
 	return nil
 }
@@ -1258,12 +1273,13 @@ var File_anvil_v1_agent_proto protoreflect.FileDescriptor
 
 const file_anvil_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14anvil/v1/agent.proto\x12\banvil.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/duration.proto\"\xc5\x01\n" +
+	"\x14anvil/v1/agent.proto\x12\banvil.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe3\x01\n" +
 	"\x0fAgentAttributes\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\tR\x03cpu\x12\x16\n" +
 	"\x06memory\x18\x02 \x01(\tR\x06memory\x12\x12\n" +
 	"\x04macs\x18\x03 \x03(\tR\x04macs\x12:\n" +
-	"\x05extra\x18\x04 \x03(\v2$.anvil.v1.AgentAttributes.ExtraEntryR\x05extra\x1a8\n" +
+	"\x05extra\x18\x04 \x03(\v2$.anvil.v1.AgentAttributes.ExtraEntryR\x05extra\x12\x1c\n" +
+	"\tinventory\x18\x05 \x01(\fR\tinventory\x1a8\n" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
