@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the
 
 // machines are the recorded trees under testdata (testdata/README.md says
 // where each came from).
-var machines = []string{"dell-r610", "laptop-xps15", "qemu-q35", "this-machine"}
+var machines = []string{"dell-r610", "laptop-xps15", "qemu-q35", "qemu-q35-uefi", "this-machine"}
 
 // Each recorded machine gives its golden inventory.
 func TestGolden(t *testing.T) {
@@ -53,32 +53,47 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// The facts the lab sets on QEMU's command line (-smp 2, -m 2048,
-// -smbios type=1,serial=..., -drive serial=..., an 8 GiB disk) are where
-// Tinkerbell's shape puts them; the golden file holds the rest.
+// The facts set on QEMU's command line (-smp 2, -m 2048, -smbios
+// type=1,serial=..., a virtio disk of 8 GiB with serial=..., a MAC) are
+// where Tinkerbell's shape puts them, under SeaBIOS and under OVMF; the
+// golden files hold the rest.
 func TestQEMUFacts(t *testing.T) {
-	a, err := Collect("testdata/qemu-q35")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.CPU == nil || a.CPU.TotalThreads != 2 || a.CPU.TotalCores != 2 || len(a.CPU.Processors) != 1 {
-		t.Errorf("cpu = %+v; want one package of 2 cores, 2 threads", a.CPU)
-	}
-	if a.Product == nil || a.Product.SerialNumber != "anvil-qemu-0001" || a.Product.Vendor != "QEMU" {
-		t.Errorf("product = %+v; want QEMU's with serial anvil-qemu-0001", a.Product)
-	}
-	if len(a.BlockDevices) != 2 || a.BlockDevices[1].Name != "vda" || a.BlockDevices[1].SerialNumber != "anvil-disk-0001" ||
-		a.BlockDevices[1].Size != "8GB" || a.BlockDevices[1].ControllerType != "virtio" || a.BlockDevices[1].Vendor != "" {
-		t.Errorf("blockDevices = %+v; want sr0, then vda (virtio, 8GB, serial anvil-disk-0001, no vendor ID as a vendor)", a.BlockDevices)
-	}
-	if a.Anvil.MemoryBytes != 2014252*1024 || a.Memory.Total != "2GB" {
-		t.Errorf("memory = %+v, %d bytes; want MemTotal's 2014252 kB", a.Memory, a.Anvil.MemoryBytes)
-	}
-	if a.Anvil.Firmware != "bios" || a.Anvil.SecureBoot != "" || a.Anvil.TPM != "" {
-		t.Errorf("firmware %q, secure boot %q, tpm %q; want bios, none, none", a.Anvil.Firmware, a.Anvil.SecureBoot, a.Anvil.TPM)
-	}
-	if len(a.GPUDevices) != 1 || a.GPUDevices[0].Vendor != "1234" || a.GPUDevices[0].Class != "Display controller" {
-		t.Errorf("gpuDevices = %+v; want QEMU's standard VGA by ID, with the built-in class name", a.GPUDevices)
+	for _, tc := range []struct {
+		dir, serial, disk, mac, firmware, secureBoot string
+		memKiB                                       uint64
+	}{
+		{"qemu-q35", "anvil-qemu-0001", "anvil-disk-0001", "52:54:00:12:34:56", "bios", "", 2014136},
+		{"qemu-q35-uefi", "anvil-qemu-0002", "anvil-disk-0002", "52:54:00:12:34:57", "uefi", "disabled", 2007700},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			a, err := Collect(filepath.Join("testdata", tc.dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.CPU == nil || a.CPU.TotalThreads != 2 || a.CPU.TotalCores != 2 || len(a.CPU.Processors) != 1 {
+				t.Errorf("cpu = %+v; want one package of 2 cores, 2 threads", a.CPU)
+			}
+			if a.Product == nil || a.Product.SerialNumber != tc.serial || a.Product.Vendor != "QEMU" {
+				t.Errorf("product = %+v; want QEMU's with serial %s", a.Product, tc.serial)
+			}
+			i := slices.IndexFunc(a.BlockDevices, func(b model.BlockDevice) bool { return b.Name == "vda" })
+			if i < 0 {
+				t.Fatalf("blockDevices = %+v; want a vda", a.BlockDevices)
+			}
+			if vda := a.BlockDevices[i]; vda.SerialNumber != tc.disk || vda.Size != "8GB" || vda.ControllerType != "virtio" || vda.Vendor != "" ||
+				a.Anvil.BlockDevices[i].SizeBytes != 8<<30 {
+				t.Errorf("vda = %+v, %+v; want virtio, 8 GiB, serial %s, no vendor ID as a vendor", vda, a.Anvil.BlockDevices[i], tc.disk)
+			}
+			if len(a.NetworkInterfaces) != 1 || a.NetworkInterfaces[0].MAC != tc.mac || a.Anvil.NetworkInterfaces[0].Driver != "virtio_net" {
+				t.Errorf("NICs = %+v, %+v; want eth0 (virtio_net) with MAC %s", a.NetworkInterfaces, a.Anvil.NetworkInterfaces, tc.mac)
+			}
+			if a.Anvil.MemoryBytes != tc.memKiB<<10 || a.Memory.Total != "2GB" {
+				t.Errorf("memory = %+v, %d bytes; want MemTotal's %d kB, 2GB", a.Memory, a.Anvil.MemoryBytes, tc.memKiB)
+			}
+			if a.Anvil.Firmware != tc.firmware || a.Anvil.SecureBoot != tc.secureBoot || a.Anvil.TPM != "" {
+				t.Errorf("firmware %q, secure boot %q, tpm %q; want %q, %q, none", a.Anvil.Firmware, a.Anvil.SecureBoot, a.Anvil.TPM, tc.firmware, tc.secureBoot)
+			}
+		})
 	}
 }
 
