@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -138,7 +139,7 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		Servers:      bootServers(params),
 		AgentID:      workerID,
 		Actions:      cfg.Actions,
-		Attributes:   attributes(),
+		Attributes:   attributes(drv, con.printf),
 		Console:      out,
 		Verbose:      params.Debug,
 		ConsoleStamp: uptimeStamp,
@@ -206,10 +207,15 @@ func bootServers(p BootParams) []Server {
 // attributes describes this machine to the server: a summary, and its
 // inventory (internal/hwinfo), which the server keeps as the Hardware's
 // status.attributes. Read once per boot: the agent sends the same with
-// each GetAction, and the server writes only a change.
-func attributes() *v1.AgentAttributes {
+// each GetAction, and the server writes only a change. drv, when the
+// agent loads drivers (the boot environment), loads efivarfs for
+// secureBoot.
+func attributes(drv *drivers, logf func(format string, args ...any)) *v1.AgentAttributes {
 	a := &v1.AgentAttributes{Cpu: fmt.Sprintf("%d x %s", runtime.NumCPU(), runtime.GOARCH)}
 	if inv, err := hwinfo.Collect("/"); err == nil {
+		if inv.Anvil.Firmware == "uefi" && inv.Anvil.SecureBoot == "" {
+			inv.Anvil.SecureBoot = secureBoot(drv, logf)
+		}
 		a.Inventory, _ = json.Marshal(inv) // plain structs: cannot fail
 	}
 	var si syscall.Sysinfo_t
@@ -223,6 +229,32 @@ func attributes() *v1.AgentAttributes {
 		}
 	}
 	return a
+}
+
+// secureBoot reads the SecureBoot EFI variable through a private,
+// read-only efivarfs mount, then unmounts it: the boot environment's init
+// mounts no efivarfs (an action that writes boot entries mounts its own,
+// read-write), and this leaves the machine as it found it. "" when the
+// variable cannot be read.
+func secureBoot(drv *drivers, logf func(format string, args ...any)) string {
+	if drv != nil {
+		drv.prepareFS("efivarfs", logf) // a module in Debian's kernel
+	}
+	dir, err := os.MkdirTemp("", "anvil-efivars-")
+	if err != nil {
+		return ""
+	}
+	defer os.Remove(dir)
+	if err := unix.Mount("efivarfs", dir, "efivarfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		logf("anvil agent: efivarfs: %v (the inventory does not say whether Secure Boot is on)", err)
+		return ""
+	}
+	defer func() { _ = unix.Unmount(dir, 0) }()
+	b, err := os.ReadFile(filepath.Join(dir, hwinfo.SecureBootVar))
+	if err != nil {
+		return ""
+	}
+	return hwinfo.SecureBootState(b)
 }
 
 // firstMAC is the MAC of the first non-loopback interface, or "".

@@ -79,17 +79,17 @@ const (
 
 // Where the facts are, relative to the root.
 const (
-	cpuinfoPath  = "proc/cpuinfo"
-	meminfoPath  = "proc/meminfo"
-	blockDir     = "sys/block"
-	netDir       = "sys/class/net"
-	pciDir       = "sys/bus/pci/devices"
-	dmiDir       = "sys/class/dmi/id"
-	efiDir       = "sys/firmware/efi"
-	dmiFWDir     = "sys/firmware/dmi"
-	tpmDir       = "sys/class/tpm"
-	udevDataDir  = "run/udev/data"
-	secureBootVa = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+	cpuinfoPath = "proc/cpuinfo"
+	meminfoPath = "proc/meminfo"
+	blockDir    = "sys/block"
+	netDir      = "sys/class/net"
+	pciDir      = "sys/bus/pci/devices"
+	dmiDir      = "sys/class/dmi/id"
+	efiDir      = "sys/firmware/efi"
+	dmiFWDir    = "sys/firmware/dmi"
+	tpmDir      = "sys/class/tpm"
+	udevDataDir = "run/udev/data"
+	efiVarsDir  = "sys/firmware/efi/efivars"
 )
 
 // pciIDsPaths are where distributions keep pci.ids, in the order tried.
@@ -642,23 +642,35 @@ func (c *collector) dmi(a *model.Attributes) {
 	a.Anvil.UUID = strings.ToLower(get("product_uuid"))
 }
 
-// Values of the SecureBoot EFI variable's data byte (UEFI 2.x, 3.3
-// "Globally Defined Variables").
+// SecureBootVar is the name efivarfs gives the SecureBoot variable (EFI
+// global variable GUID; UEFI 2.x, 3.3 "Globally Defined Variables").
+const SecureBootVar = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+// Values of the SecureBoot variable as efivarfs shows it.
 const (
 	efiVarAttrBytes  = 4 // efivarfs puts the variable's attributes first
-	secureBootActive = 1
+	secureBootActive = 1 // the data byte when Secure Boot is on
 )
+
+// SecureBootState is "enabled" or "disabled" from the SecureBoot variable
+// as efivarfs shows it (b), or "" when b is not one.
+func SecureBootState(b []byte) string {
+	if len(b) != efiVarAttrBytes+1 {
+		return ""
+	}
+	if b[efiVarAttrBytes] == secureBootActive {
+		return "enabled"
+	}
+	return "disabled"
+}
 
 // firmware fills the firmware mode, Secure Boot and the TPM.
 func (c *collector) firmware(a *model.Attributes) {
 	switch {
 	case c.exists(efiDir):
 		a.Anvil.Firmware = "uefi"
-		if b, err := c.read(secureBootVa, maxAttrFile); err == nil && len(b) == efiVarAttrBytes+1 {
-			a.Anvil.SecureBoot = "disabled"
-			if b[efiVarAttrBytes] == secureBootActive {
-				a.Anvil.SecureBoot = "enabled"
-			}
+		if b, err := c.read(path.Join(efiVarsDir, SecureBootVar), maxAttrFile); err == nil {
+			a.Anvil.SecureBoot = SecureBootState(b)
 		}
 	case c.exists(dmiFWDir) || c.exists(dmiDir):
 		a.Anvil.Firmware = "bios"

@@ -339,3 +339,20 @@ func TestCaptureScriptCopiesWhatCollectReads(t *testing.T) {
 		t.Errorf("from /:\n%s\nfrom the capture:\n%s", l, c)
 	}
 }
+
+func TestSecureBootState(t *testing.T) {
+	for _, tc := range []struct {
+		in   []byte
+		want string
+	}{
+		{[]byte{6, 0, 0, 0, 1}, "enabled"},
+		{[]byte{6, 0, 0, 0, 0}, "disabled"},
+		{[]byte{6, 0, 0, 0}, ""},       // no data byte
+		{[]byte{6, 0, 0, 0, 1, 1}, ""}, // not a one-byte variable
+		{nil, ""},
+	} {
+		if got := SecureBootState(tc.in); got != tc.want {
+			t.Errorf("SecureBootState(%v) = %q; want %q", tc.in, got, tc.want)
+		}
+	}
+}
