@@ -214,8 +214,14 @@ func (c *collector) dir(name string, max int, what string, order func(a, b strin
 }
 
 // naturalCompare orders names with their numbers as numbers: eth2
-// before eth10, nvme2n1 before nvme10n1.
+// before eth10, nvme2n1 before nvme10n1. Names whose numbers are equal
+// (eth02, eth2) are in byte order, so that any two differ.
 func naturalCompare(a, b string) int {
+	return cmp.Or(numbersCompare(a, b), strings.Compare(a, b))
+}
+
+// numbersCompare is naturalCompare without its tie-break.
+func numbersCompare(a, b string) int {
 	for a != "" && b != "" {
 		da, db := digits(a), digits(b)
 		if da > 0 && db > 0 {

@@ -306,7 +306,7 @@ func TestHumanBytes(t *testing.T) {
 func TestNaturalCompare(t *testing.T) {
 	names := []string{"eth10", "eth2", "nvme10n1", "nvme2n1", "sdb", "sda", "eth02"}
 	slices.SortFunc(names, naturalCompare)
-	want := []string{"eth2", "eth02", "eth10", "nvme2n1", "nvme10n1", "sda", "sdb"}
+	want := []string{"eth02", "eth2", "eth10", "nvme2n1", "nvme10n1", "sda", "sdb"}
 	if !slices.Equal(names, want) {
 		t.Errorf("sorted %v; want %v", names, want)
 	}

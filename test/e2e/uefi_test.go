@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/anvilproj/anvil/internal/model"
 )
 
 // markerLocalDisk is what Anvil's local-disk iPXE script echoes on the
@@ -17,7 +20,9 @@ const markerLocalDisk = "booting from local disk"
 // boot gets iPXE again and Anvil's local-disk script, whose `exit` hands
 // the machine back to OVMF's boot manager; OVMF goes on through the NIC's
 // other boot options to the disk (bootindex 2), whose systemd-boot boots
-// the installed OS.
+// the installed OS. The agent's inventory of the machine is on its
+// Hardware: the serial and disk given on QEMU's command line, UEFI with
+// Secure Boot off (OVMF's non-secure-boot build).
 func TestInstallUEFI(t *testing.T) {
 	requireLab(t)
 	prepareInstall(t)
@@ -29,10 +34,13 @@ func TestInstallUEFI(t *testing.T) {
 	a.apply(t, installSpec{os: uefiOS, name: name, mac: mac, ip: ip, server: serverIP, keepNetboot: true,
 		imageURL: "http://" + serverIP + ":7080/images/" + uefiOS.file}.yaml())
 
-	run := runInstallOS(t, ns, a, uefiOS, vm{name: name, mac: mac, tap: "tap0"}, nil)
+	const serial = "anvil-e2e-uefi"
+	run := runInstallOS(t, ns, a, uefiOS, vm{name: name, mac: mac, tap: "tap0",
+		qemuArgs: []string{"-smbios", "type=1,serial=" + serial}}, nil)
 	t.Logf("UEFI install: QEMU start → agent %.1fs, → workflow SUCCESS %.1fs, → installed OS %.1fs",
 		run.res.seen[markerAgent].Seconds(), run.success.Seconds(), run.res.seen[markerInstalled].Seconds())
 	assertInstalledOS(t, a, run, name, mac, ip)
+	assertInventory(t, a, name, serial, mac)
 
 	// On the console: the boot environment, then iPXE's local-disk
 	// script, then the installed OS, in that order.
@@ -50,6 +58,45 @@ func TestInstallUEFI(t *testing.T) {
 	assertRecord(t, record, "http", "initramfs-x86_64", "200")
 	assertRecord(t, record, "http", uefiOS.file, "200")
 	assertRecord(t, record, "http", "auto.ipxe", markerLocalDisk)
+}
+
+// assertInventory checks the inventory the agent sent (internal/hwinfo)
+// on the Hardware name: the SMBIOS serial given to QEMU, the lab VM's one
+// vCPU and its virtio disk, its NIC, and UEFI with Secure Boot off.
+func assertInventory(t *testing.T, a *anvil, name, serial, mac string) {
+	t.Helper()
+	out := a.cli(t, "get", "hardware", name, "-o", "json")
+	var hw struct {
+		Status struct {
+			Attributes *model.Attributes `json:"attributes"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &hw); err != nil {
+		t.Fatalf("hardware %s as JSON: %v\n%s", name, err, out)
+	}
+	at := hw.Status.Attributes
+	if at == nil || at.Anvil == nil {
+		t.Fatalf("hardware %s has no status.attributes:\n%s", name, out)
+	}
+	if at.Product == nil || at.Product.SerialNumber != serial || at.Product.Vendor != "QEMU" {
+		t.Errorf("product = %+v; want QEMU's with serial %s", at.Product, serial)
+	}
+	if at.CPU == nil || at.CPU.TotalThreads != 1 {
+		t.Errorf("cpu = %+v; want the VM's one vCPU", at.CPU)
+	}
+	if len(at.BlockDevices) == 0 || !strings.HasPrefix(at.BlockDevices[len(at.BlockDevices)-1].Name, "vd") {
+		t.Errorf("blockDevices = %+v; want the virtio disk", at.BlockDevices)
+	}
+	found := false
+	for _, n := range at.NetworkInterfaces {
+		found = found || n.MAC == mac
+	}
+	if !found {
+		t.Errorf("networkInterfaces = %+v; want one with MAC %s", at.NetworkInterfaces, mac)
+	}
+	if at.Anvil.Firmware != "uefi" || at.Anvil.SecureBoot != "disabled" {
+		t.Errorf("firmware %q, secure boot %q; want uefi, disabled", at.Anvil.Firmware, at.Anvil.SecureBoot)
+	}
 }
 
 // ovmfHTTPBootOnly leaves OVMF's HTTP boot client as the NIC's only boot
