@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -306,7 +307,9 @@ func runWorkflowOS(t *testing.T, ns *netns, a *anvil, workflow string, img osIma
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	m.disk, m.uefi, m.qemuArgs, m.stop = disk, img.uefi, img.qemuArgs, failed
+	m.disk, m.uefi, m.stop = disk, img.uefi, failed
+	// The image's QEMU arguments, then the test's own (an -smbios serial).
+	m.qemuArgs = append(slices.Clip(img.qemuArgs), m.qemuArgs...)
 	m.markers = []string{markerAgent, markerInstalled}
 	qemuStart <- time.Now()
 	res := ns.boot(m, timeout)
