@@ -284,6 +284,9 @@ func describeHardware(w io.Writer, h *model.Hardware, wfs []model.Object, now ti
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", mac, ip, host, pxe, wf, dhcp)
 	}
 	tw.Flush()
+	if h.Status.Attributes != nil {
+		describeInventory(w, h.Status.Attributes)
+	}
 	if len(wfs) > 0 {
 		fmt.Fprintln(w, "Workflows:")
 		printObjectsIndented(w, wfs, now)
