@@ -195,6 +195,10 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 }
 
+// Args are the server's arguments after "anvil serve": what a result
+// records as its exact options.
+func (s *Server) Args() []string { return append([]string(nil), s.cmd.Args[2:]...) }
+
 // LogTail returns the end of the server's log.
 func (s *Server) LogTail() string {
 	b, _ := os.ReadFile(s.LogPath)
@@ -413,12 +417,16 @@ func RaiseNoFile() {
 
 // NewH2CClient returns a client that speaks HTTP/2 without TLS (h2c) on one
 // connection pool of its own, as gRPC clients do.
-func NewH2CClient() *http.Client {
+func NewH2CClient() *http.Client { return NewH2CClientFrom(nil) }
+
+// NewH2CClientFrom is NewH2CClient with connections from local address
+// laddr (nil: any), so that a simulated machine has its own address.
+func NewH2CClientFrom(laddr net.Addr) *http.Client {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	return &http.Client{Transport: &http.Transport{
 		Protocols:       &p,
-		DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		DialContext:     (&net.Dialer{Timeout: 5 * time.Second, LocalAddr: laddr}).DialContext,
 		TLSClientConfig: &tls.Config{},
 		HTTP2: &http.HTTP2Config{
 			// Stream windows large enough that a List of a chunk is not
