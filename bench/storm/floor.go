@@ -158,42 +158,42 @@ func floorMachine(ctx context.Context, i int, echo, tftp netip.AddrPort, tcp str
 }
 
 // serveBlocks answers each RRQ on c with an OACK naming iPXE's blksize
-// and then data's blocks in lockstep from a socket of its own, as a TFTP
-// server would, with nothing else: no file, no option or path checks.
+// and then data's blocks in lockstep, each sent when the previous one is
+// ACKed, as a TFTP server would with nothing else: no file, no option or
+// path checks, one socket and one goroutine for every transfer (a loopback
+// socket with a large buffer loses nothing, so there are no timeouts).
 func serveBlocks(c *net.UDPConn, data []byte) {
 	buf := make([]byte, 1500)
+	out := make([]byte, 0, 4+ipxeBlksize)
+	oack := append(binary.BigEndian.AppendUint16(nil, tftpOACK), fmt.Sprintf("blksize\x00%d\x00", ipxeBlksize)...)
+	acked := map[netip.AddrPort]int{} // the block each transfer waits an ACK of
 	for {
-		_, from, err := c.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			return
-		}
-		go func() {
-			t, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		n, from, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil || n < 4 {
 			if err != nil {
 				return
 			}
-			defer t.Close()
-			out := append(binary.BigEndian.AppendUint16(nil, tftpOACK), fmt.Sprintf("blksize\x00%d\x00", ipxeBlksize)...)
-			ack := make([]byte, 16)
-			for block := 0; ; block++ {
-				for try := 0; ; try++ {
-					if _, err := t.WriteToUDPAddrPort(out, from); err != nil || try > 5 {
-						return
-					}
-					_ = t.SetReadDeadline(time.Now().Add(time.Second << try))
-					n, _, err := t.ReadFromUDPAddrPort(ack)
-					if err == nil && n == 4 && int(binary.BigEndian.Uint16(ack[2:])) == block&0xffff {
-						break
-					}
-				}
-				lo := block * ipxeBlksize
-				if lo > len(data) {
-					return // the last ACK
-				}
-				out = append(binary.BigEndian.AppendUint16(out[:0], tftpDATA), byte((block+1)>>8), byte(block+1))
-				out = append(out, data[lo:min(lo+ipxeBlksize, len(data))]...)
+			continue
+		}
+		switch binary.BigEndian.Uint16(buf) {
+		case tftpRRQ:
+			acked[from] = 0
+			_, _ = c.WriteToUDPAddrPort(oack, from)
+		case tftpACK:
+			block, ok := acked[from]
+			if !ok || int(binary.BigEndian.Uint16(buf[2:])) != block&0xffff {
+				continue
 			}
-		}()
+			lo := block * ipxeBlksize
+			if lo > len(data) {
+				delete(acked, from) // the last block's ACK
+				continue
+			}
+			out = append(binary.BigEndian.AppendUint16(out[:0], tftpDATA), byte((block+1)>>8), byte(block+1))
+			out = append(out, data[lo:min(lo+ipxeBlksize, len(data))]...)
+			acked[from] = block + 1
+			_, _ = c.WriteToUDPAddrPort(out, from)
+		}
 	}
 }
 
