@@ -29,10 +29,10 @@ const dhcpPacket = 300
 // scriptBytes is about an iPXE boot environment script's size.
 const scriptBytes = 1024
 
-func measureFloor(ctx context.Context, n int, exp *expected) (time.Duration, error) {
+func measureFloor(ctx context.Context, n int, exp *expected) (time.Duration, int, error) {
 	echo, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer echo.Close()
 	_ = echo.SetReadBuffer(8 << 20)
@@ -49,11 +49,11 @@ func measureFloor(ctx context.Context, n int, exp *expected) (time.Duration, err
 
 	ipxeBytes, err := os.ReadFile(exp.ipxe.path)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	tftpSrv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer tftpSrv.Close()
 	_ = tftpSrv.SetReadBuffer(8 << 20)
@@ -61,36 +61,41 @@ func measureFloor(ctx context.Context, n int, exp *expected) (time.Duration, err
 
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer ln.Close()
 	files := map[string]fileInfo{"script": {size: scriptBytes}, "kernel": exp.kernel, "initrd": exp.initrd}
 	go serveCopies(ln, files)
 
 	errs := make([]error, n)
+	retrans := make([]int, n)
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			errs[i] = floorMachine(ctx, i, echo.LocalAddr().(*net.UDPAddr).AddrPort(), tftpSrv.LocalAddr().(*net.UDPAddr).AddrPort(), ln.Addr().String(), exp)
+			retrans[i], errs[i] = floorMachine(ctx, i, echo.LocalAddr().(*net.UDPAddr).AddrPort(),
+				tftpSrv.LocalAddr().(*net.UDPAddr).AddrPort(), ln.Addr().String(), exp)
 		})
 	}
 	wg.Wait()
 	d := time.Since(t0)
-	for _, err := range errs {
+	total := 0
+	for i, err := range errs {
 		if err != nil {
-			return d, err
+			return d, total, err
 		}
+		total += retrans[i]
 	}
-	return d, nil
+	return d, total, nil
 }
 
-func floorMachine(ctx context.Context, i int, echo, tftp netip.AddrPort, tcp string, exp *expected) error {
+func floorMachine(ctx context.Context, i int, echo, tftp netip.AddrPort, tcp string, exp *expected) (retransmits int, err error) {
 	local := netip.MustParseAddr(machineIP(i))
 	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)))
 	if err != nil {
-		return err
+		return 0, err
 	}
+	defer c.Close()
 	pkt := make([]byte, dhcpPacket)
 	buf := make([]byte, 1500)
 	exchange := func() error {
@@ -107,30 +112,25 @@ func floorMachine(ctx context.Context, i int, echo, tftp netip.AddrPort, tcp str
 	}
 	for range 2 { // DISCOVER/OFFER, REQUEST/ACK
 		if err := exchange(); err != nil {
-			c.Close()
-			return err
+			return 0, err
 		}
 	}
 	tr, err := tftpGet(local, tftp, exp.ipxe.name)
 	if err != nil {
-		c.Close()
-		return fmt.Errorf("floor tftp: %w", err)
+		return tr.retransmits, fmt.Errorf("floor tftp: %w", err)
 	}
 	if tr.size != exp.ipxe.size || tr.crc != exp.ipxe.crc {
-		c.Close()
-		return fmt.Errorf("floor tftp: %d bytes, want %d", tr.size, exp.ipxe.size)
+		return tr.retransmits, fmt.Errorf("floor tftp: %d bytes, want %d", tr.size, exp.ipxe.size)
 	}
 	for range 2 { // iPXE's DORA
 		if err := exchange(); err != nil {
-			c.Close()
-			return err
+			return tr.retransmits, err
 		}
 	}
-	c.Close()
 
 	conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}}).DialContext(ctx, "tcp4", tcp)
 	if err != nil {
-		return err
+		return tr.retransmits, err
 	}
 	defer conn.Close()
 	r := bufio.NewReaderSize(conn, 64<<10)
@@ -139,22 +139,22 @@ func floorMachine(ctx context.Context, i int, echo, tftp netip.AddrPort, tcp str
 		want fileInfo
 	}{{"script", fileInfo{size: scriptBytes}}, {"kernel", exp.kernel}, {"initrd", exp.initrd}} {
 		if _, err := io.WriteString(conn, f.name+"\n"); err != nil {
-			return err
+			return tr.retransmits, err
 		}
 		var size int64
 		if err := binary.Read(r, binary.BigEndian, &size); err != nil {
-			return err
+			return tr.retransmits, err
 		}
 		h := newCRC()
 		got, err := io.CopyN(h, r, size)
 		if err != nil {
-			return err
+			return tr.retransmits, err
 		}
 		if f.want.path != "" && (got != f.want.size || h.Sum32() != f.want.crc) {
-			return fmt.Errorf("floor %s: %d bytes, CRC %08x; want %d, %08x", f.name, got, h.Sum32(), f.want.size, f.want.crc)
+			return tr.retransmits, fmt.Errorf("floor %s: %d bytes, CRC %08x; want %d, %08x", f.name, got, h.Sum32(), f.want.size, f.want.crc)
 		}
 	}
-	return nil
+	return tr.retransmits, nil
 }
 
 // serveBlocks answers each RRQ on c with an OACK naming iPXE's blksize

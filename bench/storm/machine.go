@@ -51,14 +51,15 @@ type expected struct {
 
 // machineOut is one machine's boot.
 type machineOut struct {
-	phase       [numPhases]time.Duration
-	total       time.Duration
-	bytes       int64 // payload bytes: DHCP packets, TFTP data, HTTP bodies
-	refusals    map[int]int
-	retransmits int
-	failedAt    int // the phase that failed, -1 if none
-	kind        string
-	err         error
+	phase           [numPhases]time.Duration
+	total           time.Duration
+	bytes           int64 // payload bytes: DHCP packets, TFTP data, HTTP bodies
+	refusals        map[int]int
+	dhcpRetransmits int // requests sent again for want of an answer
+	tftpRetransmits int // RRQs and ACKs sent again
+	failedAt        int // the phase that failed, -1 if none
+	kind            string
+	err             error
 }
 
 // boot runs machine i's boot from power-on to its first action.
@@ -85,7 +86,7 @@ func boot(ctx context.Context, i int, rl *relay, exp *expected) (out machineOut)
 	// 1. The firmware's DHCP.
 	ack, n, re, err := rl.dora(ctx, mac, uint32(i)<<4|1, pxeROM)
 	out.bytes += n
-	out.retransmits += re
+	out.dhcpRetransmits += re
 	if err != nil {
 		return fail("dhcp", err)
 	}
@@ -102,7 +103,7 @@ func boot(ctx context.Context, i int, rl *relay, exp *expected) (out machineOut)
 
 	// 2. The iPXE binary over TFTP.
 	tr, err := tftpGet(got, exp.tftp, file)
-	out.retransmits += tr.retransmits
+	out.tftpRetransmits += tr.retransmits
 	out.bytes += tr.size
 	if err != nil {
 		return fail("tftp", err)
@@ -115,7 +116,7 @@ func boot(ctx context.Context, i int, rl *relay, exp *expected) (out machineOut)
 	// 3. iPXE's DHCP: its answer names the script.
 	ack, n, re, err = rl.dora(ctx, mac, uint32(i)<<4|2, ipxeFW)
 	out.bytes += n
-	out.retransmits += re
+	out.dhcpRetransmits += re
 	if err != nil {
 		return fail("dhcp", err)
 	}

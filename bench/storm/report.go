@@ -13,31 +13,40 @@ import (
 
 // report is the run's figures.
 type report struct {
-	Machines       int              `json:"machines"`
-	CPUs           int              `json:"cpus"`
-	BootEnv        string           `json:"bootenv"` // "real" or "sized"
-	Files          map[string]int64 `json:"file_bytes"`
-	ServerArgs     string           `json:"server_args,omitempty"`
-	SetupS         float64          `json:"setup_s"`
-	StormS         float64          `json:"storm_s"`
-	FloorS         float64          `json:"floor_s,omitempty"`
-	OverFloor      float64          `json:"storm_over_floor,omitempty"`
-	Bytes          int64            `json:"bytes"`
-	MachineP50S    float64          `json:"machine_p50_s"`
-	MachineP99S    float64          `json:"machine_p99_s"`
-	Phases         []phaseStats     `json:"phases"`
-	ServerCPUS     float64          `json:"server_cpu_s"`
-	BenchCPUS      float64          `json:"bench_cpu_s"`
-	PeakRSSMiB     float64          `json:"server_peak_rss_mib"`
-	SampledRSSMiB  float64          `json:"server_sampled_rss_mib"`
-	Failures       int              `json:"failures"`
-	FailuresByKind map[string]int   `json:"failures_by_kind"`
-	FirstFailure   string           `json:"first_failure,omitempty"`
+	Machines   int              `json:"machines"`
+	CPUs       int              `json:"cpus"`
+	BootEnv    string           `json:"bootenv"` // "real" or "sized"
+	Files      map[string]int64 `json:"file_bytes"`
+	ServerArgs string           `json:"server_args,omitempty"`
+	SetupS     float64          `json:"setup_s"`
+	StormS     float64          `json:"storm_s"`
+	FloorS     float64          `json:"floor_s,omitempty"`
+	// FloorCPUS is the bench's CPU time during the floor (both ends of
+	// every copy are the bench's).
+	FloorCPUS      float64        `json:"floor_cpu_s,omitempty"`
+	OverFloor      float64        `json:"storm_over_floor,omitempty"`
+	Bytes          int64          `json:"bytes"`
+	MachineP50S    float64        `json:"machine_p50_s"`
+	MachineP99S    float64        `json:"machine_p99_s"`
+	Phases         []phaseStats   `json:"phases"`
+	ServerCPUS     float64        `json:"server_cpu_s"`
+	BenchCPUS      float64        `json:"bench_cpu_s"`
+	PeakRSSMiB     float64        `json:"server_peak_rss_mib"`
+	SampledRSSMiB  float64        `json:"server_sampled_rss_mib"`
+	Failures       int            `json:"failures"`
+	FailuresByKind map[string]int `json:"failures_by_kind"`
+	FirstFailure   string         `json:"first_failure,omitempty"`
 	// Refusals are responses with Retry-After that the machines waited
 	// out and retried, as iPXE does, by status.
-	Refusals    map[int]int  `json:"refusals_retried"`
-	Retransmits int          `json:"udp_retransmits"`
-	Abuse       *abuseReport `json:"abuse,omitempty"`
+	Refusals map[int]int `json:"refusals_retried"`
+	// DHCPRetransmits and TFTPRetransmits are requests the machines sent
+	// again for want of an answer (after 4 s for DHCP, 1 s for TFTP).
+	DHCPRetransmits int `json:"dhcp_retransmits"`
+	TFTPRetransmits int `json:"tftp_retransmits"`
+	// FloorTFTPRetransmits are the floor's: a floor that lost packets is
+	// no floor.
+	FloorTFTPRetransmits int          `json:"floor_tftp_retransmits"`
+	Abuse                *abuseReport `json:"abuse,omitempty"`
 
 	result  *benchresult.Result
 	samples samples
@@ -79,7 +88,8 @@ func (r *report) summarize(outs []machineOut) {
 	per := make([][]time.Duration, numPhases)
 	for i, o := range outs {
 		r.Bytes += o.bytes
-		r.Retransmits += o.retransmits
+		r.DHCPRetransmits += o.dhcpRetransmits
+		r.TFTPRetransmits += o.tftpRetransmits
 		for s, c := range o.refusals {
 			r.Refusals[s] += c
 		}
@@ -130,7 +140,7 @@ func (r *report) print(w io.Writer) {
 	row("setup", "%.2f s (Hardware + Workflows applied and rendered)", r.SetupS)
 	row("storm", "%.2f s, %.2f GB moved", r.StormS, float64(r.Bytes)/1e9)
 	if r.FloorS > 0 {
-		row("loopback floor", "%.2f s (storm %.2f× the floor)", r.FloorS, r.OverFloor)
+		row("loopback floor", "%.2f s (storm %.2f× the floor), %.2f s CPU", r.FloorS, r.OverFloor, r.FloorCPUS)
 	}
 	row("per machine", "p50 %.2f s, p99 %.2f s", r.MachineP50S, r.MachineP99S)
 	for _, p := range r.Phases {
@@ -140,7 +150,7 @@ func (r *report) print(w io.Writer) {
 	row("server peak RSS", "%.0f MiB (VmHWM)", r.PeakRSSMiB)
 	row("failures", "%d %s", r.Failures, kinds(r.FailuresByKind))
 	row("refused, retried", "%s (responses with Retry-After, waited out as iPXE does)", statuses(r.Refusals))
-	row("UDP retransmits", "%d", r.Retransmits)
+	row("retransmissions", "DHCP %d, TFTP %d (the floor's TFTP %d)", r.DHCPRetransmits, r.TFTPRetransmits, r.FloorTFTPRetransmits)
 	if a := r.Abuse; a != nil {
 		row("abusive client", "%s: %d served (%.1f/s), %d refused, %d failed", a.Address, a.Served, a.ServedPerS, a.Refused, a.Failed)
 	}

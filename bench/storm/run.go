@@ -164,7 +164,10 @@ func run(ctx context.Context, o options) (*report, error) {
 
 	if o.floor {
 		progress("floor: the same bytes at the same concurrency, plain loopback copies")
-		f, err := measureFloor(ctx, o.n, exp)
+		c0 := benchproc.SelfCPU()
+		f, retrans, err := measureFloor(ctx, o.n, exp)
+		rep.FloorCPUS = benchproc.SelfCPU() - c0
+		rep.FloorTFTPRetransmits = retrans
 		if err != nil {
 			return rep, fmt.Errorf("floor: %w", err)
 		}
