@@ -47,6 +47,10 @@ type report struct {
 	// no floor.
 	FloorTFTPRetransmits int          `json:"floor_tftp_retransmits"`
 	Abuse                *abuseReport `json:"abuse,omitempty"`
+	// PeakInFlight is the most boot path requests the server was serving
+	// at once (its anvil_http_boot_requests_in_flight, read every 100 ms,
+	// the abusive client's included): what --boot-concurrency must hold.
+	PeakInFlight float64 `json:"peak_boot_requests_in_flight"`
 
 	result  *benchresult.Result
 	samples samples
@@ -146,6 +150,7 @@ func (r *report) print(w io.Writer) {
 	for _, p := range r.Phases {
 		row("  "+p.Phase, "p50 %.1f ms, p99 %.1f ms, max %.1f ms", p.P50ms, p.P99ms, p.MaxMs)
 	}
+	row("boot requests in flight", "peak %.0f (read every 100 ms)", r.PeakInFlight)
 	row("server CPU", "%.2f s (bench %.2f s)", r.ServerCPUS, r.BenchCPUS)
 	row("server peak RSS", "%.0f MiB (VmHWM)", r.PeakRSSMiB)
 	row("failures", "%d %s", r.Failures, kinds(r.FailuresByKind))

@@ -137,6 +137,9 @@ func run(ctx context.Context, o options) (*report, error) {
 		close(abDone)
 	}
 	progress("storm: %d machines at once (%s boot environment: kernel %d B, initramfs %d B)", o.n, kind, exp.kernel.size, exp.initrd.size)
+	peakCtx, stopPeak := context.WithCancel(ctx)
+	peak := make(chan float64, 1)
+	go func() { peak <- peakInFlight(peakCtx, "http://"+srv.HTTPAddr+"/metrics") }()
 	outs := make([]machineOut, o.n)
 	t0 := time.Now()
 	var wg sync.WaitGroup
@@ -147,6 +150,8 @@ func run(ctx context.Context, o options) (*report, error) {
 	stormTime := time.Since(t0)
 	stopAbuse()
 	<-abDone
+	stopPeak()
+	rep.PeakInFlight = <-peak
 	rep.StormS = stormTime.Seconds()
 	rep.ServerCPUS = srv.CPU() - cpu0
 	rep.BenchCPUS = benchproc.SelfCPU() - self0

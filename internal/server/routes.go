@@ -36,11 +36,12 @@ const (
 	// DefaultBootConcurrency bounds requests in flight. At 70 a storm of
 	// 1,000 machines (bench/storm) got 1,791 refusals (503, retried by
 	// iPXE after Retry-After, a second each), p99 of the script phase
-	// 10.6 s; a download in flight costs a socket and a goroutine, the
-	// file going by sendfile (the storm's peak RSS was 221 MiB), so the
-	// bound is set above the storm instead: the link is shared more
-	// thinly, but nobody waits out a refusal.
-	DefaultBootConcurrency = 1024
+	// 10.6 s. A download in flight costs a socket and a goroutine, the
+	// file going by sendfile, so the bound is set above what the storm
+	// holds at its peak (see docs/ingress.md) — and no higher, so that
+	// DefaultBootMinSendRate × 512 (67 Mbit/s) stays under a 100 Mbit/s
+	// boot network's rate: every admitted download can keep the minimum.
+	DefaultBootConcurrency = 512
 	// DefaultBootClientRate and DefaultBootClientBurst (per client
 	// address) are ten times what one booting machine asks for; in the
 	// storm one client looping from 8 connections got 46 a second served
@@ -60,9 +61,10 @@ const (
 	DefaultBootStallTimeout = time.Minute
 	// DefaultBootMinSendRate (bytes/s) cuts a download that averages
 	// less than 16 KiB/s after DefaultBootSendGrace. A real machine is
-	// far above it: a 100 Mbit/s link shared by the default 70 downloads
-	// gives each 178 KB/s, 11 times more; at 16 KiB/s a 2 GB image would
-	// take 36 hours. A client below it holds a slot without booting.
+	// above it: a 100 Mbit/s link shared by the default 512 downloads
+	// gives each 24 KB/s, a 1 Gbit/s one 244 KB/s; at 16 KiB/s a 2 GB
+	// image would take 36 hours. A client below it holds a slot without
+	// booting.
 	DefaultBootMinSendRate = 16 << 10
 	// DefaultBootSendGrace lets a download start slowly (TCP's slow
 	// start, a link settling) before its average is held to the minimum.
