@@ -22,26 +22,24 @@ import (
 // Defaults of the boot path's limits: `anvil serve`'s flag defaults. In
 // Config, 0 switches a limit off. See docs/ingress.md for the reasoning.
 const (
-	// DefaultBootRate (requests/s, all clients) is what a boot storm of
-	// a thousand machines asks at its busiest: bench/storm measured 3,000
-	// requests (script, kernel, initramfs each) over 53 s, with the
-	// TFTP phase spreading arrivals; 500 a second leaves room for
-	// metadata and retries while a runaway loop cannot take the server's
-	// CPU from the API.
+	// DefaultBootRate (requests/s, all clients): a boot storm of a
+	// thousand machines (bench/storm) asked about 3,000 requests (script,
+	// kernel, initramfs each) over 45-55 s, the TFTP phase spreading
+	// them; 500 a second leaves room for metadata and retries while a
+	// runaway loop cannot take the server's CPU from the API.
 	DefaultBootRate = 500
-	// DefaultBootBurst lets a thousand machines that reach the HTTP phase
-	// in the same instant (UEFI HTTP boot skips TFTP) ask once each
-	// without a refusal; the rate then applies.
-	DefaultBootBurst = 1000
-	// DefaultBootConcurrency bounds requests in flight. At 70 a storm of
-	// 1,000 machines (bench/storm) got 1,791 refusals (503, retried by
-	// iPXE after Retry-After, a second each), p99 of the script phase
-	// 10.6 s. A download in flight costs a socket and a goroutine, the
-	// file going by sendfile, so the bound is set above what the storm
-	// holds at its peak (see docs/ingress.md) — and no higher, so that
-	// DefaultBootMinSendRate × 512 (67 Mbit/s) stays under a 100 Mbit/s
-	// boot network's rate: every admitted download can keep the minimum.
-	DefaultBootConcurrency = 512
+	// DefaultBootBurst lets as many machines as DefaultBootConcurrency
+	// admits reach the HTTP phase in the same instant (UEFI HTTP boot
+	// skips TFTP) and ask once each without a refusal.
+	DefaultBootBurst = 1024
+	// DefaultBootConcurrency bounds requests in flight. bench/storm's
+	// 1,000 machines held up to 509 at once: at 70 they got 1,791
+	// refusals (503, each waited out for a second by iPXE), at 512 106,
+	// at 1024 none. A download in flight costs a socket and a goroutine,
+	// the file going by sendfile (peak RSS about 250 MiB in every run),
+	// so the bound is set above the storm. See DefaultBootMinSendRate for
+	// slow links.
+	DefaultBootConcurrency = 1024
 	// DefaultBootClientRate and DefaultBootClientBurst (per client
 	// address) are ten times what one booting machine asks for; in the
 	// storm one client looping from 8 connections got 46 a second served
@@ -61,10 +59,11 @@ const (
 	DefaultBootStallTimeout = time.Minute
 	// DefaultBootMinSendRate (bytes/s) cuts a download that averages
 	// less than 16 KiB/s after DefaultBootSendGrace. A real machine is
-	// above it: a 100 Mbit/s link shared by the default 512 downloads
-	// gives each 24 KB/s, a 1 Gbit/s one 244 KB/s; at 16 KiB/s a 2 GB
-	// image would take 36 hours. A client below it holds a slot without
-	// booting.
+	// above it: a 1 Gbit/s link shared by the default 1024 downloads
+	// gives each 122 KB/s, 7 times more; at 16 KiB/s a 2 GB image would
+	// take 36 hours. A client below it holds a slot without booting. On a
+	// boot network slower than 134 Mbit/s (1024 × 16 KiB/s), lower
+	// --boot-concurrency (docs/ingress.md).
 	DefaultBootMinSendRate = 16 << 10
 	// DefaultBootSendGrace lets a download start slowly (TCP's slow
 	// start, a link settling) before its average is held to the minimum.

@@ -41,7 +41,7 @@ func TestStalledDownloadsFreeTheBootPath(t *testing.T) {
 		// stalled connections are all admitted before the first is cut, and
 		// that curl's own download never pauses as long, on a busy
 		// machine.
-		c.BootStallTimeout = 5 * time.Second
+		c.BootStallTimeout = 10 * time.Second
 	})
 	addr := strings.TrimPrefix(base, "http://")
 	url := base + "/images/os.raw"
