@@ -90,7 +90,7 @@ func (r *report) summarize(outs []machineOut) {
 	r.samples.Phases = phaseNames[:]
 	var totals []time.Duration
 	per := make([][]time.Duration, numPhases)
-	for i, o := range outs {
+	for _, o := range outs {
 		r.Bytes += o.bytes
 		r.DHCPRetransmits += o.dhcpRetransmits
 		r.TFTPRetransmits += o.tftpRetransmits
@@ -111,7 +111,6 @@ func (r *report) summarize(outs []machineOut) {
 			}
 			continue
 		}
-		_ = i
 		totals = append(totals, o.total)
 		for p := range numPhases {
 			per[p] = append(per[p], o.phase[p])
@@ -190,7 +189,7 @@ func statuses(m map[int]int) string {
 }
 
 // fillResult puts the figures and goals into the result file.
-func (r *report) fillResult(o options) {
+func (r *report) fillResult() {
 	res := r.result
 	res.Figures = r
 	res.Samples = r.samples
@@ -228,5 +227,4 @@ func (r *report) fillResult(o options) {
 			Met:     r.Abuse.Refused > 0,
 		})
 	}
-	_ = o
 }

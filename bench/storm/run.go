@@ -179,7 +179,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		rep.FloorS = f.Seconds()
 		rep.OverFloor = rep.StormS / rep.FloorS
 	}
-	rep.fillResult(o)
+	rep.fillResult()
 
 	var errs []error
 	if rep.Failures > 0 {
@@ -194,15 +194,15 @@ func run(ctx context.Context, o options) (*report, error) {
 // bootEnv decides the boot environment files: the real ones, or random
 // ones of the given sizes written under tmp.
 func bootEnv(o options, tmp string) (dir, kind string, err error) {
-	real := o.bootenvDir
-	_, kerr := os.Stat(filepath.Join(real, "vmlinuz-x86_64"))
-	_, ierr := os.Stat(filepath.Join(real, "initramfs-x86_64"))
+	built := o.bootenvDir
+	_, kerr := os.Stat(filepath.Join(built, "vmlinuz-x86_64"))
+	_, ierr := os.Stat(filepath.Join(built, "initramfs-x86_64"))
 	present := kerr == nil && ierr == nil
 	switch {
 	case o.bootenv == "real" && !present:
-		return "", "", fmt.Errorf("-bootenv real: %s has no vmlinuz-x86_64 and initramfs-x86_64 (make demo builds them; or -bootenv sized)", real)
+		return "", "", fmt.Errorf("-bootenv real: %s has no vmlinuz-x86_64 and initramfs-x86_64 (make demo builds them; or -bootenv sized)", built)
 	case o.bootenv == "real" || (o.bootenv == "auto" && present):
-		abs, err := filepath.Abs(real)
+		abs, err := filepath.Abs(built)
 		return abs, "real", err
 	}
 	dir = filepath.Join(tmp, "bootenv")

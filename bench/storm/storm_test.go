@@ -89,3 +89,16 @@ func TestMachineIP(t *testing.T) {
 		seen[ip] = true
 	}
 }
+
+// FuzzParseScript: any script either parses into all four values or is
+// refused; it never panics.
+func FuzzParseScript(f *testing.F) {
+	f.Add("#!ipxe\nkernel http://a/k grpc_authority=a:1 worker_id=w\ninitrd http://a/i\n")
+	f.Add("kernel\ninitrd x\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		b, err := parseScript(s)
+		if err == nil && (b.kernel == "" || b.initrd == "" || b.grpc == "" || b.worker == "") {
+			t.Errorf("parseScript(%q) = %+v without an error", s, b)
+		}
+	})
+}
