@@ -36,14 +36,15 @@ const (
 	// 1,000 machines held up to 509 at once: at 70 they got 1,791
 	// refusals (503, each waited out for a second by iPXE), at 512 106,
 	// at 1024 none. A download in flight costs a socket and a goroutine,
-	// the file going by sendfile (peak RSS about 250 MiB in every run),
+	// the file going by sendfile (peak RSS 220-270 MiB in every run),
 	// so the bound is set above the storm. See DefaultBootMinSendRate for
 	// slow links.
 	DefaultBootConcurrency = 1024
 	// DefaultBootClientRate and DefaultBootClientBurst (per client
-	// address) are ten times what one booting machine asks for; in the
-	// storm one client looping from 8 connections got 46 a second served
-	// and 10,616 refusals while 1,000 machines booted without one.
+	// address) are ten times what one booting machine asks for; in every
+	// bench/storm run one client looping from 8 connections was held to
+	// 30-46 served a second, thousands refused, while 1,000 machines
+	// booted.
 	DefaultBootClientRate  = 50
 	DefaultBootClientBurst = 100
 	// DefaultBootClientConcurrency: a machine downloads one file at a
