@@ -135,19 +135,19 @@ func boot(ctx context.Context, i int, rl *relay, exp *expected) (out machineOut)
 	if err != nil {
 		return fail(failKind(err), err)
 	}
-	boot, err := parseScript(script.String())
+	sc, err := parseScript(script.String())
 	if err != nil {
 		return fail("script", err)
 	}
-	if boot.worker != macStr {
-		return fail("script", fmt.Errorf("worker_id %q, want %s", boot.worker, macStr))
+	if sc.worker != macStr {
+		return fail("script", fmt.Errorf("worker_id %q, want %s", sc.worker, macStr))
 	}
 	step(phaseScript)
 	for _, f := range []struct {
 		url   string
 		want  fileInfo
 		phase int
-	}{{boot.kernel, exp.kernel, phaseKernel}, {boot.initrd, exp.initrd, phaseInitrd}} {
+	}{{sc.kernel, exp.kernel, phaseKernel}, {sc.initrd, exp.initrd, phaseInitrd}} {
 		h := newCRC()
 		nb, err := fetch(ctx, hc, f.url, h, out.refusals)
 		out.bytes += nb
@@ -162,13 +162,13 @@ func boot(ctx context.Context, i int, rl *relay, exp *expected) (out machineOut)
 
 	// 5. The agent's first GetAction, from the machine's address.
 	agent := anvilv1connect.NewAgentServiceClient(benchproc.NewH2CClientFrom(&net.TCPAddr{IP: got.AsSlice()}),
-		"http://"+boot.grpc, connect.WithGRPC())
-	resp, err := agent.GetAction(ctx, connect.NewRequest(&v1.GetActionRequest{AgentId: boot.worker, Wait: durationpb.New(10 * time.Second)}))
+		"http://"+sc.grpc, connect.WithGRPC())
+	resp, err := agent.GetAction(ctx, connect.NewRequest(&v1.GetActionRequest{AgentId: sc.worker, Wait: durationpb.New(10 * time.Second)}))
 	if err != nil {
 		return fail("get_action", err)
 	}
 	if resp.Msg.GetName() == "" {
-		return fail("get_action", fmt.Errorf("no action for %s", boot.worker))
+		return fail("get_action", fmt.Errorf("no action for %s", sc.worker))
 	}
 	out.bytes += int64(len(resp.Msg.String()))
 	step(phaseAgent)
