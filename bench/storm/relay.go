@@ -30,7 +30,10 @@ type relay struct {
 // errNeedRoot explains the one privilege the storm needs.
 var errNeedRoot = errors.New("the relay must bind giaddr:67, where Anvil sends relayed replies (RFC 1542): run as root (make bench does) or with CAP_NET_BIND_SERVICE")
 
-func newRelay(giaddr netip.Addr, server netip.AddrPort) (*relay, error) {
+// newRelay binds the relay's socket (first thing, so that a run without
+// the privilege stops before it starts a server); forwardTo names the
+// server.
+func newRelay(giaddr netip.Addr) (*relay, error) {
 	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(giaddr, 67)))
 	if err != nil {
 		if errors.Is(err, syscall.EACCES) {
@@ -39,9 +42,13 @@ func newRelay(giaddr netip.Addr, server netip.AddrPort) (*relay, error) {
 		return nil, fmt.Errorf("relay on %s:67: %w", giaddr, err)
 	}
 	_ = c.SetReadBuffer(8 << 20) // a thousand answers can arrive at once
-	r := &relay{conn: c, giaddr: giaddr, server: server, waiting: map[uint32]chan *dhcpv4.DHCPv4{}}
+	return &relay{conn: c, giaddr: giaddr, waiting: map[uint32]chan *dhcpv4.DHCPv4{}}, nil
+}
+
+// forwardTo starts relaying to server.
+func (r *relay) forwardTo(server netip.AddrPort) {
+	r.server = server
 	go r.loop()
-	return r, nil
 }
 
 func (r *relay) close() { r.conn.Close() }

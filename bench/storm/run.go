@@ -71,6 +71,12 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 	defer os.RemoveAll(tmp)
 
+	rl, err := newRelay(netip.MustParseAddr(o.giaddr))
+	if err != nil {
+		return nil, err
+	}
+	defer rl.close()
+
 	bootenvDir, kind, err := bootEnv(o, tmp)
 	if err != nil {
 		return nil, err
@@ -114,11 +120,7 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 	rep.SetupS = (setup.Apply + setup.Render).Seconds()
 
-	rl, err := newRelay(netip.MustParseAddr(o.giaddr), netip.MustParseAddrPort(srv.DHCPAddr))
-	if err != nil {
-		return nil, err
-	}
-	defer rl.close()
+	rl.forwardTo(netip.MustParseAddrPort(srv.DHCPAddr))
 
 	// The storm.
 	sampler := benchproc.NewRSSSampler(srv.PID)
