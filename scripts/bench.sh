@@ -23,6 +23,8 @@
 #   OCIRUN_ARGS  extra flags for bench/ocirun (e.g. "-runs 20 -no-runc")
 #   BMCPOLL_ARGS extra flags for bench/bmcpoll (e.g. "-n 5000 -concurrency 64")
 #   HTTP_ARGS    extra flags for bench/http (e.g. "-conns 1,8 -runs 5 -duration 10s")
+#   STORM_N      machines of the boot storm (default 1000)
+#   STORM_ARGS   extra flags for bench/storm (e.g. "-bootenv sized -floor=false")
 #   INSTALL_RUNS how many end-to-end installs the install section times (default 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +35,7 @@ FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 
-SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll)
+SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll storm)
 
 say() { echo "bench: $*" >&2; }
 
@@ -176,6 +178,23 @@ section_bmcpoll() {
     2> >(tee "$BENCH_OUT/bmcpoll.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/bmcpoll.txt"
   grep '^{' "$BENCH_OUT/bmcpoll.txt" >"$BENCH_OUT/bmcpoll.json" || true
+  return $rc
+}
+
+# storm: STORM_N machines boot at once against anvil serve with DHCP and
+# TFTP on (bench/storm): DHCP through the bench as relay, the iPXE binary
+# over TFTP, iPXE's DHCP, script, kernel and initramfs over HTTP, the
+# agent's first GetAction; one abusive client in the same run. Writes
+# bench/results/storm-N.json. Needs root (the relay's port 67); uses the
+# real boot environment when make demo has built it.
+section_storm() {
+  go build -o "$BENCH_OUT/storm" ./bench/storm || return 1
+  local rc=0 n=${STORM_N:-1000}
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/storm" -n "$n" -anvil "$ANVIL" -json ${STORM_ARGS:-} >"$BENCH_OUT/storm-$n.txt" \
+    2> >(tee "$BENCH_OUT/storm-$n.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/storm-$n.txt"
+  grep '^{' "$BENCH_OUT/storm-$n.txt" >"$BENCH_OUT/storm-$n.json" || true
   return $rc
 }
 

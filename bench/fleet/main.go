@@ -46,15 +46,15 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/agentsim"
+	"github.com/anvilproj/anvil/internal/benchfleet"
 	"github.com/anvilproj/anvil/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
 const (
-	actionsPerWorkflow = 5
-	namespace          = "default"
-	templateName       = "fleet-install"
-	chunkLabel         = "fleet-chunk"
+	actionsPerWorkflow = benchfleet.ActionsPerWorkflow
+	namespace          = benchfleet.Namespace
+	chunkLabel         = benchfleet.ChunkLabel
 
 	// Targets of issue 18 (the agent path), judged at N >= targetN.
 	targetN          = 10000
@@ -257,54 +257,18 @@ func run(o options, b backend) (*result, error) {
 	manifests := anvilv1connect.NewManifestServiceClient(admin, base, connect.WithGRPC())
 	workflows := anvilv1connect.NewWorkflowServiceClient(admin, base, connect.WithGRPC())
 
-	// Setup: template, then Hardware + Workflows in chunks.
+	// Setup: template, then Hardware + Workflows in chunks, rendered.
 	cpu0 := dep.cpu()
 	t0 := time.Now()
-	if _, err := manifests.Apply(ctx, connect.NewRequest(&v1.ApplyRequest{Source: "fleet-template.yaml", Content: templateYAML})); err != nil {
-		return nil, fmt.Errorf("apply template: %w", err)
-	}
-	perChunk := o.chunk / 2 // a Hardware and its Workflow go in the same chunk
-	chunks := 0
-	for lo := 0; lo < o.n; lo += perChunk {
-		var b strings.Builder
-		for i := lo; i < min(lo+perChunk, o.n); i++ {
-			writeMachine(&b, i, chunks, o.netboot)
-		}
-		if _, err := manifests.Apply(ctx, connect.NewRequest(&v1.ApplyRequest{
-			Source: fmt.Sprintf("fleet-%05d.yaml", chunks), Content: b.String()})); err != nil {
-			return nil, fmt.Errorf("apply chunk %d: %w", chunks, err)
-		}
-		chunks++
-	}
-	res.ApplyS = time.Since(t0).Seconds()
-	progress("applied %d Hardware + %d Workflows in %d chunks in %.2fs", o.n, o.n, chunks, res.ApplyS)
-
-	// Wait until the engine has rendered every workflow.
-	t1 := time.Now()
-	for {
-		l, err := workflows.List(ctx, connect.NewRequest(&v1.ListRequest{Namespace: namespace, FieldSelector: "status.state="}))
-		if err != nil {
-			return nil, fmt.Errorf("list unrendered workflows: %w", err)
-		}
-		if len(l.Msg.Items) == 0 {
-			break
-		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
-			return nil, fmt.Errorf("waiting for %d workflows to render: %w", len(l.Msg.Items), err)
-		}
-	}
-	l, err := workflows.List(ctx, connect.NewRequest(&v1.ListRequest{Namespace: namespace, FieldSelector: "status.state!=PENDING"}))
+	setup, err := benchfleet.Apply(ctx, manifests, workflows,
+		benchfleet.Spec{N: o.n, Chunk: o.chunk, Netboot: o.netboot}, progress)
 	if err != nil {
-		return nil, fmt.Errorf("list workflows: %w", err)
+		return nil, err
 	}
-	if len(l.Msg.Items) > 0 {
-		w := l.Msg.Items[0]
-		st, _ := protojson.Marshal(w.GetStatus())
-		return nil, fmt.Errorf("%d workflows not PENDING after rendering, e.g. %s: %s", len(l.Msg.Items), w.GetMetadata().GetName(), st)
-	}
-	res.RenderS = time.Since(t1).Seconds()
+	chunks := setup.Chunks
+	res.ApplyS = setup.Apply.Seconds()
+	res.RenderS = setup.Render.Seconds()
 	res.SetupS = time.Since(t0).Seconds()
-	progress("rendered %d workflows in %.2fs", o.n, res.RenderS)
 
 	// Run: N agents at once.
 	o.conns = max(o.conns, len(dep.servers)) // a connection to each replica at least
@@ -330,7 +294,7 @@ func run(o options, b backend) (*result, error) {
 		out.errs = map[string]int{}
 		cfg := agentsim.Config{
 			Client:     clients[i%o.conns],
-			AgentID:    mac(i),
+			AgentID:    benchfleet.MAC(i),
 			ActionTime: o.actionTime,
 			Wait:       o.wait,
 			Observe: func(op string, d time.Duration, err error) { // this agent's goroutine only
@@ -406,7 +370,7 @@ waitLoop:
 		res.Actions += out.res.Actions
 		if out.failed() {
 			if len(bad) < 5 {
-				bad = append(bad, fmt.Sprintf("agent %s: state %q after %d actions, err %v", mac(i), out.res.WorkflowState, out.res.Actions, out.err))
+				bad = append(bad, fmt.Sprintf("agent %s: state %q after %d actions, err %v", benchfleet.MAC(i), out.res.WorkflowState, out.res.Actions, out.err))
 			} else if len(bad) == 5 {
 				bad = append(bad, "…")
 			}
@@ -541,139 +505,6 @@ func stats(d []time.Duration, errs int) opStats {
 	return s
 }
 
-// ---------------------------------------------------------------------------
-// Manifests
-
-// templateYAML is a Tinkerbell template with 5 actions, in the shape of
-// examples/template.yaml.
-const templateYAML = `apiVersion: tinkerbell.org/v1alpha1
-kind: Template
-metadata:
-  name: ` + templateName + `
-  namespace: ` + namespace + `
-spec:
-  data: |
-    version: "0.1"
-    name: fleet-install
-    global_timeout: 3600
-    tasks:
-      - name: install
-        worker: "{{.device_1}}"
-        volumes: [/dev:/dev]
-        actions:
-          - name: stream-image
-            image: quay.io/tinkerbell/actions/image2disk:v1.0.0
-            timeout: 600
-            environment:
-              IMG_URL: http://10.0.0.2:7080/images/debian-12.raw.zst
-              DEST_DISK: {{ index .Hardware.Disks 0 }}
-              COMPRESSED: true
-          - name: grow-partition
-            image: quay.io/tinkerbell/actions/cexec:v1.0.0
-            timeout: 90
-            environment:
-              BLOCK_DEVICE: {{ formatPartition (index .Hardware.Disks 0) 1 }}
-              FS_TYPE: ext4
-              CMD_LINE: growpart {{ index .Hardware.Disks 0 }} 1 && resize2fs {{ formatPartition (index .Hardware.Disks 0) 1 }}
-          - name: hostname
-            image: quay.io/tinkerbell/actions/writefile:v1.0.0
-            timeout: 90
-            environment:
-              DEST_DISK: {{ formatPartition (index .Hardware.Disks 0) 1 }}
-              FS_TYPE: ext4
-              DEST_PATH: /etc/hostname
-              CONTENTS: {{ .hardware.metadata.instance.hostname }}
-              MODE: "0644"
-              UID: "0"
-              GID: "0"
-          - name: network
-            image: quay.io/tinkerbell/actions/writefile:v1.0.0
-            timeout: 90
-            environment:
-              DEST_DISK: {{ formatPartition (index .Hardware.Disks 0) 1 }}
-              FS_TYPE: ext4
-              DEST_PATH: /etc/network/interfaces.d/eth0
-              CONTENTS: "auto eth0\niface eth0 inet dhcp\n"
-              MODE: "0644"
-              UID: "0"
-              GID: "0"
-          - name: reboot
-            image: ghcr.io/jacobweinstock/waitdaemon:latest
-            timeout: 90
-            pid: host
-            command: [reboot]
-`
-
-// mac is machine i's MAC, from the locally administered base 02:00:00:00:00:00.
-func mac(i int) string {
-	return fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
-}
-
-// ip is machine i's address in 10.0.0.0/8, from 10.0.1.0.
-func ip(i int) string {
-	v := uint32(i) + 256
-	return fmt.Sprintf("10.%d.%d.%d", byte(v>>16), byte(v>>8), byte(v))
-}
-
-func writeMachine(b *strings.Builder, i, chunk int, netboot bool) {
-	name := fmt.Sprintf("node-%06d", i)
-	m := mac(i)
-	fmt.Fprintf(b, `---
-apiVersion: tinkerbell.org/v1alpha1
-kind: Hardware
-metadata:
-  name: %[1]s
-  namespace: %[4]s
-  labels: {%[5]s: "%[6]d"}
-spec:
-  disks:
-    - device: /dev/vda
-  metadata:
-    instance:
-      id: %[2]s
-      hostname: %[1]s
-      operating_system: {distro: debian, version: "12"}
-  interfaces:
-    - dhcp:
-        mac: %[2]s
-        hostname: %[1]s
-        arch: x86_64
-        uefi: true
-        lease_time: 3600
-        ip: {address: %[3]s, netmask: 255.0.0.0, gateway: 10.0.0.1}
-        name_servers: [10.0.0.1]
-      netboot:
-        allowPXE: true
-        allowWorkflow: true
----
-apiVersion: tinkerbell.org/v1alpha1
-kind: Workflow
-metadata:
-  name: %[1]s-install
-  namespace: %[4]s
-  labels: {%[5]s: "%[6]d"}
-spec:
-  templateRef: %[7]s
-  hardwareRef: %[1]s
-  hardwareMap:
-    device_1: %[2]s
-`, name, m, ip(i), namespace, chunkLabel, chunk, templateName)
-	if netboot {
-		b.WriteString("  bootOptions:\n    toggleAllowNetboot: true\n    bootMode: netboot\n")
-	}
-}
-
 func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "fleet: "+format+"\n", args...)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -37,6 +37,10 @@ type Server struct {
 	LogPath  string
 	HTTPAddr string
 	GRPCAddr string
+	// DHCPAddr and TFTPAddr are where the server answers DHCP and TFTP
+	// (127.0.0.1 and a free port each), when Options.Boot asked for them.
+	DHCPAddr string
+	TFTPAddr string
 	exited   chan struct{}
 	waitErr  error
 	stopped  bool
@@ -62,11 +66,25 @@ type Options struct {
 	Env []string
 	// Progress receives one line when the server has started.
 	Progress func(format string, args ...any)
+	// Boot, if set, also serves the network boot path's UDP services on
+	// 127.0.0.1 (a boot storm measures them with the control plane).
+	Boot *BootOptions
 }
 
-// Start starts `anvil serve` on 127.0.0.1 (free ports, no DHCP, TFTP,
-// syslog, metadata listener or TLS: the control plane is what is
-// measured) and waits until it is ready.
+// BootOptions switches DHCP and TFTP on, on ports of the caller's choosing
+// (unprivileged ones, so that no real DHCP or TFTP server on the machine
+// is in the way).
+type BootOptions struct {
+	// DHCPPort and TFTPPort are the servers' ports; 0 picks a free one.
+	DHCPPort, TFTPPort int
+	// BootEnvDir, if set, is the server's --bootenv-dir.
+	BootEnvDir string
+}
+
+// Start starts `anvil serve` on 127.0.0.1 (free ports, no syslog,
+// metadata listener or TLS, and no DHCP or TFTP unless o.Boot asks for
+// them: the control plane is what is measured) and waits until it is
+// ready.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	bin, err := exec.LookPath(o.Binary)
 	if err != nil {
@@ -101,8 +119,23 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	s.cmd = exec.Command(bin, "serve", "--insecure-no-auth", "--data-dir", filepath.Join(dir, "data"), "--bind", "127.0.0.1",
 		"--log-level", o.LogLevel,
-		"--no-dhcp", "--no-tftp", "--no-syslog", "--no-metadata", "--no-console", // the control plane is under test
+		// The ports the inherited listeners have: what boot scripts and
+		// the agents' grpc_authority name.
+		"--http-port", port(s.HTTPAddr), "--grpc-port", port(s.GRPCAddr),
+		"--no-syslog", "--no-metadata", "--no-console",
 		"--no-tls") // agents speak h2c to the gRPC port; and no fixed HTTPS port to collide on
+	if o.Boot == nil {
+		s.cmd.Args = append(s.cmd.Args, "--no-dhcp", "--no-tftp") // the control plane is under test
+	} else {
+		if s.DHCPAddr, s.TFTPAddr, err = udpAddrs(o.Boot.DHCPPort, o.Boot.TFTPPort); err != nil {
+			logf.Close()
+			return nil, err
+		}
+		s.cmd.Args = append(s.cmd.Args, "--dhcp-port", port(s.DHCPAddr), "--tftp-port", port(s.TFTPAddr))
+		if o.Boot.BootEnvDir != "" {
+			s.cmd.Args = append(s.cmd.Args, "--bootenv-dir", o.Boot.BootEnvDir)
+		}
+	}
 	s.cmd.Args = append(s.cmd.Args, o.Args...)
 	for _, p := range []struct{ flag, path string }{{"--cpu-profile", o.CPUProfile}, {"--mem-profile", o.MemProfile}} {
 		if p.path == "" {
@@ -161,6 +194,10 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}
 }
+
+// Args are the server's arguments after "anvil serve": what a result
+// records as its exact options.
+func (s *Server) Args() []string { return append([]string(nil), s.cmd.Args[2:]...) }
 
 // LogTail returns the end of the server's log.
 func (s *Server) LogTail() string {
@@ -250,6 +287,32 @@ func listenLoopback(n int) ([]net.Listener, error) {
 		lns = append(lns, ln)
 	}
 	return lns, nil
+}
+
+// udpAddrs returns 127.0.0.1 addresses for DHCP and TFTP: the ports asked
+// for, or free ones. A free port is found by binding it and letting it go,
+// so another program could take it before the server binds it; the server
+// then fails to start, saying which port was taken.
+func udpAddrs(ports ...int) (dhcp, tftp string, err error) {
+	var addrs []string
+	for _, p := range ports {
+		if p == 0 {
+			c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+			if err != nil {
+				return "", "", err
+			}
+			p = c.LocalAddr().(*net.UDPAddr).Port
+			c.Close()
+		}
+		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	}
+	return addrs[0], addrs[1], nil
+}
+
+// port is the port of host:port.
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
 }
 
 // ---------------------------------------------------------------------------
@@ -354,12 +417,16 @@ func RaiseNoFile() {
 
 // NewH2CClient returns a client that speaks HTTP/2 without TLS (h2c) on one
 // connection pool of its own, as gRPC clients do.
-func NewH2CClient() *http.Client {
+func NewH2CClient() *http.Client { return NewH2CClientFrom(nil) }
+
+// NewH2CClientFrom is NewH2CClient with connections from local address
+// laddr (nil: any), so that a simulated machine has its own address.
+func NewH2CClientFrom(laddr net.Addr) *http.Client {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	return &http.Client{Transport: &http.Transport{
 		Protocols:       &p,
-		DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		DialContext:     (&net.Dialer{Timeout: 5 * time.Second, LocalAddr: laddr}).DialContext,
 		TLSClientConfig: &tls.Config{},
 		HTTP2: &http.HTTP2Config{
 			// Stream windows large enough that a List of a chunk is not

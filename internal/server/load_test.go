@@ -16,8 +16,8 @@ import (
 )
 
 // TestBootLoadWrk hammers a boot file of a real `anvil serve` (Run, on
-// loopback) with wrk — far above --boot-rate, with more connections than
-// --boot-concurrency — at the default limits, and checks from the
+// loopback) with wrk — far above --boot-rate — at the default limits,
+// and checks from the
 // server's own counters that:
 //
 //   - requests were refused (anvil_http_boot_limited_total went up);
@@ -35,7 +35,7 @@ func TestBootLoadWrk(t *testing.T) {
 		rate        = DefaultBootRate
 		burst       = DefaultBootBurst
 		concurrency = DefaultBootConcurrency
-		connections = 100 // > concurrency
+		connections = 100 // enough to exceed the rate many times over
 		duration    = 3 * time.Second
 		route       = `/ipxe/binary/{name}`
 	)

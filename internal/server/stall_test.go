@@ -14,8 +14,9 @@ import (
 	"github.com/anvilproj/anvil/internal/testtool"
 )
 
-// TestStalledDownloadsFreeTheBootPath is issue 13's probe, replayed: 70
-// connections from 9 addresses ask for an OS image and never read (their
+// TestStalledDownloadsFreeTheBootPath is issue 13's probe, replayed:
+// --boot-concurrency's default (issue 13 had 70) connections, 8 from each
+// address, ask for an OS image and never read (their
 // receive buffers are small, so the server's writes block). They fill the
 // default --boot-concurrency and a machine is refused 503. Then each is
 // cut after --boot-stall-timeout (short here), counted, its slot freed,
@@ -37,10 +38,10 @@ func TestStalledDownloadsFreeTheBootPath(t *testing.T) {
 		c.BootClientRate, c.BootClientBurst, c.BootClientConcurrency = DefaultBootClientRate, DefaultBootClientBurst, DefaultBootClientConcurrency
 		// Short, so the test waits little (what it waits for is the
 		// counter and the gauge, not the time), yet long enough that the
-		// 70 connections are all admitted before the first is cut, and
+		// stalled connections are all admitted before the first is cut, and
 		// that curl's own download never pauses as long, on a busy
 		// machine.
-		c.BootStallTimeout = 5 * time.Second
+		c.BootStallTimeout = 10 * time.Second
 	})
 	addr := strings.TrimPrefix(base, "http://")
 	url := base + "/images/os.raw"
@@ -48,15 +49,19 @@ func TestStalledDownloadsFreeTheBootPath(t *testing.T) {
 	cutsBefore := metricValue(t, metricsText(t, base), cutSeries)
 
 	const stalled = DefaultBootConcurrency
+	const stallers = (stalled + DefaultBootClientConcurrency - 1) / DefaultBootClientConcurrency
 	for i := range stalled {
-		// 127.0.0.1 … 127.0.0.9, at most 8 (the per-client limit) each.
+		// 127.0.0.1, 127.0.0.2, …, at most 8 (the per-client limit) each.
 		testtool.StalledGet(t, net.IPv4(127, 0, 0, byte(1+i/DefaultBootClientConcurrency)), addr, "/images/os.raw")
 	}
+	// curl asks from an address none of them has, so that only the
+	// overall limit can refuse it.
+	curlAddr := "127.0.0." + strconv.Itoa(stallers+1)
 	inFlight := func() float64 { return metricValue(t, metricsText(t, base), "anvil_http_boot_requests_in_flight") }
 	testtool.WaitFor(t, "the stalled downloads to fill --boot-concurrency", func() bool { return inFlight() == stalled })
 
-	// curl from a tenth address: refused, the server is full.
-	out, err := exec.Command(curl, "-sS", "--interface", "127.0.0.10", "-o", os.DevNull, "-w", "%{http_code}", url).Output()
+	// curl from another address: refused, the server is full.
+	out, err := exec.Command(curl, "-sS", "--interface", curlAddr, "-o", os.DevNull, "-w", "%{http_code}", url).Output()
 	if err != nil || string(out) != "503" {
 		t.Fatalf("curl with every slot held by a stalled download: %q, %v; want 503", out, err)
 	}
@@ -65,7 +70,7 @@ func TestStalledDownloadsFreeTheBootPath(t *testing.T) {
 		return metricValue(t, metricsText(t, base), cutSeries)-cutsBefore == stalled
 	})
 	testtool.WaitFor(t, "every slot to be free", func() bool { return inFlight() == 0 })
-	out, err = exec.Command(curl, "-sS", "--interface", "127.0.0.10", "-o", os.DevNull, "-w", "%{http_code} %{size_download}", url).Output()
+	out, err = exec.Command(curl, "-sS", "--interface", curlAddr, "-o", os.DevNull, "-w", "%{http_code} %{size_download}", url).Output()
 	if want := "200 " + strconv.Itoa(size); err != nil || string(out) != want {
 		t.Errorf("curl after the cuts: %q, %v; want %q", out, err, want)
 	}
