@@ -162,6 +162,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 }
 
+// Args is the command line the server was started with (the binary as
+// run, then "serve" and its flags): what a benchmark's result records as
+// the server under test (internal/benchresult), so the figure names the
+// exact program and options measured.
+func (s *Server) Args() []string { return append([]string(nil), s.cmd.Args...) }
+
 // LogTail returns the end of the server's log.
 func (s *Server) LogTail() string {
 	b, _ := os.ReadFile(s.LogPath)

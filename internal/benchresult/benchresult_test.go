@@ -95,3 +95,58 @@ func TestLoadAverage(t *testing.T) {
 		t.Errorf("LoadAverage = %v", v)
 	}
 }
+
+// TestSubjectInsteadOfServer: a benchmark that starts no server names the
+// Anvil code it measured; it may not name a server beside it, nor make a
+// peer its subject.
+func TestSubjectInsteadOfServer(t *testing.T) {
+	r := valid()
+	r.Server = Program{}
+	r.Subject = &Program{Name: "anvil image2disk action", Options: []string{"image2diskbench", "write"}}
+	if err := r.Validate(); err != nil {
+		t.Errorf("a subject without a server: %v", err)
+	}
+	r.Server = AnvilServer("")
+	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "both a server under test") {
+		t.Errorf("a subject and a server: %v", err)
+	}
+	r.Server = Program{}
+	r.Subject = &Program{Name: "curl | zstd -dc | dd", Options: []string{"curl"}}
+	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "Anvil code") {
+		t.Errorf("a peer as the subject: %v", err)
+	}
+	r.Subject = nil
+	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "server under test") {
+		t.Errorf("neither a server nor a subject: %v", err)
+	}
+}
+
+func TestSaveWritesOnlyValidResults(t *testing.T) {
+	dir := t.TempDir()
+	r := valid()
+	if err := r.Save(dir, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(filepath.Join(dir, "http-x.json")); err != nil {
+		t.Errorf("saved result does not read back: %v", err)
+	}
+	r.Server = Program{Name: "nginx", Options: []string{"nginx"}}
+	if err := r.Save(dir, "y"); err == nil {
+		t.Error("Save wrote a result measuring nginx as the server under test")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "http-y.json")); !os.IsNotExist(err) {
+		t.Errorf("a refused result left a file: %v", err)
+	}
+	if err := r.Save("", ""); err == nil {
+		t.Error("Save without a directory did not validate")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	if v := Version("sh", "-c", "echo; echo '  tool 1.2  '; echo more"); v != "tool 1.2" {
+		t.Errorf("Version = %q, want the first non-empty line", v)
+	}
+	if v := Version("/nonexistent/program"); v != "unknown" {
+		t.Errorf("Version of a missing program = %q", v)
+	}
+}
