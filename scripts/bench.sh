@@ -13,6 +13,8 @@
 #   FLEET_SIZES  machine counts for the fleet bench (default "1000 10000")
 #   FLEET_ARGS   extra flags for bench/fleet (e.g. "-action-time 1s")
 #   BENCH_OUT    directory for each run's output and JSON line (default bench/out)
+#   BENCH_RESULTS directory for each run's result file (internal/benchresult;
+#                default bench/results, committed with the figures it holds)
 #   DHCP_ARGS    extra flags for bench/dhcp (e.g. "-duration 5s -servers anvil,kea")
 #   DHCP_RATES   offered rates of the dhcprates section (default "2000,4000,8000")
 #   DHCPRATES_ARGS extra flags for bench/dhcp in the dhcprates section
@@ -32,6 +34,7 @@ ANVIL=${ANVIL:-bin/anvil}
 FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
+BENCH_RESULTS=${BENCH_RESULTS:-bench/results}
 
 SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll)
 
@@ -45,7 +48,7 @@ section_fleet() {
   for n in $FLEET_SIZES; do
     say "fleet: N=$n"
     # shellcheck disable=SC2086
-    "$BENCH_OUT/fleet" -n "$n" -anvil "$ANVIL" -json $FLEET_ARGS >"$BENCH_OUT/fleet-$n.txt" \
+    "$BENCH_OUT/fleet" -results "$BENCH_RESULTS" -n "$n" -anvil "$ANVIL" -json $FLEET_ARGS >"$BENCH_OUT/fleet-$n.txt" \
       2> >(tee "$BENCH_OUT/fleet-$n.log" >&2) || rc=1
     grep -v '^{' "$BENCH_OUT/fleet-$n.txt"
     grep '^{' "$BENCH_OUT/fleet-$n.txt" >"$BENCH_OUT/fleet-$n.json" || true
@@ -61,7 +64,7 @@ section_dhcp() {
   go build -o "$BENCH_OUT/dhcp" ./bench/dhcp || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/dhcp" -anvil "$ANVIL" -json ${DHCP_ARGS:-} >"$BENCH_OUT/dhcp.txt" \
+  "$BENCH_OUT/dhcp" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json ${DHCP_ARGS:-} >"$BENCH_OUT/dhcp.txt" \
     2> >(tee "$BENCH_OUT/dhcp.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/dhcp.txt"
   grep '^{' "$BENCH_OUT/dhcp.txt" >"$BENCH_OUT/dhcp.json" || true
@@ -76,7 +79,7 @@ section_dhcprates() {
   go build -o "$BENCH_OUT/dhcp" ./bench/dhcp || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/dhcp" -anvil "$ANVIL" -json -rates "${DHCP_RATES:-2000,4000,8000}" -warmup 10s \
+  "$BENCH_OUT/dhcp" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json -rates "${DHCP_RATES:-2000,4000,8000}" -warmup 10s \
     -servers anvil,kea,dnsmasq ${DHCPRATES_ARGS:-} >"$BENCH_OUT/dhcprates.txt" \
     2> >(tee "$BENCH_OUT/dhcprates.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/dhcprates.txt"
@@ -108,7 +111,7 @@ section_tftp() {
     unpack tftpd-hpa && args+=(-tftpd-hpa "$debs/root/usr/sbin/in.tftpd")
   fi
   # shellcheck disable=SC2086
-  "$BENCH_OUT/tftpbench" -anvil "$ANVIL" -json "${args[@]}" ${TFTP_ARGS:-} >"$BENCH_OUT/tftp.txt" \
+  "$BENCH_OUT/tftpbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json "${args[@]}" ${TFTP_ARGS:-} >"$BENCH_OUT/tftp.txt" \
     2> >(tee "$BENCH_OUT/tftp.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/tftp.txt"
   grep '^{' "$BENCH_OUT/tftp.txt" >"$BENCH_OUT/tftp.json" || true
@@ -124,7 +127,7 @@ section_http() {
   go build -o "$BENCH_OUT/httpbench" ./bench/http || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/httpbench" -anvil "$ANVIL" -json ${HTTP_ARGS:-} >"$BENCH_OUT/http.txt" \
+  "$BENCH_OUT/httpbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json ${HTTP_ARGS:-} >"$BENCH_OUT/http.txt" \
     2> >(tee "$BENCH_OUT/http.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/http.txt"
   grep '^{' "$BENCH_OUT/http.txt" >"$BENCH_OUT/http.json" || true
@@ -140,7 +143,7 @@ section_image2disk() {
   go build -o "$BENCH_OUT/image2diskbench" ./bench/image2disk || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/image2diskbench" -work "$BENCH_OUT/image2disk" -json ${IMAGE2DISK_ARGS:-} >"$BENCH_OUT/image2disk.txt" \
+  "$BENCH_OUT/image2diskbench" -results "$BENCH_RESULTS" -work "$BENCH_OUT/image2disk" -json ${IMAGE2DISK_ARGS:-} >"$BENCH_OUT/image2disk.txt" \
     2> >(tee "$BENCH_OUT/image2disk.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/image2disk.txt"
   grep '^{' "$BENCH_OUT/image2disk.txt" >"$BENCH_OUT/image2disk.json" || true
@@ -155,7 +158,7 @@ section_ocirun() {
   go build -o "$BENCH_OUT/ocirunbench" ./bench/ocirun || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/ocirunbench" -json ${OCIRUN_ARGS:-} >"$BENCH_OUT/ocirun.txt" \
+  "$BENCH_OUT/ocirunbench" -results "$BENCH_RESULTS" -json ${OCIRUN_ARGS:-} >"$BENCH_OUT/ocirun.txt" \
     2> >(tee "$BENCH_OUT/ocirun.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/ocirun.txt"
   grep '^{' "$BENCH_OUT/ocirun.txt" >"$BENCH_OUT/ocirun.json" || true
@@ -172,7 +175,7 @@ section_bmcpoll() {
   go build -o "$BENCH_OUT/bmcpollbench" ./bench/bmcpoll || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/bmcpollbench" -anvil "$ANVIL" -json ${BMCPOLL_ARGS:-} >"$BENCH_OUT/bmcpoll.txt" \
+  "$BENCH_OUT/bmcpollbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json ${BMCPOLL_ARGS:-} >"$BENCH_OUT/bmcpoll.txt" \
     2> >(tee "$BENCH_OUT/bmcpoll.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/bmcpoll.txt"
   grep '^{' "$BENCH_OUT/bmcpoll.txt" >"$BENCH_OUT/bmcpoll.json" || true
@@ -187,7 +190,7 @@ section_bootenv() {
   go build -o "$BENCH_OUT/bootenvbench" ./bench/bootenv || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/bootenvbench" -json ${BOOTENV_ARGS:-} >"$BENCH_OUT/bootenv.txt" \
+  "$BENCH_OUT/bootenvbench" -results "$BENCH_RESULTS" -json ${BOOTENV_ARGS:-} >"$BENCH_OUT/bootenv.txt" \
     2> >(tee "$BENCH_OUT/bootenv.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/bootenv.txt"
   grep '^{' "$BENCH_OUT/bootenv.txt" >"$BENCH_OUT/bootenv.json" || true
@@ -200,7 +203,7 @@ section_bootenv() {
 section_apiauth() {
   go build -o "$BENCH_OUT/apiauthbench" ./bench/apiauth || return 1
   # shellcheck disable=SC2086
-  "$BENCH_OUT/apiauthbench" -anvil "$ANVIL" ${APIAUTH_ARGS:-} | tee "$BENCH_OUT/apiauth.txt"
+  "$BENCH_OUT/apiauthbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" ${APIAUTH_ARGS:-} | tee "$BENCH_OUT/apiauth.txt"
 }
 
 # install: the end-to-end install test (test/e2e TestInstall: a blank QEMU

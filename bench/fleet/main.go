@@ -47,6 +47,7 @@ import (
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/benchproc"
+	"github.com/anvilproj/anvil/internal/benchresult"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -96,6 +97,7 @@ func main() {
 	flag.BoolVar(&o.netboot, "toggle-netboot", true, "workflows set bootOptions.toggleAllowNetboot, as in examples/workflow.yaml")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "have the server write a CPU profile of the run to this file")
 	flag.StringVar(&o.memProfile, "mem-profile", "", "have the server write a heap profile (the run's allocations) to this file at exit")
+	results := benchresult.DirFlag()
 	backends := flag.String("backends", "bolt", "what to run against, in turn: bolt, kubernetes (one replica), kubernetes:N (N replicas), comma-separated")
 	flag.Parse()
 	var err error
@@ -118,6 +120,9 @@ func main() {
 			if o.jsonOut {
 				b, _ := json.Marshal(r)
 				fmt.Println(string(b))
+			}
+			if err == nil {
+				err = record(*results, o, r)
 			}
 		}
 		if err != nil {
@@ -166,20 +171,21 @@ type result struct {
 	LoadgenCPUS     float64 `json:"loadgen_cpu_total_s"`
 	// Kubernetes only: the API server's and etcd's share, and the API
 	// server's requests (all replicas') during the run, per action.
-	APIServerCPURunS     float64 `json:"apiserver_cpu_run_s,omitempty"`
-	EtcdCPURunS          float64 `json:"etcd_cpu_run_s,omitempty"`
-	APIRequestsRun       float64 `json:"apiserver_requests_run,omitempty"`
-	APIRequestsPerAction float64 `json:"apiserver_requests_per_action,omitempty"`
-	Verified             bool    `json:"verified"`
-	ServerExit           string  `json:"server_exit"`
-	RunTargetMet         *bool   `json:"run_target_met,omitempty"`
-	RSSTargetMet         bool    `json:"rss_target_met"`
-	ReportP99TargetMet   *bool   `json:"report_p99_target_met,omitempty"`
-	CPUPerCallUs         float64 `json:"server_cpu_per_call_us"` // server CPU during the run / (GetAction + ReportActionStatus calls)
-	CPUPerCallTargetMet  *bool   `json:"cpu_per_call_target_met,omitempty"`
-	Peer                 string  `json:"peer"`
-	Date                 string  `json:"date"`
-	CPUs                 int     `json:"cpus"`
+	APIServerCPURunS     float64  `json:"apiserver_cpu_run_s,omitempty"`
+	EtcdCPURunS          float64  `json:"etcd_cpu_run_s,omitempty"`
+	APIRequestsRun       float64  `json:"apiserver_requests_run,omitempty"`
+	APIRequestsPerAction float64  `json:"apiserver_requests_per_action,omitempty"`
+	Verified             bool     `json:"verified"`
+	ServerExit           string   `json:"server_exit"`
+	RunTargetMet         *bool    `json:"run_target_met,omitempty"`
+	RSSTargetMet         bool     `json:"rss_target_met"`
+	ReportP99TargetMet   *bool    `json:"report_p99_target_met,omitempty"`
+	CPUPerCallUs         float64  `json:"server_cpu_per_call_us"` // server CPU during the run / (GetAction + ReportActionStatus calls)
+	CPUPerCallTargetMet  *bool    `json:"cpu_per_call_target_met,omitempty"`
+	Peer                 string   `json:"peer"`
+	Date                 string   `json:"date"`
+	serverArgs           []string // the command line of the anvil serve measured
+	CPUs                 int      `json:"cpus"`
 }
 
 func (r *result) print(w io.Writer) {
@@ -248,6 +254,7 @@ func run(o options, b backend) (*result, error) {
 	defer dep.cleanup(o.keep)
 	defer dep.kill() // the servers' a no-op once stopped cleanly
 	srv := dep.servers[0]
+	res.serverArgs = srv.Args()
 
 	sampler := benchproc.NewRSSSampler(srv.PID)
 	defer sampler.Stop()
