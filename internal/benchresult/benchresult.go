@@ -11,6 +11,7 @@ package benchresult
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -201,9 +202,13 @@ func (r *Result) Save(dir, variant string) error {
 
 // Version is the first non-empty line a program prints when run with
 // args (e.g. "nginx", "-v"), for a peer's Version; "unknown" when it
-// cannot be run. Some programs print it on stderr, so both are read.
+// cannot be run. Some programs print it on stderr, so both are read; one
+// that does not exit within seconds (a daemon that took the flag for
+// another) is killed.
 func Version(name string, args ...string) string {
-	out, _ := exec.Command(name, args...).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	for _, line := range strings.Split(string(out), "\n") {
 		if line = strings.TrimSpace(line); line != "" {
 			return line
