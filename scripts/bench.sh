@@ -134,7 +134,7 @@ section_http() {
   return $rc
 }
 
-# image2disk: a 1 GiB zstd disk image over HTTP into a file, by the native
+# image2disk: a 1 GiB zstd disk image over HTTP from anvil serve's /images/ into a file, by the native
 # image2disk action (internal/actions) and by `curl | zstd -dc | dd
 # conv=fsync`, alternating, medians of 3 (bench/image2disk). The image is
 # made once and kept in $BENCH_OUT/image2disk; the written files go there
@@ -143,7 +143,7 @@ section_image2disk() {
   go build -o "$BENCH_OUT/image2diskbench" ./bench/image2disk || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/image2diskbench" -results "$BENCH_RESULTS" -work "$BENCH_OUT/image2disk" -json ${IMAGE2DISK_ARGS:-} >"$BENCH_OUT/image2disk.txt" \
+  "$BENCH_OUT/image2diskbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" -work "$BENCH_OUT/image2disk" -json ${IMAGE2DISK_ARGS:-} >"$BENCH_OUT/image2disk.txt" \
     2> >(tee "$BENCH_OUT/image2disk.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/image2disk.txt"
   grep '^{' "$BENCH_OUT/image2disk.txt" >"$BENCH_OUT/image2disk.json" || true
@@ -213,36 +213,15 @@ section_apiauth() {
 # marker, netbooted the same way). Target: workflow SUCCESS within floor +
 # image write + 2.5 s. Needs root (namespaces, taps).
 section_install() {
-  local runs=${INSTALL_RUNS:-3} out="$PWD/$BENCH_OUT/install.json" rc=0
-  rm -f "$out"
-  for i in $(seq 1 "$runs"); do
-    say "install run $i of $runs"
-    CI=true ANVIL_E2E_TIMINGS="$out" go test -count=1 -run 'TestInstall$' -timeout 20m ./test/e2e/ \
-      >"$BENCH_OUT/install.$i.log" 2>&1 || { rc=1; tail -40 "$BENCH_OUT/install.$i.log" >&2; }
-  done
-  [ -s "$out" ] || return 1
-  awk -F'[:,}]' '
-    { for (i = 1; i < NF; i++) { k = $i; gsub(/[ "{]/, "", k); v[k] = $(i + 1) }
-      n++; floor[n] = v["floor_s"]; write[n] = v["write_s"]; agent[n] = v["agent_s"]
-      succ[n] = v["success_s"]; margin[n] = v["margin_s"]; inst[n] = v["installed_s"] }
-    END {
-      printf "%-4s %8s %8s %10s %10s %12s %12s\n", "run", "floor", "write", "agent", "SUCCESS", "margin", "installed OS"
-      for (i = 1; i <= n; i++)
-        printf "%-4d %7.1fs %7.1fs %9.1fs %9.1fs %11.1fs %11.1fs\n", i, floor[i], write[i], agent[i], succ[i], margin[i], inst[i]
-      # median margin
-      for (i = 1; i <= n; i++) m[i] = margin[i]
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (m[j] < m[i]) { t = m[i]; m[i] = m[j]; m[j] = t }
-      med = (n % 2) ? m[(n + 1) / 2] : (m[n / 2] + m[n / 2 + 1]) / 2
-      printf "median margin over floor + write: %.1fs (target 2.5s): %s\n", med, (med <= 2.5 ? "met" : "MISSED")
-    }' "$out"
-  return $rc
+  go build -o "$BENCH_OUT/installbench" ./bench/install || return 1
+  "$BENCH_OUT/installbench" -results "$BENCH_RESULTS" -runs "${INSTALL_RUNS:-3}" -out "$BENCH_OUT"
 }
 
 run=("${SECTIONS[@]}")
 [ $# -gt 0 ] && run=("$@")
-# Sections that do not run the anvil binary (image2disk and ocirun run the action
+# Sections that do not run the anvil binary (ocirun runs the action
 # package directly).
-if [ "${run[*]}" != "image2disk" ] && [ "${run[*]}" != "bootenv" ] && [ "${run[*]}" != "install" ] && [ "${run[*]}" != "ocirun" ] && [ ! -x "$ANVIL" ]; then
+if [ "${run[*]}" != "bootenv" ] && [ "${run[*]}" != "install" ] && [ "${run[*]}" != "ocirun" ] && [ ! -x "$ANVIL" ]; then
   say "$ANVIL not found: run \`make build\` first (or set ANVIL)"
   exit 1
 fi
