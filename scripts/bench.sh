@@ -236,6 +236,16 @@ for s in "${run[@]}"; do
   "section_$s" || failed+=("$s")
   echo
 done
+# Every result file must validate (its server under test `anvil serve`):
+# bench/table refuses any that does not, and regenerates docs/benchmarks.md's
+# table from bench/results.
+doc=docs/benchmarks.md
+[ "$BENCH_RESULTS" = bench/results ] || doc=""
+if go run ./bench/table -results "$BENCH_RESULTS" -doc "$doc"; then
+  [ -n "$doc" ] && say "regenerated the table of $doc from $BENCH_RESULTS/*.json"
+else
+  failed+=("table")
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   say "FAILED: ${failed[*]}"
   exit 1

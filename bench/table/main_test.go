@@ -109,3 +109,15 @@ func TestNeedsMarkers(t *testing.T) {
 		t.Errorf("an empty results directory: %v", err)
 	}
 }
+
+func TestValidateOnly(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "", result("http", benchresult.Goal{Measure: "m", Target: "t", Result: "r", Met: true}))
+	if err := run(dir, "", false); err != nil {
+		t.Errorf("valid results, no document: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "x.json"), []byte(`{"bench":"x","server":{"name":"anvil serve","options":["dnsmasq"]}}`), 0o644)
+	if err := run(dir, "", false); err == nil {
+		t.Error("an invalid result passed the check")
+	}
+}
