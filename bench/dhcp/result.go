@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/anvilproj/anvil/internal/benchresult"
 )
@@ -42,11 +43,14 @@ func byServer(results []*result) map[string]*result {
 
 // clientFigures says how the load was generated.
 func clientFigures(o options, rate string, summary map[string]any) map[string]any {
+	args := perfdhcpArgs(o.clients, 0, int(math.Ceil(o.duration.Seconds())))
+	if i := slices.Index(args, "-r"); i >= 0 {
+		args[i+1] = "RATE" // each trial's, in the samples
+	}
 	summary["client"] = map[string]any{
 		"program": benchresult.Version("perfdhcp", "-v"),
-		"command": append([]string{"ip", "netns", "exec", "vc"},
-			perfdhcpArgs(o.clients, 0, int(math.Ceil(o.duration.Seconds())))...),
-		"rate": rate,
+		"command": append([]string{"ip", "netns", "exec", "anvb-cli-PID"}, args...),
+		"rate":    rate,
 	}
 	return summary
 }
