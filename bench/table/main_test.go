@@ -121,3 +121,23 @@ func TestValidateOnly(t *testing.T) {
 		t.Error("an invalid result passed the check")
 	}
 }
+
+// FuzzSplice: a document splices only with its markers once each, and
+// then keeps everything outside them and holds the table between them.
+func FuzzSplice(f *testing.F) {
+	f.Add(docText)
+	f.Add(End + "\n" + Begin + "\n")
+	f.Add(Begin + End)
+	f.Fuzz(func(t *testing.T, doc string) {
+		out, err := splice([]byte(doc), "TABLE\n")
+		if err != nil {
+			return
+		}
+		got := string(out)
+		before, _, _ := strings.Cut(doc, Begin)
+		_, after, _ := strings.Cut(doc, End)
+		if !strings.HasPrefix(got, before+Begin+"\n\nTABLE\n\n"+End) || !strings.HasSuffix(got, End+after) {
+			t.Errorf("splice(%q) = %q", doc, got)
+		}
+	})
+}

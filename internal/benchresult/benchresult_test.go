@@ -150,3 +150,30 @@ func TestVersion(t *testing.T) {
 		t.Errorf("Version of a missing program = %q", v)
 	}
 }
+
+// FuzzRead: whatever a file holds, Read returns an error or a result
+// that validates; it never returns one naming another server under test.
+func FuzzRead(f *testing.F) {
+	b, _ := valid().Marshal()
+	f.Add(b)
+	f.Add([]byte(`{"bench":"x","server":{"name":"anvil serve","options":["nginx","serve"]}}`))
+	f.Add([]byte(`{"bench":"x","subject":{"name":"anvil","options":["x"]},"server":{"name":"anvil serve"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "r.json")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Read(path)
+		if err != nil {
+			return
+		}
+		if err := r.Validate(); err != nil {
+			t.Errorf("Read returned a result that does not validate: %v", err)
+		}
+		if r.Subject == nil {
+			if err := CheckServer(r.Server); err != nil {
+				t.Errorf("Read accepted server %+v: %v", r.Server, err)
+			}
+		}
+	})
+}
