@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # bench.sh runs Anvil's benchmarks and prints their tables. `make bench` runs
 # it after `make build`. Each benchmark is a section: a shell function named
-# section_<name>, listed in SECTIONS in the order they run. Later issues add
-# theirs (DHCP and TFTP peers) the same way.
+# section_<name>, listed in SECTIONS in the order they run. Each writes its
+# result file (internal/benchresult) into $BENCH_RESULTS; at the end every
+# result there must validate (its server under test `anvil serve`), and
+# docs/benchmarks.md's summary table is regenerated from bench/results/
+# (bench/table): a result that does not validate fails the run.
 #
 #   scripts/bench.sh                     # every section
 #   scripts/bench.sh fleet               # only the named sections
