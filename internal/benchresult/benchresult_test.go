@@ -2,6 +2,7 @@ package benchresult
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -176,4 +177,37 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCommitIgnoresResultFiles: a result file rewritten by an earlier
+// section does not make the next section's tree "dirty"; any other
+// tracked change does.
+func TestCommitIgnoresResultFiles(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	dir := t.TempDir()
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	os.MkdirAll(filepath.Join(dir, DefaultDir), 0o755)
+	os.WriteFile(filepath.Join(dir, DefaultDir, "x.json"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main"), 0o644)
+	git("add", ".")
+	git("commit", "-q", "-m", "x")
+	t.Chdir(filepath.Join(dir, "bench")) // a bench may run below the root
+	os.WriteFile(filepath.Join(dir, DefaultDir, "x.json"), []byte(`{"new":1}`), 0o644)
+	if c := Commit(); strings.HasSuffix(c, "+dirty") || len(c) != 40 {
+		t.Errorf("Commit = %q after a result file changed, want the clean commit", c)
+	}
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main // changed"), 0o644)
+	if c := Commit(); !strings.HasSuffix(c, "+dirty") {
+		t.Errorf("Commit = %q after code changed, want +dirty", c)
+	}
 }
