@@ -120,7 +120,7 @@ func recordRates(o options, res *benchresult.Result, results []*result, summary 
 			g.Result = fmt.Sprintf("%.1f µs (%.2f×), %d drops", at.CPUPerExchange, q, drops(at))
 			g.Peer = fmt.Sprintf("Kea %.1f µs, %d drops", kt.CPUPerExchange, drops(kt))
 			g.Met = q <= 0.5
-			if drops(kt) == 0 {
+			if drops(kt) == 0 && rate > clean { // -rates need not be in order
 				clean = rate
 			}
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/anvilproj/anvil/internal/benchresult"
 )
@@ -108,7 +107,7 @@ func record(res *benchresult.Result, cfg config, servers []*server, rows []*row)
 		}
 	}
 	res.Figures = map[string]any{"runs": cfg.runs, "medians": rows, "netns": cfg.netns,
-		"clients": map[string]string{"atftp": benchresult.Version(filepath.Base(mustLook("atftp")), "--version"), "curl": benchresult.Version("curl", "--version")}}
+		"clients": map[string]string{"atftp": benchresult.Version("atftp", "--version"), "curl": benchresult.Version("curl", "--version")}}
 	res.Samples = samples
 	return res.Save(cfg.results, "")
 }
