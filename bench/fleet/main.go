@@ -171,21 +171,24 @@ type result struct {
 	LoadgenCPUS     float64 `json:"loadgen_cpu_total_s"`
 	// Kubernetes only: the API server's and etcd's share, and the API
 	// server's requests (all replicas') during the run, per action.
-	APIServerCPURunS     float64  `json:"apiserver_cpu_run_s,omitempty"`
-	EtcdCPURunS          float64  `json:"etcd_cpu_run_s,omitempty"`
-	APIRequestsRun       float64  `json:"apiserver_requests_run,omitempty"`
-	APIRequestsPerAction float64  `json:"apiserver_requests_per_action,omitempty"`
-	Verified             bool     `json:"verified"`
-	ServerExit           string   `json:"server_exit"`
-	RunTargetMet         *bool    `json:"run_target_met,omitempty"`
-	RSSTargetMet         bool     `json:"rss_target_met"`
-	ReportP99TargetMet   *bool    `json:"report_p99_target_met,omitempty"`
-	CPUPerCallUs         float64  `json:"server_cpu_per_call_us"` // server CPU during the run / (GetAction + ReportActionStatus calls)
-	CPUPerCallTargetMet  *bool    `json:"cpu_per_call_target_met,omitempty"`
-	Peer                 string   `json:"peer"`
-	Date                 string   `json:"date"`
-	serverArgs           []string // the command line of the anvil serve measured
-	CPUs                 int      `json:"cpus"`
+	APIServerCPURunS     float64 `json:"apiserver_cpu_run_s,omitempty"`
+	EtcdCPURunS          float64 `json:"etcd_cpu_run_s,omitempty"`
+	APIRequestsRun       float64 `json:"apiserver_requests_run,omitempty"`
+	APIRequestsPerAction float64 `json:"apiserver_requests_per_action,omitempty"`
+	Verified             bool    `json:"verified"`
+	ServerExit           string  `json:"server_exit"`
+	RunTargetMet         *bool   `json:"run_target_met,omitempty"`
+	RSSTargetMet         bool    `json:"rss_target_met"`
+	ReportP99TargetMet   *bool   `json:"report_p99_target_met,omitempty"`
+	CPUPerCallUs         float64 `json:"server_cpu_per_call_us"` // server CPU during the run / (GetAction + ReportActionStatus calls)
+	CPUPerCallTargetMet  *bool   `json:"cpu_per_call_target_met,omitempty"`
+	Peer                 string  `json:"peer"`
+	Date                 string  `json:"date"`
+	CPUs                 int     `json:"cpus"`
+
+	// serverArgs is the command line of the anvil serve measured, for
+	// the result file.
+	serverArgs []string
 }
 
 func (r *result) print(w io.Writer) {
