@@ -497,7 +497,8 @@ func logTimings(t *testing.T, label string, x installTimings, server *anvil) {
 	if out := os.Getenv("ANVIL_E2E_TIMINGS"); out != "" {
 		b, err := json.Marshal(map[string]any{"test": label, "floor_s": x.floor.Seconds(), "write_s": x.write.Seconds(),
 			"agent_s": x.agent.Seconds(), "success_s": x.success.Seconds(), "margin_s": x.margin().Seconds(),
-			"installed_s": x.installed.Seconds(), "server": append([]string{assets.anvil}, server.args...)})
+			"installed_s": x.installed.Seconds(), "server": append([]string{assets.anvil}, server.args...),
+			"server_version": anvilVersion()})
 		if err != nil {
 			t.Errorf("ANVIL_E2E_TIMINGS: %v", err)
 			return
@@ -513,6 +514,16 @@ func logTimings(t *testing.T, label string, x installTimings, server *anvil) {
 			t.Errorf("ANVIL_E2E_TIMINGS: %v", err)
 		}
 	}
+}
+
+// anvilVersion is what the binary under test says of itself: the test's
+// build is removed with the test, so the timings line keeps it.
+func anvilVersion() string {
+	out, err := exec.Command(assets.anvil, "version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // timings gathers an install's timings, with the floor measured apart.
