@@ -144,7 +144,8 @@ lint:
 demo: build
 	@scripts/demo.sh
 
-# bench: the fleet benchmark at 1,000 and 10,000 simulated machines.
+# bench: every benchmark section of scripts/bench.sh, each writing its result
+# file to bench/results/, then docs/benchmarks.md's table regenerated from them.
 bench: build
 	@scripts/bench.sh
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # bench.sh runs Anvil's benchmarks and prints their tables. `make bench` runs
 # it after `make build`. Each benchmark is a section: a shell function named
-# section_<name>, listed in SECTIONS in the order they run. Later issues add
-# theirs (DHCP and TFTP peers) the same way.
+# section_<name>, listed in SECTIONS in the order they run. Each writes its
+# result file (internal/benchresult) into $BENCH_RESULTS; at the end every
+# result there must validate (its server under test `anvil serve`), and
+# docs/benchmarks.md's summary table is regenerated from bench/results/
+# (bench/table): a result that does not validate fails the run.
 #
 #   scripts/bench.sh                     # every section
 #   scripts/bench.sh fleet               # only the named sections
@@ -13,6 +16,8 @@
 #   FLEET_SIZES  machine counts for the fleet bench (default "1000 10000")
 #   FLEET_ARGS   extra flags for bench/fleet (e.g. "-action-time 1s")
 #   BENCH_OUT    directory for each run's output and JSON line (default bench/out)
+#   BENCH_RESULTS directory for each run's result file (internal/benchresult;
+#                default bench/results, committed with the figures it holds)
 #   DHCP_ARGS    extra flags for bench/dhcp (e.g. "-duration 5s -servers anvil,kea")
 #   DHCP_RATES   offered rates of the dhcprates section (default "2000,4000,8000")
 #   DHCPRATES_ARGS extra flags for bench/dhcp in the dhcprates section
@@ -34,6 +39,7 @@ ANVIL=${ANVIL:-bin/anvil}
 FLEET_SIZES=${FLEET_SIZES:-"1000 10000"}
 FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
+BENCH_RESULTS=${BENCH_RESULTS:-bench/results}
 
 SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll storm)
 
@@ -47,7 +53,7 @@ section_fleet() {
   for n in $FLEET_SIZES; do
     say "fleet: N=$n"
     # shellcheck disable=SC2086
-    "$BENCH_OUT/fleet" -n "$n" -anvil "$ANVIL" -json $FLEET_ARGS >"$BENCH_OUT/fleet-$n.txt" \
+    "$BENCH_OUT/fleet" -results "$BENCH_RESULTS" -n "$n" -anvil "$ANVIL" -json $FLEET_ARGS >"$BENCH_OUT/fleet-$n.txt" \
       2> >(tee "$BENCH_OUT/fleet-$n.log" >&2) || rc=1
     grep -v '^{' "$BENCH_OUT/fleet-$n.txt"
     grep '^{' "$BENCH_OUT/fleet-$n.txt" >"$BENCH_OUT/fleet-$n.json" || true
@@ -63,7 +69,7 @@ section_dhcp() {
   go build -o "$BENCH_OUT/dhcp" ./bench/dhcp || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/dhcp" -anvil "$ANVIL" -json ${DHCP_ARGS:-} >"$BENCH_OUT/dhcp.txt" \
+  "$BENCH_OUT/dhcp" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json ${DHCP_ARGS:-} >"$BENCH_OUT/dhcp.txt" \
     2> >(tee "$BENCH_OUT/dhcp.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/dhcp.txt"
   grep '^{' "$BENCH_OUT/dhcp.txt" >"$BENCH_OUT/dhcp.json" || true
@@ -78,7 +84,7 @@ section_dhcprates() {
   go build -o "$BENCH_OUT/dhcp" ./bench/dhcp || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/dhcp" -anvil "$ANVIL" -json -rates "${DHCP_RATES:-2000,4000,8000}" -warmup 10s \
+  "$BENCH_OUT/dhcp" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json -rates "${DHCP_RATES:-2000,4000,8000}" -warmup 10s \
     -servers anvil,kea,dnsmasq ${DHCPRATES_ARGS:-} >"$BENCH_OUT/dhcprates.txt" \
     2> >(tee "$BENCH_OUT/dhcprates.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/dhcprates.txt"
@@ -110,7 +116,7 @@ section_tftp() {
     unpack tftpd-hpa && args+=(-tftpd-hpa "$debs/root/usr/sbin/in.tftpd")
   fi
   # shellcheck disable=SC2086
-  "$BENCH_OUT/tftpbench" -anvil "$ANVIL" -json "${args[@]}" ${TFTP_ARGS:-} >"$BENCH_OUT/tftp.txt" \
+  "$BENCH_OUT/tftpbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json "${args[@]}" ${TFTP_ARGS:-} >"$BENCH_OUT/tftp.txt" \
     2> >(tee "$BENCH_OUT/tftp.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/tftp.txt"
   grep '^{' "$BENCH_OUT/tftp.txt" >"$BENCH_OUT/tftp.json" || true
@@ -126,14 +132,14 @@ section_http() {
   go build -o "$BENCH_OUT/httpbench" ./bench/http || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/httpbench" -anvil "$ANVIL" -json ${HTTP_ARGS:-} >"$BENCH_OUT/http.txt" \
+  "$BENCH_OUT/httpbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json ${HTTP_ARGS:-} >"$BENCH_OUT/http.txt" \
     2> >(tee "$BENCH_OUT/http.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/http.txt"
   grep '^{' "$BENCH_OUT/http.txt" >"$BENCH_OUT/http.json" || true
   return $rc
 }
 
-# image2disk: a 1 GiB zstd disk image over HTTP into a file, by the native
+# image2disk: a 1 GiB zstd disk image over HTTP from anvil serve's /images/ into a file, by the native
 # image2disk action (internal/actions) and by `curl | zstd -dc | dd
 # conv=fsync`, alternating, medians of 3 (bench/image2disk). The image is
 # made once and kept in $BENCH_OUT/image2disk; the written files go there
@@ -142,7 +148,7 @@ section_image2disk() {
   go build -o "$BENCH_OUT/image2diskbench" ./bench/image2disk || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/image2diskbench" -work "$BENCH_OUT/image2disk" -json ${IMAGE2DISK_ARGS:-} >"$BENCH_OUT/image2disk.txt" \
+  "$BENCH_OUT/image2diskbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" -work "$BENCH_OUT/image2disk" -json ${IMAGE2DISK_ARGS:-} >"$BENCH_OUT/image2disk.txt" \
     2> >(tee "$BENCH_OUT/image2disk.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/image2disk.txt"
   grep '^{' "$BENCH_OUT/image2disk.txt" >"$BENCH_OUT/image2disk.json" || true
@@ -157,7 +163,7 @@ section_ocirun() {
   go build -o "$BENCH_OUT/ocirunbench" ./bench/ocirun || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/ocirunbench" -json ${OCIRUN_ARGS:-} >"$BENCH_OUT/ocirun.txt" \
+  "$BENCH_OUT/ocirunbench" -results "$BENCH_RESULTS" -json ${OCIRUN_ARGS:-} >"$BENCH_OUT/ocirun.txt" \
     2> >(tee "$BENCH_OUT/ocirun.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/ocirun.txt"
   grep '^{' "$BENCH_OUT/ocirun.txt" >"$BENCH_OUT/ocirun.json" || true
@@ -174,7 +180,7 @@ section_bmcpoll() {
   go build -o "$BENCH_OUT/bmcpollbench" ./bench/bmcpoll || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/bmcpollbench" -anvil "$ANVIL" -json ${BMCPOLL_ARGS:-} >"$BENCH_OUT/bmcpoll.txt" \
+  "$BENCH_OUT/bmcpollbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" -json ${BMCPOLL_ARGS:-} >"$BENCH_OUT/bmcpoll.txt" \
     2> >(tee "$BENCH_OUT/bmcpoll.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/bmcpoll.txt"
   grep '^{' "$BENCH_OUT/bmcpoll.txt" >"$BENCH_OUT/bmcpoll.json" || true
@@ -206,7 +212,7 @@ section_bootenv() {
   go build -o "$BENCH_OUT/bootenvbench" ./bench/bootenv || return 1
   local rc=0
   # shellcheck disable=SC2086
-  "$BENCH_OUT/bootenvbench" -json ${BOOTENV_ARGS:-} >"$BENCH_OUT/bootenv.txt" \
+  "$BENCH_OUT/bootenvbench" -results "$BENCH_RESULTS" -json ${BOOTENV_ARGS:-} >"$BENCH_OUT/bootenv.txt" \
     2> >(tee "$BENCH_OUT/bootenv.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/bootenv.txt"
   grep '^{' "$BENCH_OUT/bootenv.txt" >"$BENCH_OUT/bootenv.json" || true
@@ -219,7 +225,7 @@ section_bootenv() {
 section_apiauth() {
   go build -o "$BENCH_OUT/apiauthbench" ./bench/apiauth || return 1
   # shellcheck disable=SC2086
-  "$BENCH_OUT/apiauthbench" -anvil "$ANVIL" ${APIAUTH_ARGS:-} | tee "$BENCH_OUT/apiauth.txt"
+  "$BENCH_OUT/apiauthbench" -results "$BENCH_RESULTS" -anvil "$ANVIL" ${APIAUTH_ARGS:-} | tee "$BENCH_OUT/apiauth.txt"
 }
 
 # install: the end-to-end install test (test/e2e TestInstall: a blank QEMU
@@ -229,36 +235,15 @@ section_apiauth() {
 # marker, netbooted the same way). Target: workflow SUCCESS within floor +
 # image write + 2.5 s. Needs root (namespaces, taps).
 section_install() {
-  local runs=${INSTALL_RUNS:-3} out="$PWD/$BENCH_OUT/install.json" rc=0
-  rm -f "$out"
-  for i in $(seq 1 "$runs"); do
-    say "install run $i of $runs"
-    CI=true ANVIL_E2E_TIMINGS="$out" go test -count=1 -run 'TestInstall$' -timeout 20m ./test/e2e/ \
-      >"$BENCH_OUT/install.$i.log" 2>&1 || { rc=1; tail -40 "$BENCH_OUT/install.$i.log" >&2; }
-  done
-  [ -s "$out" ] || return 1
-  awk -F'[:,}]' '
-    { for (i = 1; i < NF; i++) { k = $i; gsub(/[ "{]/, "", k); v[k] = $(i + 1) }
-      n++; floor[n] = v["floor_s"]; write[n] = v["write_s"]; agent[n] = v["agent_s"]
-      succ[n] = v["success_s"]; margin[n] = v["margin_s"]; inst[n] = v["installed_s"] }
-    END {
-      printf "%-4s %8s %8s %10s %10s %12s %12s\n", "run", "floor", "write", "agent", "SUCCESS", "margin", "installed OS"
-      for (i = 1; i <= n; i++)
-        printf "%-4d %7.1fs %7.1fs %9.1fs %9.1fs %11.1fs %11.1fs\n", i, floor[i], write[i], agent[i], succ[i], margin[i], inst[i]
-      # median margin
-      for (i = 1; i <= n; i++) m[i] = margin[i]
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (m[j] < m[i]) { t = m[i]; m[i] = m[j]; m[j] = t }
-      med = (n % 2) ? m[(n + 1) / 2] : (m[n / 2] + m[n / 2 + 1]) / 2
-      printf "median margin over floor + write: %.1fs (target 2.5s): %s\n", med, (med <= 2.5 ? "met" : "MISSED")
-    }' "$out"
-  return $rc
+  go build -o "$BENCH_OUT/installbench" ./bench/install || return 1
+  "$BENCH_OUT/installbench" -results "$BENCH_RESULTS" -runs "${INSTALL_RUNS:-3}" -out "$BENCH_OUT"
 }
 
 run=("${SECTIONS[@]}")
 [ $# -gt 0 ] && run=("$@")
-# Sections that do not run the anvil binary (image2disk and ocirun run the action
+# Sections that do not run the anvil binary (ocirun runs the action
 # package directly).
-if [ "${run[*]}" != "image2disk" ] && [ "${run[*]}" != "bootenv" ] && [ "${run[*]}" != "install" ] && [ "${run[*]}" != "ocirun" ] && [ ! -x "$ANVIL" ]; then
+if [ "${run[*]}" != "bootenv" ] && [ "${run[*]}" != "install" ] && [ "${run[*]}" != "ocirun" ] && [ ! -x "$ANVIL" ]; then
   say "$ANVIL not found: run \`make build\` first (or set ANVIL)"
   exit 1
 fi
@@ -273,6 +258,16 @@ for s in "${run[@]}"; do
   "section_$s" || failed+=("$s")
   echo
 done
+# Every result file must validate (its server under test `anvil serve`):
+# bench/table refuses any that does not, and regenerates docs/benchmarks.md's
+# table from bench/results.
+doc=docs/benchmarks.md
+[ "$BENCH_RESULTS" = bench/results ] || doc=""
+if go run ./bench/table -results "$BENCH_RESULTS" -doc "$doc"; then
+  [ -n "$doc" ] && say "regenerated the table of $doc from $BENCH_RESULTS/*.json"
+else
+  failed+=("table")
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   say "FAILED: ${failed[*]}"
   exit 1

@@ -36,6 +36,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/benchresult"
 	"github.com/anvilproj/anvil/internal/clientheader"
 	"github.com/anvilproj/anvil/internal/server"
 )
@@ -50,15 +51,18 @@ func main() {
 	clients := flag.Int("clients", 8, "concurrent callers")
 	duration := flag.Duration("duration", 5*time.Second, "measured time per round")
 	warmup := flag.Duration("warmup", time.Second, "unmeasured time before each round")
+	results := benchresult.DirFlag()
 	flag.Parse()
-	if err := run(*anvil, *rounds, *clients, *duration, *warmup); err != nil {
+	if err := run(*anvil, *rounds, *clients, *duration, *warmup, *results); err != nil {
 		fmt.Fprintln(os.Stderr, "apiauthbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, rounds, clients int, duration, warmup time.Duration) error {
+func run(bin string, rounds, clients int, duration, warmup time.Duration, dir string) error {
+	res := benchresult.New("apiauth")
 	results := map[bool][]float64{}
+	argv := map[bool][]string{}
 	for r := range rounds {
 		// Alternate the order, so neither mode always runs on a warmer
 		// (or more throttled) machine.
@@ -67,10 +71,11 @@ func run(bin string, rounds, clients int, duration, warmup time.Duration) error 
 			order = []bool{true, false}
 		}
 		for _, authOn := range order {
-			rate, err := round(bin, authOn, clients, duration, warmup)
+			rate, args, err := round(bin, authOn, clients, duration, warmup)
 			if err != nil {
 				return err
 			}
+			argv[authOn] = args
 			fmt.Printf("round %d auth %-3s %9.0f calls/s\n", r+1, onOff(authOn), rate)
 			results[authOn] = append(results[authOn], rate)
 		}
@@ -85,6 +90,23 @@ func run(bin string, rounds, clients int, duration, warmup time.Duration) error 
 	fmt.Printf("  auth off (--insecure-no-auth)      %9.0f calls/s\n", off)
 	fmt.Printf("  auth on (ES256 token, every call)  %9.0f calls/s\n", on)
 	fmt.Printf("  ratio on/off %.2f (target >= %.2f): %s\n", ratio, targetRatio, verdict)
+
+	version := benchresult.Version(bin, "version")
+	res.Server = benchresult.AnvilServer(version, argv[true])
+	res.Peers = []benchresult.Program{{Name: "anvil serve with authentication off (the baseline)", Version: version, Options: argv[false]}}
+	g := benchresult.Goal{Measure: fmt.Sprintf("HardwareService.Get calls/s, %d clients, authentication on over off", clients),
+		Target: fmt.Sprintf("≥ %.1f×", targetRatio), Result: fmt.Sprintf("%.2f× (%.0f calls/s)", ratio, on),
+		Peer: fmt.Sprintf("off: %.0f calls/s", off), Met: ratio >= targetRatio}
+	if !g.Met {
+		g.Reason = "docs/benchmarks.md#authentication-benchapiauth"
+	}
+	res.Goals = []benchresult.Goal{g}
+	res.Figures = map[string]any{"rounds": rounds, "clients": clients, "duration_s": duration.Seconds(), "warmup_s": warmup.Seconds(),
+		"median_on": on, "median_off": off}
+	res.Samples = map[string][]float64{"auth_on_calls_per_s": results[true], "auth_off_calls_per_s": results[false]}
+	if err := res.Save(dir, ""); err != nil {
+		return err
+	}
 	if ratio < targetRatio {
 		return errors.New("target missed")
 	}
@@ -105,22 +127,22 @@ func median(xs []float64) float64 {
 }
 
 // round starts a server and measures calls per second against it.
-func round(bin string, authOn bool, clients int, duration, warmup time.Duration) (float64, error) {
+func round(bin string, authOn bool, clients int, duration, warmup time.Duration) (rate float64, argv []string, err error) {
 	dir, err := os.MkdirTemp("", "apiauthbench-")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer os.RemoveAll(dir)
 	// The ports are bound here and passed to the server (socket
 	// activation): nothing can take them between their choice and its start.
 	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer httpLn.Close() // the child has its own copy
 	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer grpcLn.Close()
 	args := []string{"serve", "--data-dir", dir, "--bind", "127.0.0.1",
@@ -129,16 +151,17 @@ func round(bin string, authOn bool, clients int, duration, warmup time.Duration)
 		args = append(args, "--insecure-no-auth")
 	}
 	cmd := exec.Command(bin, args...)
+	argv = append([]string{bin}, args...) // before PassListeners puts a shell in front
 	cmd.Stderr = os.Stderr
 	if err := server.PassListeners(cmd, server.Listeners{HTTP: httpLn, GRPC: grpcLn}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	err = cmd.Start()
 	for _, f := range cmd.ExtraFiles {
 		f.Close()
 	}
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer func() {
 		_ = cmd.Process.Signal(os.Interrupt)
@@ -146,13 +169,13 @@ func round(bin string, authOn bool, clients int, duration, warmup time.Duration)
 	}()
 	base := "http://" + httpLn.Addr().String()
 	if err := waitReady(base); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	token := ""
 	if authOn {
 		b, err := os.ReadFile(filepath.Join(dir, "auth", "admin.token"))
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		token = strings.TrimSpace(string(b))
 	}
@@ -166,11 +189,11 @@ func round(bin string, authOn bool, clients int, duration, warmup time.Duration)
 		clientheader.Set("Authorization", auth))
 	spec, err := structpb.NewStruct(map[string]any{"interfaces": []any{map[string]any{"dhcp": map[string]any{"mac": "52:54:00:00:00:01"}}}})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if _, err := hc.Create(context.Background(), connect.NewRequest(&v1.CreateHardwareRequest{Hardware: &v1.Hardware{
 		Metadata: &v1.ObjectMeta{Name: "bench"}, Spec: spec}})); err != nil {
-		return 0, fmt.Errorf("create hardware: %w", err)
+		return 0, nil, fmt.Errorf("create hardware: %w", err)
 	}
 
 	var counted atomic.Bool
@@ -206,9 +229,9 @@ func round(bin string, authOn bool, clients int, duration, warmup time.Duration)
 	cancel()
 	wg.Wait()
 	if err, ok := firstErr.Load().(error); ok {
-		return 0, fmt.Errorf("auth %s: Get: %w", onOff(authOn), err)
+		return 0, nil, fmt.Errorf("auth %s: Get: %w", onOff(authOn), err)
 	}
-	return float64(calls.Load()) / elapsed.Seconds(), nil
+	return float64(calls.Load()) / elapsed.Seconds(), argv, nil
 }
 
 func waitReady(base string) error {

@@ -54,6 +54,7 @@ import (
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/benchproc"
+	"github.com/anvilproj/anvil/internal/benchresult"
 )
 
 const (
@@ -85,6 +86,7 @@ func main() {
 	flag.BoolVar(&o.jsonOut, "json", false, "also print the figures as one JSON line")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data directory (and the server log)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	results := benchresult.DirFlag()
 	flag.Parse()
 	if o.n < 1 || o.n > 250*250 || o.jobs > o.n {
 		fmt.Fprintln(os.Stderr, "bmcpoll: -n must be 1..62500 and -jobs at most -n")
@@ -97,6 +99,9 @@ func main() {
 			b, _ := json.Marshal(r)
 			fmt.Println(string(b))
 		}
+		if err == nil {
+			err = r.record(*results, o)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bmcpoll: FAIL:", err)
@@ -105,35 +110,65 @@ func main() {
 }
 
 type result struct {
-	BMCs              int     `json:"bmcs"`
-	Concurrency       int     `json:"concurrency"`
-	IntervalS         float64 `json:"interval_s"`
-	Jobs              int     `json:"jobs"`
-	SweepS            float64 `json:"first_sweep_s"`
-	SweepPollsOK      int     `json:"first_sweep_polls_ok"`
-	SweepBusy         int     `json:"first_sweep_busy"`
-	SweepPollsPerS    float64 `json:"first_sweep_polls_per_s"`
-	SweepCPUS         float64 `json:"first_sweep_server_cpu_s"`
-	AllKnownS         float64 `json:"all_known_s"`
-	JobsCompleted     int     `json:"jobs_completed"`
-	RoundS            float64 `json:"steady_round_s"`
-	RoundPolls        int     `json:"steady_round_polls"`
-	CPUPerPollMs      float64 `json:"server_cpu_per_poll_ms"`
-	Followed          int     `json:"power_changes_followed"`
-	Changed           int     `json:"power_changes"`
-	PeakRSSMiB        float64 `json:"server_peak_rss_mib"`
-	ServerCPUS        float64 `json:"server_cpu_total_s"`
-	BMCsCPUS          float64 `json:"bmcs_cpu_total_s"`
-	MaxSessions       int     `json:"max_sessions_on_one_bmc"`
-	SessionsLeft      int     `json:"sessions_left_open"`
-	PowerReads        int64   `json:"power_reads"`
-	Verified          bool    `json:"verified"`
-	ServerExit        string  `json:"server_exit"`
-	Peer              string  `json:"peer"`
-	Date              string  `json:"date"`
-	CPUs              int     `json:"cpus"`
-	FailedPolls       int     `json:"failed_polls"`
-	FirstSweepPending int     `json:"-"`
+	BMCs              int      `json:"bmcs"`
+	Concurrency       int      `json:"concurrency"`
+	IntervalS         float64  `json:"interval_s"`
+	Jobs              int      `json:"jobs"`
+	SweepS            float64  `json:"first_sweep_s"`
+	SweepPollsOK      int      `json:"first_sweep_polls_ok"`
+	SweepBusy         int      `json:"first_sweep_busy"`
+	SweepPollsPerS    float64  `json:"first_sweep_polls_per_s"`
+	SweepCPUS         float64  `json:"first_sweep_server_cpu_s"`
+	AllKnownS         float64  `json:"all_known_s"`
+	JobsCompleted     int      `json:"jobs_completed"`
+	RoundS            float64  `json:"steady_round_s"`
+	RoundPolls        int      `json:"steady_round_polls"`
+	CPUPerPollMs      float64  `json:"server_cpu_per_poll_ms"`
+	Followed          int      `json:"power_changes_followed"`
+	Changed           int      `json:"power_changes"`
+	PeakRSSMiB        float64  `json:"server_peak_rss_mib"`
+	ServerCPUS        float64  `json:"server_cpu_total_s"`
+	BMCsCPUS          float64  `json:"bmcs_cpu_total_s"`
+	MaxSessions       int      `json:"max_sessions_on_one_bmc"`
+	SessionsLeft      int      `json:"sessions_left_open"`
+	PowerReads        int64    `json:"power_reads"`
+	Verified          bool     `json:"verified"`
+	ServerExit        string   `json:"server_exit"`
+	Peer              string   `json:"peer"`
+	Date              string   `json:"date"`
+	CPUs              int      `json:"cpus"`
+	FailedPolls       int      `json:"failed_polls"`
+	FirstSweepPending int      `json:"-"`
+	serverArgs        []string // the measured anvil serve's command line
+	started           *benchresult.Result
+}
+
+// record writes the run's result file. There is no peer (see Peer), so
+// the goals are the run's own checks: every poll bounded to one session
+// per BMC, every power change followed; the sweep's time and the server's
+// CPU and memory are reported, with nothing to hold them against.
+func (r *result) record(dir string, o options) error {
+	br := r.started
+	br.Server = benchresult.AnvilServer(benchresult.Version(o.anvil, "version"), r.serverArgs)
+	scale := fmt.Sprintf("%d IPMI BMCs on loopback, %d polled at once, %d Jobs beside", r.BMCs, r.Concurrency, r.Jobs)
+	br.Goals = []benchresult.Goal{
+		{Measure: "sessions open at once on one BMC, " + scale, Target: "≤ 1", Result: fmt.Sprint(r.MaxSessions), Met: r.MaxSessions <= 1},
+		{Measure: "power changes made behind Anvil's back, followed in one round", Target: "all",
+			Result: fmt.Sprintf("%d of %d", r.Followed, r.Changed), Met: r.Changed > 0 && r.Followed == r.Changed},
+		{Measure: "first full sweep, " + scale, Target: "reported (no peer runs outside Kubernetes)",
+			Result: fmt.Sprintf("%.2f s, %.2f s server CPU, peak RSS %.0f MiB; %.2f ms server CPU per poll in the steady round",
+				r.SweepS, r.SweepCPUS, r.PeakRSSMiB, r.CPUPerPollMs), Met: r.Verified},
+	}
+	for i := range br.Goals {
+		if !br.Goals[i].Met {
+			br.Goals[i].Reason = "docs/benchmarks.md#bmc-power-state-polling-benchbmcpoll"
+		}
+	}
+	br.Figures = r
+	br.Samples = map[string]any{"first_sweep_s": r.SweepS, "first_sweep_polls_ok": r.SweepPollsOK, "first_sweep_busy": r.SweepBusy,
+		"steady_round_s": r.RoundS, "steady_round_polls": r.RoundPolls, "max_sessions_on_one_bmc": r.MaxSessions,
+		"power_changes": r.Changed, "power_changes_followed": r.Followed, "failed_polls": r.FailedPolls}
+	return br.Save(dir, "")
 }
 
 func (r *result) print(w io.Writer) {
@@ -255,7 +290,8 @@ func (f *fleet) power(ctx context.Context, i int) string {
 
 func run(o options) (*result, error) {
 	benchproc.RaiseNoFile()
-	res := &result{BMCs: o.n, Concurrency: o.concurrency, IntervalS: o.interval.Seconds(), Jobs: o.jobs,
+	started := benchresult.New("bmcpoll")
+	res := &result{started: started, BMCs: o.n, Concurrency: o.concurrency, IntervalS: o.interval.Seconds(), Jobs: o.jobs,
 		CPUs: benchproc.CPUs(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"),
 		Peer: "none: Rufio's machine controller (inside the tinkerbell binary of ../shared/tinkerbell) needs Kubernetes"}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
@@ -292,6 +328,7 @@ func run(o options) (*result, error) {
 		return nil, err
 	}
 	defer srv.Kill()
+	res.serverArgs = srv.Args()
 	ready := time.Now()
 	cpu0 := srv.CPU()
 	sampler := benchproc.NewRSSSampler(srv.PID)

@@ -65,6 +65,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/anvilproj/anvil/internal/benchresult"
 	"github.com/anvilproj/anvil/internal/macaddr"
 )
 
@@ -104,6 +105,8 @@ type options struct {
 	anvilBase string
 	// harnessWorkers is dhcp.Config.Workers for the harness.
 	harnessWorkers int
+	// results is the result file's directory (benchresult).
+	results string
 }
 
 func main() {
@@ -133,7 +136,9 @@ func main() {
 	flag.StringVar(&rates, "rates", "", "comma-separated offered rates (exchanges/s): one trial per server at each, instead of the rate search")
 	flag.DurationVar(&o.warmup, "warmup", 0, "with -rates: a trial of this length at the first rate before the measured ones, reported apart (first contact of every client: machine records created, templates built)")
 	flag.StringVar(&o.anvilBase, "anvil-base", "", "a second anvil binary (e.g. main's), measured as server anvil-base with the same options")
+	results := benchresult.DirFlag()
 	flag.Parse()
+	o.results = *results
 	o.servers = strings.Split(servers, ",")
 	var err error
 	if o.rates, err = parseRates(rates); err != nil {
@@ -162,6 +167,8 @@ type result struct {
 	// Warmup is -rates mode's warm-up trial, if any.
 	Warmup *trial `json:"warmup,omitempty"`
 	Err    string `json:"error,omitempty"`
+	// program is the server as the result file names it.
+	program benchresult.Program
 }
 
 type trial struct {
@@ -183,6 +190,10 @@ type trial struct {
 }
 
 func run(o options) error {
+	res := benchresult.New("dhcp")
+	if len(o.rates) > 0 {
+		res.Bench = "dhcprates" // scripts/bench.sh's section: a comparison at the same rates
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces, port 67)")
 	}
@@ -227,7 +238,7 @@ func run(o options) error {
 			log.Printf("%s: %v", name, err)
 		}
 	}
-	return report(o, results)
+	return report(o, res, results)
 }
 
 // parseRates reads -rates: "" (none) or positive integers separated by
@@ -275,6 +286,7 @@ func measure(ctx context.Context, o options, n *netns, r *result) error {
 		return err
 	}
 	defer srv.stop()
+	r.program = srv.program
 	if err := n.waitDHCP(ctx, o.clients, 120*time.Second, srv); err != nil {
 		return err
 	}
@@ -392,9 +404,7 @@ func runTrial(ctx context.Context, o options, n *netns, srv *server, rate int) (
 	}
 	s0, c0 := n.rcvbufErrors(n.server), n.rcvbufErrors(n.client)
 	secs := int(math.Ceil(o.duration.Seconds()))
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n.client, "perfdhcp", "-4", "-l", clientIf,
-		"-g", "single", "-W", "500000", "-R", strconv.Itoa(o.clients), "-b", "mac="+macBase,
-		"-r", strconv.Itoa(rate), "-p", strconv.Itoa(secs), serverAddr)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.client}, perfdhcpArgs(o.clients, rate, secs)...)...)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if err != nil {
@@ -422,6 +432,12 @@ func runTrial(ctx context.Context, o options, n *netns, srv *server, rate int) (
 	t.Load1 = load1()
 	t.ServerRcvbuf, t.ClientRcvbuf = s1-s0, c1-c0
 	return t, nil
+}
+
+// perfdhcpArgs is the load generator's command line for one trial.
+func perfdhcpArgs(clients, rate, secs int) []string {
+	return []string{"perfdhcp", "-4", "-l", clientIf, "-g", "single", "-W", "500000", "-R", strconv.Itoa(clients), "-b", "mac=" + macBase,
+		"-r", strconv.Itoa(rate), "-p", strconv.Itoa(secs), serverAddr}
 }
 
 type perfStats struct {
@@ -523,7 +539,7 @@ func load1() float64 {
 
 // reportRates prints -rates mode's table: per server and offered rate, and
 // anvil's CPU per exchange over Kea's (and dnsmasq's) at each rate.
-func reportRates(o options, results []*result) error {
+func reportRates(o options, res *benchresult.Result, results []*result) error {
 	fmt.Printf("DHCP at fixed offered rates: perfdhcp -4 -l %s -g single -W 500000 -R %d -b mac=%s -r RATE -p %d, relay mode, veth between two namespaces, %d CPUs\n\n",
 		clientIf, o.clients, macBase, int(math.Ceil(o.duration.Seconds())), runtime.NumCPU())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -546,7 +562,7 @@ func reportRates(o options, results []*result) error {
 	}
 	summary := map[string]any{"bench": "dhcp", "mode": "rates", "rates": o.rates, "clients": o.clients,
 		"warmup_s": o.warmup.Seconds(), "duration_s": o.duration.Seconds(), "cpus": runtime.NumCPU(), "date": time.Now().UTC().Format(time.RFC3339),
-		"commit": gitCommit(), "results": results}
+		"commit": res.Commit, "results": results}
 	ratios := map[string][]float64{}
 	if a := byName["anvil"]; a != nil {
 		for _, peer := range []string{"kea", "dnsmasq", "anvil-base"} {
@@ -576,7 +592,7 @@ func reportRates(o options, results []*result) error {
 		}
 		fmt.Println(string(b))
 	}
-	return nil
+	return recordRates(o, res, results, summary)
 }
 
 // trialAt is r's trial at offered rate rate, or nil.
@@ -589,19 +605,9 @@ func trialAt(r *result, rate int) *trial {
 	return nil
 }
 
-// gitCommit is the commit the benchmark runs from, or "" outside a
-// repository.
-func gitCommit() string {
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func report(o options, results []*result) error {
+func report(o options, res *benchresult.Result, results []*result) error {
 	if len(o.rates) > 0 {
-		return reportRates(o, results)
+		return reportRates(o, res, results)
 	}
 	byName := map[string]*result{}
 	for _, r := range results {
@@ -656,6 +662,9 @@ func report(o options, results []*result) error {
 			return err
 		}
 		fmt.Println(string(b))
+	}
+	if err := recordSearch(o, res, results, summary); err != nil {
+		return err
 	}
 	if failed {
 		return errors.New("anvil missed its targets")
@@ -818,11 +827,12 @@ func (n *netns) waitDHCP(ctx context.Context, clients int, timeout time.Duration
 
 // server is a running server process.
 type server struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
+	program benchresult.Program
+	name    string
+	cmd     *exec.Cmd
+	log     string
+	done    chan struct{}
+	err     error
 }
 
 func (n *netns) start(name, logPath string, env []string, argv ...string) (*server, error) {
@@ -914,6 +924,8 @@ func startAnvil(ctx context.Context, o options, n *netns) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	srv.program = benchresult.AnvilServer(benchresult.Version(bin, "version"),
+		append(argv, fmt.Sprintf("(%d Hardware applied, one reservation per client)", o.clients)))
 	// Apply once the API answers.
 	t0 := time.Now()
 	deadline := t0.Add(60 * time.Second)
@@ -990,6 +1002,7 @@ dhcp-authoritative
 log-facility=-
 pid-file=
 `, serverIf, 10*o.clients)
+	settings := strings.Split(strings.TrimSpace(b.String()), "\n")
 	for i := range o.clients {
 		mac, ip := leaseFor(i)
 		fmt.Fprintf(&b, "dhcp-host=%s,%s\n", mac, ip)
@@ -997,7 +1010,14 @@ pid-file=
 	if err := os.WriteFile(conf, b.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
-	return n.start("dnsmasq", filepath.Join(o.work, "dnsmasq.log"), nil, "dnsmasq", "--keep-in-foreground", "--conf-file="+conf)
+	argv := []string{"dnsmasq", "--keep-in-foreground", "--conf-file=" + conf}
+	srv, err := n.start("dnsmasq", filepath.Join(o.work, "dnsmasq.log"), nil, argv...)
+	if err != nil {
+		return nil, err
+	}
+	srv.program = benchresult.Program{Name: "dnsmasq", Version: benchresult.Version("dnsmasq", "--version"),
+		Options: append(append(argv, settings...), fmt.Sprintf("dhcp-host=MAC,IP: %d lines, one per client", o.clients))}
+	return srv, nil
 }
 
 // startKea runs kea-dhcp4 single-threaded with an in-memory lease file and
@@ -1040,8 +1060,21 @@ func startKea(o options, n *netns) (*server, error) {
 	if err := os.MkdirAll(run, 0o755); err != nil {
 		return nil, err
 	}
-	return n.start("kea", filepath.Join(o.work, "kea.log"), []string{"KEA_LOCKFILE_DIR=" + run, "KEA_PIDFILE_DIR=" + run},
-		"kea-dhcp4", "-c", conf)
+	argv := []string{"kea-dhcp4", "-c", conf}
+	srv, err := n.start("kea", filepath.Join(o.work, "kea.log"), []string{"KEA_LOCKFILE_DIR=" + run, "KEA_PIDFILE_DIR=" + run}, argv...)
+	if err != nil {
+		return nil, err
+	}
+	// The configuration as run, its reservations counted rather than listed.
+	subnet := cfg["Dhcp4"].(map[string]any)["subnet4"].([]any)[0].(map[string]any)
+	subnet["reservations"] = fmt.Sprintf("%d, one per client (hw-address, ip-address)", len(res))
+	shown, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	srv.program = benchresult.Program{Name: "kea-dhcp4", Version: benchresult.Version("kea-dhcp4", "-V"),
+		Options: append(argv, string(shown))}
+	return srv, nil
 }
 
 // startHarness runs this binary's `harness` subcommand: internal/dhcp's
@@ -1056,5 +1089,10 @@ func startHarness(o options, n *netns) (*server, error) {
 	if o.cpuProfile != "" {
 		argv = append(argv, "-cpu-profile", o.cpuProfile)
 	}
-	return n.start("harness", filepath.Join(o.work, "harness.log"), nil, argv...)
+	srv, err := n.start("harness", filepath.Join(o.work, "harness.log"), nil, argv...)
+	if err != nil {
+		return nil, err
+	}
+	srv.program = benchresult.Program{Name: "internal/dhcp harness (not anvil serve: a diagnostic)", Options: argv}
+	return srv, nil
 }

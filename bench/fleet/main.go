@@ -48,6 +48,7 @@ import (
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/benchfleet"
 	"github.com/anvilproj/anvil/internal/benchproc"
+	"github.com/anvilproj/anvil/internal/benchresult"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -96,6 +97,7 @@ func main() {
 	flag.BoolVar(&o.netboot, "toggle-netboot", true, "workflows set bootOptions.toggleAllowNetboot, as in examples/workflow.yaml")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "have the server write a CPU profile of the run to this file")
 	flag.StringVar(&o.memProfile, "mem-profile", "", "have the server write a heap profile (the run's allocations) to this file at exit")
+	results := benchresult.DirFlag()
 	backends := flag.String("backends", "bolt", "what to run against, in turn: bolt, kubernetes (one replica), kubernetes:N (N replicas), comma-separated")
 	flag.Parse()
 	var err error
@@ -118,6 +120,9 @@ func main() {
 			if o.jsonOut {
 				b, _ := json.Marshal(r)
 				fmt.Println(string(b))
+			}
+			if err == nil {
+				err = record(*results, o, r)
 			}
 		}
 		if err != nil {
@@ -180,6 +185,10 @@ type result struct {
 	Peer                 string  `json:"peer"`
 	Date                 string  `json:"date"`
 	CPUs                 int     `json:"cpus"`
+
+	// serverArgs is the command line of the anvil serve measured, for
+	// the result file.
+	serverArgs []string
 }
 
 func (r *result) print(w io.Writer) {
@@ -248,6 +257,7 @@ func run(o options, b backend) (*result, error) {
 	defer dep.cleanup(o.keep)
 	defer dep.kill() // the servers' a no-op once stopped cleanly
 	srv := dep.servers[0]
+	res.serverArgs = srv.Args()
 
 	sampler := benchproc.NewRSSSampler(srv.PID)
 	defer sampler.Stop()

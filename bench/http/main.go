@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/benchproc"
+	"github.com/anvilproj/anvil/internal/benchresult"
 )
 
 const (
@@ -76,6 +77,7 @@ type config struct {
 	// serve (to try a change: the pacer off, GOMAXPROCS, …).
 	anvilArgs []string
 	anvilEnv  []string
+	results   string // the result file's directory (benchresult)
 }
 
 func main() {
@@ -94,7 +96,9 @@ func main() {
 	flag.StringVar(&only, "only", "anvil,nginx", "servers to run")
 	flag.StringVar(&anvilArgs, "anvil-args", "", "more flags of anvil serve, space-separated (e.g. \"--boot-stall-timeout 0 --boot-min-send-rate 0\")")
 	flag.StringVar(&anvilEnv, "anvil-env", "", "more environment of anvil serve, space-separated NAME=VALUE (e.g. GOMAXPROCS=1)")
+	results := benchresult.DirFlag()
 	flag.Parse()
+	cfg.results = *results
 	cfg.anvilArgs, cfg.anvilEnv = strings.Fields(anvilArgs), strings.Fields(anvilEnv)
 	var err error
 	if cfg.conns, err = parseInts(conns); err != nil {
@@ -151,6 +155,9 @@ type server struct {
 	stop func()
 	// options describes how it runs, for the JSON record.
 	options string
+	// program is the server as its result file names it: its command
+	// line and, for nginx, its configuration's lines.
+	program benchresult.Program
 }
 
 // sample is one server at one connection count for one -duration.
@@ -190,6 +197,7 @@ type verdict struct {
 
 func run(cfg config) (bool, error) {
 	benchproc.RaiseNoFile()
+	res := benchresult.New("http")
 	work := cfg.work
 	if work == "" {
 		var err error
@@ -265,7 +273,7 @@ func run(cfg config) (bool, error) {
 		}
 		rec := map[string]any{
 			"bench": "http", "date": time.Now().UTC().Format(time.RFC3339), "cores": benchproc.CPUs(),
-			"commit": commit(), "file_bytes": cfg.size, "duration_s": cfg.duration.Seconds(), "runs": cfg.runs,
+			"commit": res.Commit, "file_bytes": cfg.size, "duration_s": cfg.duration.Seconds(), "runs": cfg.runs,
 			"sources": sourceAddrs(cfg.sources), "servers": peers, "rows": rows, "verdicts": verdicts,
 			"samples": samples,
 		}
@@ -275,7 +283,51 @@ func run(cfg config) (bool, error) {
 		}
 		fmt.Println(string(b))
 	}
-	return ok, nil
+	if !ok {
+		return false, nil // a failed download: no figure to keep
+	}
+	return true, record(res, cfg, servers, rows, verdicts, samples)
+}
+
+// record writes the run's result file: per connection count, anvil's
+// throughput and CPU per GB against nginx's (issue 18's goals).
+func record(res *benchresult.Result, cfg config, servers []*server, rows []row, verdicts []verdict, samples []sample) error {
+	for _, s := range servers {
+		if s.name == "anvil" {
+			res.Server = s.program
+		} else {
+			res.Peers = append(res.Peers, s.program)
+		}
+	}
+	get := func(name string, c int) row {
+		for _, r := range rows {
+			if r.Server == name && r.Conns == c {
+				return r
+			}
+		}
+		return row{}
+	}
+	const why = "docs/benchmarks.md#http-file-serving-benchhttp"
+	for _, v := range verdicts {
+		a, n := get("anvil", v.Conns), get("nginx", v.Conns)
+		scale := fmt.Sprintf("%d MiB file, %d connection(s) from %d addresses", cfg.size/mib, v.Conns, cfg.sources)
+		g := benchresult.Goal{Measure: "throughput, " + scale, Target: "≥ 1.0× nginx",
+			Result: fmt.Sprintf("%.2f GB/s (%.2f×)", a.GBps, v.ThroughputRatio), Peer: fmt.Sprintf("%.2f GB/s", n.GBps),
+			Met: v.ThroughputRatio >= 1}
+		c := benchresult.Goal{Measure: "server CPU per GB, " + scale, Target: "≤ nginx's",
+			Result: fmt.Sprintf("%.3f s/GB (%.2f×)", a.CPUPerGB, v.CPURatio), Peer: fmt.Sprintf("%.3f s/GB", n.CPUPerGB),
+			Met: v.CPURatio <= 1}
+		for _, g := range []*benchresult.Goal{&g, &c} {
+			if !g.Met {
+				g.Reason = why
+			}
+		}
+		res.Goals = append(res.Goals, g, c)
+	}
+	res.Figures = map[string]any{"file_bytes": cfg.size, "duration_s": cfg.duration.Seconds(), "runs": cfg.runs,
+		"sources": sourceAddrs(cfg.sources), "medians": rows, "verdicts": verdicts}
+	res.Samples = samples
+	return res.Save(cfg.results, "")
 }
 
 // makeFile writes size random-looking bytes to path unless a file of that
@@ -324,7 +376,7 @@ func startAnvil(ctx context.Context, cfg config, images string) (*server, error)
 	if err != nil {
 		return nil, err
 	}
-	return &server{
+	s := &server{
 		name: "anvil", url: "http://" + srv.HTTPAddr + "/images/" + fileName, cpu: srv.CPU,
 		stop: func() {
 			if err := srv.Stop(10 * time.Second); err != nil {
@@ -336,7 +388,12 @@ func startAnvil(ctx context.Context, cfg config, images string) (*server, error)
 		},
 		options: strings.TrimSpace(strings.Join(cfg.anvilEnv, " ") + " anvil serve --images-dir DIR --log-level info " +
 			"--no-dhcp --no-tftp --no-syslog --no-metadata --no-console --no-tls " + strings.Join(cfg.anvilArgs, " ")),
-	}, nil
+		program: benchresult.AnvilServer(benchresult.Version(cfg.anvil, "version"), srv.Args()),
+	}
+	for _, e := range cfg.anvilEnv { // the environment tried, after the command line
+		s.program.Options = append(s.program.Options, "environment: "+e)
+	}
+	return s, nil
 }
 
 // nginxConf is the peer's configuration: sendfile on, as a distribution's
@@ -428,6 +485,8 @@ func startNginx(ctx context.Context, cfg config, work string) (*server, error) {
 	}
 	progress("started %s (master pid %d) on 127.0.0.1:%d", bin, master, port)
 	return &server{name: "nginx", url: url, stop: stop, options: nginxVersion(bin) + ": " + nginxOptions,
+		program: benchresult.Program{Name: "nginx", Version: nginxVersion(bin),
+			Options: append(slices.Clone(cmd.Args), strings.Split(strings.TrimSpace(fmt.Sprintf(nginxConf, dir, port, work)), "\n")...)},
 		cpu: func() float64 { return treeCPU(master) }}, nil
 }
 
@@ -648,17 +707,4 @@ func printTable(w io.Writer, cfg config, rows []row, verdicts []verdict) {
 		fmt.Fprintf(w, "%d conns: anvil/nginx throughput %.2fx (goal >= 1.0), CPU per GB %.2fx (goal <= 1.0): %s\n",
 			v.Conns, v.ThroughputRatio, v.CPURatio, state)
 	}
-}
-
-// commit is the working tree's commit, "+dirty" when it has changes.
-func commit() string {
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-		c += "+dirty"
-	}
-	return c
 }

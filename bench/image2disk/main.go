@@ -14,9 +14,10 @@
 // The image is made once and kept in -work: a deterministic stand-in for
 // an OS disk, extents of zeros (free space), random bytes (compressed
 // files), text and skewed "binary" data, compressed by the zstd command
-// (-3, as `zstd` defaults). A separate process (this command's serve
-// mode, Go's net/http with sendfile) serves it on 127.0.0.1, so neither
-// side shares a process with the server. image2disk runs in its own
+// (-3, as `zstd` defaults). `anvil serve` serves it from its /images/ on
+// 127.0.0.1 (internal/benchproc: a child process, as it serves images to
+// machines), so neither side shares a process with the server and the
+// server is the one machines download from. image2disk runs in its own
 // process too (this command's write mode), with the same defaults as in
 // the boot environment. Every written file is checked against the
 // image's SHA-256 after its timing.
@@ -35,8 +36,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +46,8 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/actions"
+	"github.com/anvilproj/anvil/internal/benchproc"
+	"github.com/anvilproj/anvil/internal/benchresult"
 )
 
 const (
@@ -66,10 +67,12 @@ type config struct {
 	jsonOut  bool
 	only     string
 	checksum bool
+	anvil    string
+	results  string // the result file's directory (benchresult)
 }
 
 func main() {
-	modes := map[string]func([]string) error{"serve": serve, "write": write}
+	modes := map[string]func([]string) error{"write": write}
 	if len(os.Args) > 1 && modes[os.Args[1]] != nil {
 		if err := modes[os.Args[1]](os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "image2diskbench:", err)
@@ -86,26 +89,14 @@ func main() {
 	flag.BoolVar(&cfg.jsonOut, "json", false, "also print the results as one JSON line")
 	flag.StringVar(&cfg.only, "only", "", "run one contender only: image2disk or pipeline")
 	flag.BoolVar(&cfg.checksum, "checksum", false, "image2disk also verifies CHECKSUM (sha256 of the download)")
+	flag.StringVar(&cfg.anvil, "anvil", "bin/anvil", "the anvil binary, whose serve command serves the image")
+	results := benchresult.DirFlag()
 	flag.Parse()
+	cfg.results = *results
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "image2diskbench:", err)
 		os.Exit(1)
 	}
-}
-
-// serve serves -root on -addr until killed, printing the address.
-func serve(args []string) error {
-	fl := flag.NewFlagSet("serve", flag.ExitOnError)
-	root := fl.String("root", "", "directory to serve")
-	addr := fl.String("addr", "127.0.0.1:0", "TCP address")
-	_ = fl.Parse(args)
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("listening on %s\n", ln.Addr())
-	os.Stdout.Sync()
-	return http.Serve(ln, http.FileServer(http.Dir(*root)))
 }
 
 // lineOutput prints the action's lines to stderr and drops progress.
@@ -150,6 +141,7 @@ type contender struct {
 }
 
 func run(cfg config) error {
+	res := benchresult.New("image2disk")
 	for _, tool := range []string{"curl", "zstd", "dd"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s not found (scripts/install-deps.sh installs it)", tool)
@@ -176,21 +168,18 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	srv := exec.Command(self, "serve", "-root", filepath.Dir(img))
-	srv.Stderr = os.Stderr
-	stdout, err := srv.StdoutPipe()
+	imagesDir, err := filepath.Abs(filepath.Dir(img))
 	if err != nil {
 		return err
 	}
-	if err := srv.Start(); err != nil {
+	srv, err := benchproc.Start(context.Background(), benchproc.Options{Binary: cfg.anvil, LogLevel: "warn",
+		Args: []string{"--images-dir", imagesDir}, Progress: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "image2diskbench: "+f+"\n", a...) }})
+	if err != nil {
 		return err
 	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("server: %v", err)
-	}
-	url := "http://" + strings.TrimSpace(strings.TrimPrefix(line, "listening on ")) + "/" + imageName
+	defer srv.Cleanup(false)
+	defer srv.Kill()
+	url := "http://" + srv.HTTPAddr + "/images/" + imageName
 
 	writeArgs := []string{self, "write"}
 	if cfg.checksum {
@@ -238,7 +227,42 @@ func run(cfg config) error {
 		c.CPU = median(c.samples, func(s sample) float64 { return s.cpu })
 		c.MiBps = float64(cfg.size) / mib / c.Wall
 	}
-	return report(cfg, contenders, float64(st.Size()))
+	err = report(cfg, contenders, float64(st.Size()))
+	if rerr := record(res, cfg, srv.Args(), contenders, float64(st.Size())); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
+}
+
+// record writes the run's result file: image2disk's throughput over the
+// pipeline's, both downloading from the same anvil serve.
+func record(res *benchresult.Result, cfg config, serverArgs []string, cs []*contender, zstSize float64) error {
+	if len(cs) != 2 {
+		return nil // -only: nothing to compare, no result file
+	}
+	res.Server = benchresult.AnvilServer(benchresult.Version(cfg.anvil, "version"), serverArgs)
+	res.Peers = []benchresult.Program{{Name: "curl | zstd -dc | dd conv=fsync",
+		Version: benchresult.Version("curl", "--version") + "; " + benchresult.Version("zstd", "--version"),
+		Options: cs[1].args("URL", "FILE")}}
+	ratio := cs[0].MiBps / cs[1].MiBps
+	g := benchresult.Goal{Measure: fmt.Sprintf("MiB/s writing a %d MiB image (zstd -%d, %.0f MiB) from anvil serve to a file, fsynced: image2disk over the pipeline",
+		cfg.size/mib, cfg.level, zstSize/mib),
+		Target: fmt.Sprintf("≥ %.2f×", targetRatio), Result: fmt.Sprintf("%.2f× (%.0f MiB/s, %.2f s CPU)", ratio, cs[0].MiBps, cs[0].CPU),
+		Peer: fmt.Sprintf("%.0f MiB/s, %.2f s CPU", cs[1].MiBps, cs[1].CPU), Met: ratio >= targetRatio}
+	if !g.Met {
+		g.Reason = "docs/benchmarks.md#image2disk-benchimage2disk"
+	}
+	res.Goals = []benchresult.Goal{g}
+	res.Figures = map[string]any{"runs": cfg.runs, "size": cfg.size, "zstd_size": int64(zstSize), "checksum": cfg.checksum,
+		"contenders": cs, "image2disk": "image2diskbench write: internal/actions' image2disk, COMPRESSED=true, as the agent runs it"}
+	samples := map[string][]map[string]float64{}
+	for _, c := range cs {
+		for _, s := range c.samples {
+			samples[c.Name] = append(samples[c.Name], map[string]float64{"wall_s": s.wall, "cpu_s": s.cpu})
+		}
+	}
+	res.Samples = samples
+	return res.Save(cfg.results, "")
 }
 
 // measure writes the image once with c and checks the result.

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/anvilproj/anvil/internal/actions"
+	"github.com/anvilproj/anvil/internal/benchresult"
 	"github.com/anvilproj/anvil/internal/container"
 	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/oci/ocitest"
@@ -67,8 +68,9 @@ func main() {
 	work := flag.String("work", "", "work directory (default a temporary one)")
 	jsonOut := flag.Bool("json", false, "also print one JSON line per path")
 	noRunc := flag.Bool("no-runc", false, "skip the runc row")
+	results := benchresult.DirFlag()
 	flag.Parse()
-	if err := bench(*runs, *work, *jsonOut, !*noRunc); err != nil {
+	if err := bench(*runs, *work, *jsonOut, !*noRunc, *results); err != nil {
 		fmt.Fprintln(os.Stderr, "ocirunbench:", err)
 		os.Exit(1)
 	}
@@ -96,7 +98,8 @@ func (r *recorder) Line(stream, line string) {
 
 func (r *recorder) Progress(actions.Progress) {}
 
-func bench(runs int, work string, jsonOut, withRunc bool) error {
+func bench(runs int, work string, jsonOut, withRunc bool, results string) error {
+	res := benchresult.New("ocirun")
 	if os.Geteuid() != 0 {
 		return errors.New("needs root: containers are namespaces, mounts and cgroups")
 	}
@@ -122,7 +125,7 @@ func bench(runs int, work string, jsonOut, withRunc bool) error {
 		return err
 	}
 
-	host, which, stop, err := startRegistry(filepath.Join(work, "registry"))
+	host, which, registry, stop, err := startRegistry(filepath.Join(work, "registry"))
 	if err != nil {
 		return err
 	}
@@ -222,7 +225,33 @@ func bench(runs int, work string, jsonOut, withRunc bool) error {
 			fmt.Println(string(line))
 		}
 	}
-	return nil
+
+	// The agent's action runner is measured in this process: no server
+	// takes part, so the result names it as its subject.
+	res.Subject = &benchresult.Program{Name: "anvil agent's action runner (internal/actions, in the bench's process, as the agent runs it)",
+		Options: []string{fmt.Sprintf("image %s: %d MiB, FROM scratch, static busybox; the action runs `busybox echo %s`", digest, imageSize/mib, marker),
+			"image cache: internal/oci, 256 MiB limit; containers: internal/container"}}
+	res.Peers = []benchresult.Program{registry}
+	samples := map[string][]float64{}
+	for j, p := range paths {
+		for _, d := range times[j] {
+			samples[p.name] = append(samples[p.name], ms(d))
+		}
+		if p.name == "runc (peer)" {
+			res.Peers = append(res.Peers, benchresult.Program{Name: "runc", Version: benchresult.Version("runc", "--version"),
+				Options: []string{"runc run (read-only root filesystem of the same image, the same program)"}})
+			continue
+		}
+		g := benchresult.Goal{Measure: fmt.Sprintf("action start to its program running, %s, %d MiB image, median of %d", p.name, imageSize/mib, runs),
+			Target: "reported", Result: fmt.Sprintf("%.2f ms", ms(median(times[j]))), Met: true}
+		if p.name == "warm digest" && len(paths) > 4 {
+			g.Peer = fmt.Sprintf("runc's start alone %.2f ms", ms(median(times[len(paths)-1])))
+		}
+		res.Goals = append(res.Goals, g)
+	}
+	res.Figures = map[string]any{"runs": runs, "image_mib": imageSize / mib, "registry": which}
+	res.Samples = samples
+	return res.Save(results, "")
 }
 
 // runAction selects and runs s as the agent does, and returns the time
@@ -326,46 +355,50 @@ func runcStart(runc, work, rootfs string, i int) (time.Duration, error) {
 
 // startRegistry starts Debian's docker-registry on a free loopback port,
 // else go-containerregistry's in-process registry, and returns its host.
-func startRegistry(dir string) (host, which string, stop func(), err error) {
+func startRegistry(dir string) (host, which string, peer benchresult.Program, stop func(), err error) {
 	bin, lerr := exec.LookPath("docker-registry")
 	if lerr != nil {
 		r := ocitest.StartRegistry()
-		return r.Host, "in-process (go-containerregistry)", r.Server.Close, nil
+		return r.Host, "in-process (go-containerregistry)", benchresult.Program{Name: "go-containerregistry's registry",
+			Options: []string{"in the bench's process"}}, r.Server.Close, nil
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", "", nil, err
+		return "", "", peer, nil, err
 	}
 	host = ln.Addr().String()
 	ln.Close()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", nil, err
+		return "", "", peer, nil, err
 	}
 	cfg := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 0.1\nlog: {level: error, accesslog: {disabled: true}}\nstorage:\n  filesystem: {rootdirectory: %s}\nhttp: {addr: %q}\n",
-		filepath.Join(dir, "data"), host)), 0o644); err != nil {
-		return "", "", nil, err
+	conf := fmt.Sprintf("version: 0.1\nlog: {level: error, accesslog: {disabled: true}}\nstorage:\n  filesystem: {rootdirectory: %s}\nhttp: {addr: %q}\n",
+		filepath.Join(dir, "data"), host)
+	peer = benchresult.Program{Name: "docker-registry", Version: benchresult.Version(bin, "--version"),
+		Options: append([]string{bin, "serve", cfg}, strings.Split(strings.TrimSpace(conf), "\n")...)}
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		return "", "", peer, nil, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "registry.log"))
 	if err != nil {
-		return "", "", nil, err
+		return "", "", peer, nil, err
 	}
 	cmd := exec.Command(bin, "serve", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return "", "", nil, err
+		return "", "", peer, nil, err
 	}
 	stop = func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() }
 	for range 100 {
 		if c, err := net.Dial("tcp", host); err == nil {
 			c.Close()
-			return host, "Debian's docker-registry", stop, nil
+			return host, "Debian's docker-registry", peer, stop, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	stop()
-	return "", "", nil, errors.New("docker-registry did not listen")
+	return "", "", peer, nil, errors.New("docker-registry did not listen")
 }
 
 func median(d []time.Duration) time.Duration {

@@ -46,10 +46,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/anvilproj/anvil/internal/benchresult"
@@ -116,19 +114,10 @@ func writeResult(o options, rep *report) (string, error) {
 	return r.Write(o.resultDir, variant)
 }
 
-// anvilVersion is what `anvil version` says, or "".
-func anvilVersion(bin string) string {
-	out, err := exec.Command(bin, "version").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
-}
-
 // newResult starts the result file of a run.
 func newResult(o options, serverArgs []string) *benchresult.Result {
 	r := benchresult.New("storm")
-	r.Server = benchresult.AnvilServer(anvilVersion(o.anvil), serverArgs...)
+	r.Server = benchresult.AnvilServer(benchresult.Version(o.anvil, "version"), serverArgs)
 	return r
 }
 

@@ -53,6 +53,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/benchresult"
 )
 
 const (
@@ -94,6 +96,7 @@ type config struct {
 	jsonOut   bool
 	netns     bool
 	only      string
+	results   string // the result file's directory (benchresult)
 }
 
 func main() {
@@ -118,7 +121,9 @@ func main() {
 	flag.BoolVar(&cfg.jsonOut, "json", false, "also print the results as one JSON line")
 	flag.BoolVar(&cfg.netns, "netns", true, "run in a private network namespace (needs root and unshare)")
 	flag.StringVar(&cfg.only, "only", "", "comma-separated servers to run (anvil, anvil-harness, dnsmasq, tftpd-hpa, atftpd); default all")
+	results := benchresult.DirFlag()
 	flag.Parse()
+	cfg.results = *results
 	if cfg.netns && os.Getenv("TFTPBENCH_IN_NETNS") == "" {
 		os.Exit(reexecInNetns())
 	}
@@ -165,6 +170,7 @@ type server struct {
 	port   int
 	window bool   // grants RFC 7440 windowsize
 	note   string // how it runs
+	argv   []string
 	cmd    *exec.Cmd
 	log    string
 	cpu    *cpuMeter
@@ -268,6 +274,7 @@ type row struct {
 }
 
 func run(cfg config) error {
+	res := benchresult.New("tftp")
 	if cfg.work == "" {
 		base := ""
 		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
@@ -378,7 +385,11 @@ func run(cfg config) error {
 	for _, rw := range rows {
 		rw.summarize(tests)
 	}
-	return report(cfg, servers, tests, rows)
+	err = report(cfg, servers, tests, rows)
+	if rerr := record(res, cfg, servers, rows); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
 }
 
 // startServers starts every server and waits until each answers TFTP.
@@ -403,6 +414,7 @@ func startServers(ctx context.Context, cfg config, root string) ([]*server, []st
 		}
 		defer f.Close()
 		s.cpu = newCPUMeter(s.name)
+		s.argv = args
 		s.cmd = exec.CommandContext(ctx, args[0], args[1:]...)
 		s.cmd.Stdout, s.cmd.Stderr = f, f
 		if s.cpu.fd != nil {

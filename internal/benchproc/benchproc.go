@@ -29,7 +29,8 @@ import (
 
 // Server is `anvil serve` run as a child process.
 type Server struct {
-	cmd *exec.Cmd
+	cmd  *exec.Cmd
+	args []string // the server's own command line (Args)
 	// PID is the child's process ID.
 	PID int
 	// Dir holds the server's data directory (Dir/data) and its log.
@@ -152,6 +153,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.cmd.Env = append(os.Environ(), o.Env...)
 	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Recorded before PassListeners puts /bin/sh in front: the shell
+	// execs the server with exactly these arguments.
+	s.args = append([]string(nil), s.cmd.Args...)
 	if err := anvilserver.PassListeners(s.cmd, anvilserver.Listeners{HTTP: lns[0], GRPC: lns[1]}); err != nil {
 		logf.Close()
 		return nil, err
@@ -195,9 +199,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 }
 
-// Args are the server's arguments after "anvil serve": what a result
-// records as its exact options.
-func (s *Server) Args() []string { return append([]string(nil), s.cmd.Args[2:]...) }
+// Args is the command line the server was started with (the binary as
+// run, then "serve" and its flags): what a benchmark's result records as
+// the server under test (internal/benchresult), so the figure names the
+// exact program and options measured.
+// Its listeners are passed by socket activation, not named on it.
+func (s *Server) Args() []string { return append([]string(nil), s.args...) }
 
 // LogTail returns the end of the server's log.
 func (s *Server) LogTail() string {

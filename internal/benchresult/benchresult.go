@@ -11,8 +11,10 @@ package benchresult
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,7 +47,14 @@ type Result struct {
 	// Command is the benchmark's own command line.
 	Command []string `json:"command"`
 	// Server is the program measured; its Name must be ServerUnderTest.
+	// It is empty only in a result with a Subject.
 	Server Program `json:"server"`
+	// Subject, in a benchmark that starts no server (the agent's
+	// image2disk action, the container path of actions, the boot
+	// environment's initramfs), names the Anvil code measured and how it
+	// ran. A result has a Server or a Subject, never both: a benchmark
+	// that serves anything to its clients measures `anvil serve`.
+	Subject *Program `json:"subject,omitempty"`
 	// Peers are the other programs measured in the same run, each with
 	// the exact options it ran with.
 	Peers []Program `json:"peers,omitempty"`
@@ -101,10 +110,11 @@ func New(bench string) *Result {
 // Finish records the load average at the end of the run.
 func (r *Result) Finish() { r.Load[1] = LoadAverage() }
 
-// AnvilServer names `anvil serve` run with args (the arguments after
-// "serve") as the server under test.
-func AnvilServer(version string, args ...string) Program {
-	return Program{Name: ServerUnderTest, Version: version, Options: append([]string{"anvil", "serve"}, args...)}
+// AnvilServer names the server under test: `anvil serve` as it was run,
+// argv its whole command line (internal/benchproc's Server.Args), so the
+// result holds the exact options measured.
+func AnvilServer(version string, argv []string) Program {
+	return Program{Name: ServerUnderTest, Version: version, Options: append([]string(nil), argv...)}
 }
 
 // Validate says what makes r unfit to be quoted, or nil.
@@ -122,8 +132,15 @@ func (r *Result) Validate() error {
 	if r.Commit == "" {
 		errs = append(errs, errors.New("no commit"))
 	}
-	if err := CheckServer(r.Server); err != nil {
-		errs = append(errs, err)
+	switch {
+	case r.Subject == nil:
+		if err := CheckServer(r.Server); err != nil {
+			errs = append(errs, err)
+		}
+	case r.Server.Name != "" || len(r.Server.Options) > 0:
+		errs = append(errs, fmt.Errorf("both a server under test (%q) and a subject (%q): a benchmark that starts a server measures it", r.Server.Name, r.Subject.Name))
+	case !strings.HasPrefix(r.Subject.Name, "anvil") || len(r.Subject.Options) == 0:
+		errs = append(errs, fmt.Errorf("subject %q: a subject is Anvil code (its name starts with \"anvil\") with the options it ran with", r.Subject.Name))
 	}
 	for i, p := range r.Peers {
 		if p.Name == "" || len(p.Options) == 0 {
@@ -156,6 +173,49 @@ func CheckServer(p Program) error {
 		return fmt.Errorf("server under test runs %q, not `anvil serve`", strings.Join(p.Options, " "))
 	}
 	return nil
+}
+
+// DefaultDir is where results are committed, relative to the
+// repository's root.
+const DefaultDir = "bench/results"
+
+// DirFlag registers -results, the directory a benchmark writes its result
+// into, on the default flag set, so every benchmark takes the same flag.
+func DirFlag() *string {
+	return flag.String("results", DefaultDir, "write the run's result file (internal/benchresult) into this directory; empty: write none")
+}
+
+// Save finishes r and, when dir is not empty, writes it (Write) and says
+// where on stderr. A result that does not validate is an error: the run
+// measured something that must not be quoted.
+func (r *Result) Save(dir, variant string) error {
+	r.Finish()
+	if dir == "" {
+		return r.Validate()
+	}
+	path, err := r.Write(dir, variant)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "result: %s\n", path)
+	return nil
+}
+
+// Version is the first non-empty line a program prints when run with
+// args (e.g. "nginx", "-v"), for a peer's Version; "unknown" when it
+// cannot be run. Some programs print it on stderr, so both are read; one
+// that does not exit within seconds (a daemon that took the flag for
+// another) is killed.
+func Version(name string, args ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			return line
+		}
+	}
+	return "unknown"
 }
 
 // Marshal validates r and encodes it as indented JSON.
@@ -204,13 +264,15 @@ func Read(path string) (*Result, error) {
 
 // Commit is `git rev-parse HEAD` of the working directory's tree, with
 // "+dirty" when tracked files differ from it, or "unknown" outside git.
+// The result files themselves (DefaultDir) do not count: `make bench`
+// rewrites them section by section, and the code measured is the same.
 func Commit() string {
 	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		return "unknown"
 	}
 	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)"+DefaultDir).Output(); err == nil && len(st) > 0 {
 		c += "+dirty"
 	}
 	return c

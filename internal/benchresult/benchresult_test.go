@@ -2,6 +2,7 @@ package benchresult
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,7 +10,7 @@ import (
 
 func valid() *Result {
 	r := New("http")
-	r.Server = AnvilServer("dev", "--no-dhcp")
+	r.Server = AnvilServer("dev", []string{"anvil", "serve", "--no-dhcp"})
 	r.Peers = []Program{{Name: "nginx", Options: []string{"sendfile on"}}}
 	r.Goals = []Goal{{Measure: "GB/s, 1 connection", Target: "≥ 1.0× nginx", Result: "2.0 GB/s", Peer: "1.4 GB/s", Met: true}}
 	r.Samples = []float64{2.0}
@@ -51,7 +52,7 @@ func TestRefusesAnotherServer(t *testing.T) {
 			t.Errorf("%s: Write = %v, want a server-under-test error", name, err)
 		}
 	}
-	if err := CheckServer(AnvilServer("", "--data-dir", "/x")); err != nil {
+	if err := CheckServer(AnvilServer("", []string{"/usr/bin/anvil", "serve", "--data-dir", "/x"})); err != nil {
 		t.Errorf("anvil serve refused: %v", err)
 	}
 	if err := CheckServer(Program{Name: ServerUnderTest, Options: []string{"/work/bin/anvil", "serve"}}); err != nil {
@@ -60,7 +61,7 @@ func TestRefusesAnotherServer(t *testing.T) {
 }
 
 func TestValidateNamesWhatIsMissing(t *testing.T) {
-	r := &Result{Bench: "dhcp", Server: AnvilServer("")}
+	r := &Result{Bench: "dhcp", Server: AnvilServer("", []string{"anvil", "serve"})}
 	err := r.Validate()
 	if err == nil {
 		t.Fatal("an empty result validated")
@@ -93,5 +94,120 @@ func TestReadRefusesBadFiles(t *testing.T) {
 func TestLoadAverage(t *testing.T) {
 	if v := LoadAverage(); v < 0 {
 		t.Errorf("LoadAverage = %v", v)
+	}
+}
+
+// TestSubjectInsteadOfServer: a benchmark that starts no server names the
+// Anvil code it measured; it may not name a server beside it, nor make a
+// peer its subject.
+func TestSubjectInsteadOfServer(t *testing.T) {
+	r := valid()
+	r.Server = Program{}
+	r.Subject = &Program{Name: "anvil image2disk action", Options: []string{"image2diskbench", "write"}}
+	if err := r.Validate(); err != nil {
+		t.Errorf("a subject without a server: %v", err)
+	}
+	r.Server = AnvilServer("", []string{"anvil", "serve"})
+	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "both a server under test") {
+		t.Errorf("a subject and a server: %v", err)
+	}
+	r.Server = Program{}
+	r.Subject = &Program{Name: "curl | zstd -dc | dd", Options: []string{"curl"}}
+	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "Anvil code") {
+		t.Errorf("a peer as the subject: %v", err)
+	}
+	r.Subject = nil
+	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "server under test") {
+		t.Errorf("neither a server nor a subject: %v", err)
+	}
+}
+
+func TestSaveWritesOnlyValidResults(t *testing.T) {
+	dir := t.TempDir()
+	r := valid()
+	if err := r.Save(dir, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(filepath.Join(dir, "http-x.json")); err != nil {
+		t.Errorf("saved result does not read back: %v", err)
+	}
+	r.Server = Program{Name: "nginx", Options: []string{"nginx"}}
+	if err := r.Save(dir, "y"); err == nil {
+		t.Error("Save wrote a result measuring nginx as the server under test")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "http-y.json")); !os.IsNotExist(err) {
+		t.Errorf("a refused result left a file: %v", err)
+	}
+	if err := r.Save("", ""); err == nil {
+		t.Error("Save without a directory did not validate")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	if v := Version("sh", "-c", "echo; echo '  tool 1.2  '; echo more"); v != "tool 1.2" {
+		t.Errorf("Version = %q, want the first non-empty line", v)
+	}
+	if v := Version("/nonexistent/program"); v != "unknown" {
+		t.Errorf("Version of a missing program = %q", v)
+	}
+}
+
+// FuzzRead: whatever a file holds, Read returns an error or a result
+// that validates; it never returns one naming another server under test.
+func FuzzRead(f *testing.F) {
+	b, _ := valid().Marshal()
+	f.Add(b)
+	f.Add([]byte(`{"bench":"x","server":{"name":"anvil serve","options":["nginx","serve"]}}`))
+	f.Add([]byte(`{"bench":"x","subject":{"name":"anvil","options":["x"]},"server":{"name":"anvil serve"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "r.json")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Read(path)
+		if err != nil {
+			return
+		}
+		if err := r.Validate(); err != nil {
+			t.Errorf("Read returned a result that does not validate: %v", err)
+		}
+		if r.Subject == nil {
+			if err := CheckServer(r.Server); err != nil {
+				t.Errorf("Read accepted server %+v: %v", r.Server, err)
+			}
+		}
+	})
+}
+
+// TestCommitIgnoresResultFiles: a result file rewritten by an earlier
+// section does not make the next section's tree "dirty"; any other
+// tracked change does.
+func TestCommitIgnoresResultFiles(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	dir := t.TempDir()
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	os.MkdirAll(filepath.Join(dir, DefaultDir), 0o755)
+	os.WriteFile(filepath.Join(dir, DefaultDir, "x.json"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main"), 0o644)
+	git("add", ".")
+	git("commit", "-q", "-m", "x")
+	t.Chdir(filepath.Join(dir, "bench")) // a bench may run below the root
+	os.WriteFile(filepath.Join(dir, DefaultDir, "x.json"), []byte(`{"new":1}`), 0o644)
+	if c := Commit(); strings.HasSuffix(c, "+dirty") || len(c) != 40 {
+		t.Errorf("Commit = %q after a result file changed, want the clean commit", c)
+	}
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main // changed"), 0o644)
+	if c := Commit(); !strings.HasSuffix(c, "+dirty") {
+		t.Errorf("Commit = %q after code changed, want +dirty", c)
 	}
 }

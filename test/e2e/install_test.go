@@ -490,14 +490,23 @@ type installTimings struct {
 func (x installTimings) margin() time.Duration { return x.success - x.floor - x.write }
 
 // logTimings reports the timings; with ANVIL_E2E_TIMINGS=FILE also as a
-// JSON line (bench/install reads it). Tests do not assert wall-clock time.
-func logTimings(t *testing.T, label string, x installTimings) {
+// JSON line with the server's command line (bench/install reads it and
+// names that `anvil serve` in its result file). Tests do not assert
+// wall-clock time.
+func logTimings(t *testing.T, label string, x installTimings, server *anvil) {
 	t.Helper()
 	t.Logf("%s: floor %.1fs, image write %.1fs; QEMU start → agent %.1fs, → workflow SUCCESS %.1fs (floor + write + %.1fs; target 2.5s), → installed OS %.1fs",
 		label, x.floor.Seconds(), x.write.Seconds(), x.agent.Seconds(), x.success.Seconds(), x.margin().Seconds(), x.installed.Seconds())
 	if out := os.Getenv("ANVIL_E2E_TIMINGS"); out != "" {
-		line := fmt.Sprintf("{\"test\":%q,\"floor_s\":%.2f,\"write_s\":%.2f,\"agent_s\":%.2f,\"success_s\":%.2f,\"margin_s\":%.2f,\"installed_s\":%.2f}\n",
-			label, x.floor.Seconds(), x.write.Seconds(), x.agent.Seconds(), x.success.Seconds(), x.margin().Seconds(), x.installed.Seconds())
+		b, err := json.Marshal(map[string]any{"test": label, "floor_s": x.floor.Seconds(), "write_s": x.write.Seconds(),
+			"agent_s": x.agent.Seconds(), "success_s": x.success.Seconds(), "margin_s": x.margin().Seconds(),
+			"installed_s": x.installed.Seconds(), "server": append([]string{assets.anvil}, server.args...),
+			"server_version": anvilVersion()})
+		if err != nil {
+			t.Errorf("ANVIL_E2E_TIMINGS: %v", err)
+			return
+		}
+		line := string(b) + "\n"
 		f, err := os.OpenFile(out, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err != nil {
 			t.Errorf("ANVIL_E2E_TIMINGS: %v", err)
@@ -508,6 +517,16 @@ func logTimings(t *testing.T, label string, x installTimings) {
 			t.Errorf("ANVIL_E2E_TIMINGS: %v", err)
 		}
 	}
+}
+
+// anvilVersion is what the binary under test says of itself: the test's
+// build is removed with the test, so the timings line keeps it.
+func anvilVersion() string {
+	out, err := exec.Command(assets.anvil, "version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // timings gathers an install's timings, with the floor measured apart.
@@ -560,7 +579,7 @@ func TestInstall(t *testing.T) {
 
 	run := runInstall(t, ns, a, name, mac, nil)
 	wf := assertInstalled(t, a, run, name, mac, ip)
-	logTimings(t, "install", timings(floor, run, wf))
+	logTimings(t, "install", timings(floor, run, wf), a)
 	if os.Getenv("ANVIL_E2E_SERIAL") != "" {
 		t.Logf("serial console:\n%s", run.res.serial)
 	}
