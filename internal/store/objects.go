@@ -52,7 +52,7 @@ func validNamespace(s string) bool {
 func CheckKind(kind string) error {
 	switch kind {
 	case model.KindHardware, model.KindTemplate, model.KindWorkflow, model.KindBootProfile,
-		model.KindMachine, model.KindJob, model.KindTask, model.KindSecret:
+		model.KindMachine, model.KindJob, model.KindTask, model.KindSecret, model.KindWorkflowRuleSet:
 		return nil
 	}
 	return fmt.Errorf("unknown kind %q: %w", kind, ErrInvalid)
