@@ -21,11 +21,11 @@ func dellHardware(ns, name string, lbls map[string]string) *model.Hardware {
 	hw := &model.Hardware{
 		TypeMeta:   model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindHardware},
 		ObjectMeta: model.ObjectMeta{Namespace: ns, Name: name, Labels: lbls},
-		Spec: model.HardwareSpec{Interfaces: []model.Interface{{DHCP: &model.DHCP{MAC: "52:54:00:00:00:07"}}}},
+		Spec:       model.HardwareSpec{Interfaces: []model.Interface{{DHCP: &model.DHCP{MAC: "52:54:00:00:00:07"}}}},
 	}
 	hw.Status.Attributes = &model.Attributes{
-		Product:      &model.Product{Vendor: "Dell Inc.", Name: "PowerEdge R650", SerialNumber: "7B60007P"},
-		BlockDevices: []model.BlockDevice{{Name: "sda", Model: "MZ7LH960", DriveType: "SSD"}, {Name: "sdb", Model: "ST4000NM", DriveType: "HDD"}},
+		Product:           &model.Product{Vendor: "Dell Inc.", Name: "PowerEdge R650", SerialNumber: "7B60007P"},
+		BlockDevices:      []model.BlockDevice{{Name: "sda", Model: "MZ7LH960", DriveType: "SSD"}, {Name: "sdb", Model: "ST4000NM", DriveType: "HDD"}},
 		NetworkInterfaces: []model.NetworkInterface{{Name: "eno1", MAC: "52:54:00:00:00:07"}},
 		Anvil:             &model.AnvilAttributes{Firmware: "uefi", MemoryBytes: 64 << 30},
 	}
