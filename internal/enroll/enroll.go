@@ -14,6 +14,7 @@ import (
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/workflow"
 )
 
 // Outcomes of a Result: short, stable words.
@@ -258,6 +259,12 @@ func (e *Enroller) create(ctx context.Context, hw *model.Hardware, rule Rule, na
 	wf, err := NewWorkflow(hw, rule, name)
 	if err != nil {
 		return err
+	}
+	// A workflow that cannot render would sit FAILED on the machine and
+	// keep rules away from it; refuse it now, so that fixing the
+	// Hardware (its disks) or the Template enrols it on the next pass.
+	if _, err := workflow.RenderStored(ctx, e.cfg.Store, wf); err != nil {
+		return fmt.Errorf("%s: workflow %s/%s would not render, so it is not created: %w", rule, hw.Namespace, name, err)
 	}
 	if _, err := e.cfg.Store.Create(ctx, wf); errors.Is(err, store.ErrAlreadyExists) {
 		// Another pass won the race (and marks the Hardware), or a

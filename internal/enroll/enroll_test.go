@@ -281,3 +281,42 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestPassRefusesUnrenderable: a workflow that would not render is not
+// created (it would keep rules away from the machine); once the Hardware
+// is fixed, the next pass enrols it.
+func TestPassRefusesUnrenderable(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	tpl := template("default", "install")
+	data := strings.Replace(*tpl.Spec.Data, "image: x", "image: x\n        environment:\n          DEST_DISK: '{{ index .Hardware.Disks 0 }}'", 1)
+	tpl.Spec.Data = &data
+	hw := dellHardware("default", "m1", map[string]string{model.LabelDiscovered: "true"})
+	create(t, st, tpl, ruleSet("default", "dell", 0, nil, ruleDell), hw)
+	e := New(Config{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	res, err := e.Pass(ctx, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Outcome != Failed || !strings.Contains(res[0].Message, "would not render") {
+		t.Fatalf("results %+v; want a failure saying the workflow would not render", res)
+	}
+	if n := len(workflows(t, st)); n != 0 {
+		t.Fatalf("%d workflows; want none", n)
+	}
+	o, err := st.Get(ctx, model.KindHardware, "default", "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := o.(*model.Hardware)
+	fixed.Spec.Disks = []model.Disk{{Device: "/dev/sda"}}
+	if _, err := st.Update(ctx, fixed); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = e.Pass(ctx, "", false); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Outcome != Enrolled {
+		t.Fatalf("after the fix: %+v; want enrolled", res)
+	}
+}

@@ -4,7 +4,8 @@
 // Controller, which runs passes as Hardware and rule sets change).
 //
 // It reads and writes the store only through store.Store, and creates
-// Workflows as any client would; the workflow engine runs them. It does not
+// Workflows as any client would, after checking with the workflow
+// package's public RenderStored that they render; the engine runs them. It does not
 // discover machines (the discovery boot labels their Hardware
 // model.LabelDiscovered) and does not touch the engine's internals.
 package enroll
