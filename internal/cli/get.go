@@ -48,7 +48,7 @@ func newGetCmd() *cobra.Command {
 	var sc scope
 	var output, apiVersion string
 	cmd := &cobra.Command{
-		Use:   "get hardware|templates|workflows|bootprofiles|machines|jobs|tasks|secrets [NAME...] | KIND/NAME",
+		Use:   "get hardware|templates|workflows|bootprofiles|machines|jobs|tasks|secrets|workflowrulesets [NAME...] | KIND/NAME",
 		Short: "List objects, or show some by name",
 		Example: `  anvil get hardware
   anvil get workflows -o wide

@@ -198,10 +198,12 @@ func (e *Enroller) one(ctx context.Context, book *Book, hw *model.Hardware, dryR
 		r.Outcome, r.Message = AlreadyEnrolled, err.Error()
 		return r
 	} else if err != nil {
+		enrolments.WithLabelValues(Failed).Inc()
 		r.Outcome, r.Message = Failed, err.Error()
 		e.log.Warn("enrolment failed", "hardware", hw.Key(), "rule", rule.String(), "err", err)
 		return r
 	}
+	enrolments.WithLabelValues(Enrolled).Inc()
 	r.Outcome = Enrolled
 	r.Message = fmt.Sprintf("%s created workflow %s from template %s", rule, r.Workflow, rule.Set.Spec.Workflow.Template.Ref)
 	return r
