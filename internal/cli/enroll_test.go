@@ -39,6 +39,16 @@ func TestEnroll(t *testing.T) {
 	if strings.Count(first, " enrolled ") != 2 {
 		t.Errorf("first pass: want 2 enrolled:\n%s", first)
 	}
+	// The machine's record says which rule enrolled it (written
+	// asynchronously: wait for it).
+	deadline := time.Now().Add(30 * time.Second)
+	for rec := ""; !strings.Contains(rec, "enrolled by default/dell-r650#rules[0]: workflow enroll-discovery-4c4c4544-0042 from template debian-raw"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the machine's record lacks the enrolment:\n%s", rec)
+		}
+		time.Sleep(20 * time.Millisecond)
+		rec = mustRun(t, srv, "logs", "hardware/discovery-4c4c4544-0042")
+	}
 	second := mustRun(t, srv, "enroll")
 	if strings.Count(second, "already-enrolled") != 2 || strings.Contains(second, " enrolled ") {
 		t.Errorf("second pass: want 2 already-enrolled and none enrolled:\n%s", second)
