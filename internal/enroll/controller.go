@@ -16,8 +16,9 @@ import (
 const DefaultRetryInterval = 5 * time.Second
 
 // Controller enrols discovered machines as they become due: it runs a
-// full Pass when it starts and whenever a WorkflowRuleSet changes (a new
-// rule may match machines that waited), and enrols one Hardware when a
+// full Pass when it starts and whenever a WorkflowRuleSet or a Template
+// changes (a new rule may match machines that waited, a Template that was
+// missing or did not render may now), and enrols one Hardware when a
 // discovered Hardware is added or changed (its agent reported
 // attributes). Work is done in one goroutine, an event at a time, so a
 // storm of discoveries costs a bounded amount of memory and one store
@@ -65,7 +66,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-// follow watches rule sets and discovered Hardware from now, runs a full
+// follow watches rule sets, Templates and discovered Hardware from now, runs a full
 // pass, then acts on each change until a watch ends.
 func (c *Controller) follow(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -76,6 +77,14 @@ func (c *Controller) follow(ctx context.Context) error {
 		return err
 	}
 	sets, err := st.Watch(ctx, model.KindWorkflowRuleSet, store.WatchOptions{ResourceVersion: rv})
+	if err != nil {
+		return err
+	}
+	_, rv, err = st.List(ctx, model.KindTemplate, store.ListOptions{})
+	if err != nil {
+		return err
+	}
+	tpls, err := st.Watch(ctx, model.KindTemplate, store.WatchOptions{ResourceVersion: rv})
 	if err != nil {
 		return err
 	}
@@ -99,6 +108,20 @@ func (c *Controller) follow(ctx context.Context) error {
 		case ev, ok := <-sets:
 			if !ok {
 				return errors.New("workflow rule set watch closed")
+			}
+			if ev.Type == store.Error {
+				return ev.Err
+			}
+			if ev.Type == store.Added || ev.Type == store.Modified {
+				if err := c.pass(ctx); err != nil {
+					return err
+				}
+			}
+		case ev, ok := <-tpls:
+			// A Template a rule names may have been missing, or not
+			// rendered for a machine: try the machines that wait.
+			if !ok {
+				return errors.New("template watch closed")
 			}
 			if ev.Type == store.Error {
 				return ev.Err

@@ -1,6 +1,7 @@
 package enroll
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -319,4 +320,44 @@ func TestPassRefusesUnrenderable(t *testing.T) {
 	if len(res) != 1 || res[0].Outcome != Enrolled {
 		t.Fatalf("after the fix: %+v; want enrolled", res)
 	}
+}
+
+// TestControllerTemplateLater: a machine whose rule names a Template not
+// yet applied is enrolled when the Template arrives.
+func TestControllerTemplateLater(t *testing.T) {
+	st := openStore(t)
+	create(t, st, ruleSet("default", "dell", 0, nil, ruleDell), dellHardware("default", "m1", map[string]string{model.LabelDiscovered: "true"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	c := NewController(ControllerConfig{Config: Config{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil))}})
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	// The first pass has tried, and failed for want of the Template.
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "template default/install, which does not exist") })
+	create(t, st, template("default", "install"))
+	waitFor(t, func() bool { return workflows(t, st)["default/enroll-m1"] != nil })
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
