@@ -51,6 +51,7 @@ FUZZ_TARGETS := \
 	./internal/kmod:FuzzParseSoftdep \
 	./internal/kmod:FuzzParseModinfo \
 	./internal/labels:FuzzParse \
+	./internal/rulepattern:FuzzParse \
 	./internal/syslog:FuzzParse \
 	./internal/tftp:FuzzParseRequest \
 	./internal/clientip:FuzzResolve \

@@ -158,6 +158,7 @@ instead of --bind and the ports.`,
 	// BMCs (docs/bmc.md).
 	f.StringVar(&cfg.SealKeyFile, "seal-key-file", "", "key that encrypts applied v1 Secrets (BMC credentials) in the store, made when missing (default DATA_DIR/secrets/seal.key); keep it apart from the store's backups")
 	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish, Intel AMT over TLS) certificates (default the system's; a Machine with insecureTLS checks none)")
+	f.BoolVar(&cfg.DisableEnroll, "no-enroll", false, "do not enrol discovered machines by WorkflowRuleSets as they appear (`anvil enroll` still does, when asked)")
 	f.BoolVar(&cfg.DisableBMC, "no-bmc", false, "do not run BMC Jobs (bmc.tinkerbell.org Job objects are stored, not executed) nor poll power states")
 	f.DurationVar(&cfg.BMCPollInterval, "bmc-poll-interval", server.DefaultBMCPollInterval, "how often every Machine's power state is read from its BMC, each within ±10%; a BMC that fails is backed off (0: never)")
 	f.IntVar(&cfg.ConsolePort, "console-port", console.DefaultPort, "SSH port of the serial console: 'ssh -p PORT HARDWARE@anvil' attaches to the machine's IPMI Serial over LAN, logging in with a key of its spec.metadata.instance.ssh_keys (0: off)")

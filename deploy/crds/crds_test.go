@@ -39,6 +39,7 @@ func TestAll(t *testing.T) {
 		"bmc.tinkerbell.org/v1alpha1 Task tasks",
 		"tinkerbell.org/v1alpha1 Hardware hardware",
 		"tinkerbell.org/v1alpha1 Template templates",
+		"tinkerbell.org/v1alpha1 WorkflowRuleSet workflowrulesets",
 		"tinkerbell.org/v1alpha1 Workflow workflows",
 	}
 	if !slices.Equal(got, want) {
@@ -64,7 +65,7 @@ func TestServeTinkerbellObjects(t *testing.T) {
 
 	root := testtool.ModuleRoot(t)
 	var objs []map[string]any
-	for _, f := range []string{"hardware.yaml", "template.yaml", "workflow.yaml", "bmc/bmc.yaml", "bmc/job.yaml", "profiles/flatcar.yaml"} {
+	for _, f := range []string{"hardware.yaml", "template.yaml", "workflow.yaml", "bmc/bmc.yaml", "bmc/job.yaml", "profiles/flatcar.yaml", "enrolment/rulesets.yaml"} {
 		for _, o := range readExamples(t, filepath.Join(root, "examples", f)) {
 			if _, ok := byKind[o["kind"].(string)]; ok { // not the Secret in bmc.yaml
 				objs = append(objs, o)
@@ -310,7 +311,7 @@ func printerColumns(t *testing.T, c *kubetest.Cluster, byKind map[string]crds.De
 // wf`) and all of them by category (`kubectl get tinkerbell`).
 func discovery(t *testing.T, c *kubetest.Cluster) {
 	t.Helper()
-	want := map[string]string{"hardware": "hw", "templates": "tpl", "workflows": "wf", "jobs": "j", "tasks": "t", "machines": ""}
+	want := map[string]string{"hardware": "hw", "templates": "tpl", "workflows": "wf", "jobs": "j", "tasks": "t", "machines": "", "workflowrulesets": "wrs"}
 	for _, gv := range []string{"tinkerbell.org/v1alpha1", "bmc.tinkerbell.org/v1alpha1"} {
 		var list struct {
 			Resources []struct {

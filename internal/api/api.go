@@ -38,6 +38,7 @@ import (
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/clock"
+	"github.com/anvilproj/anvil/internal/enroll"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/oci"
@@ -85,6 +86,9 @@ type LogStore interface {
 type Config struct {
 	// Store holds the objects. Required.
 	Store store.Store
+	// Enroller runs the passes of WorkflowRuleSetService.Enroll. If nil,
+	// one over Store, which records no machine events.
+	Enroller *enroll.Enroller
 	// Engine serves the agent service and cancels jobs. If nil,
 	// AgentService answers UNAVAILABLE for GetAction and
 	// ReportActionStatus, and JobService for CancelJob.
@@ -235,6 +239,7 @@ func ServiceNames() []string {
 		anvilv1connect.BmcJobServiceName,
 		anvilv1connect.BmcTaskServiceName,
 		anvilv1connect.CredentialSecretServiceName,
+		anvilv1connect.WorkflowRuleSetServiceName,
 		tinkprotoconnect.WorkflowServiceName,
 	}
 }
@@ -260,6 +265,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	handle(anvilv1connect.NewBmcJobServiceHandler(newBMCJobService(s), opts...))
 	handle(anvilv1connect.NewBmcTaskServiceHandler(newBMCTaskService(s), opts...))
 	handle(anvilv1connect.NewCredentialSecretServiceHandler(credentialService{s}, opts...))
+	handle(anvilv1connect.NewWorkflowRuleSetServiceHandler(ruleSetHandler{newRuleSetService(s)}, opts...))
 	handle(anvilv1connect.NewManifestServiceHandler(manifestService{s}, opts...))
 	handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
 	handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))

@@ -30,6 +30,7 @@ type guard struct{ s *Services }
 var mutatingMethods = map[string]bool{
 	"Create": true, "Update": true, "Delete": true, "Apply": true,
 	"Reprovision": true, "ProvisionDevice": true, "CancelJob": true,
+	"Enroll": true,
 }
 
 func isMutating(procedure string) bool {

@@ -140,3 +140,22 @@ func newBMCTaskService(s *Services) *bmcTaskService {
 		},
 	}}
 }
+
+type ruleSetService = resource[v1.WorkflowRuleSet, *v1.WorkflowRuleSet, v1.CreateWorkflowRuleSetRequest, v1.UpdateWorkflowRuleSetRequest, v1.WorkflowRuleSetList, v1.WorkflowRuleSetEvent]
+
+func newRuleSetService(s *Services) *ruleSetService {
+	return &ruleSetService{s: s, kindAdapter: kindAdapter[v1.WorkflowRuleSet, *v1.WorkflowRuleSet, v1.CreateWorkflowRuleSetRequest, v1.UpdateWorkflowRuleSetRequest, v1.WorkflowRuleSetList, v1.WorkflowRuleSetEvent]{
+		kind: model.KindWorkflowRuleSet,
+		message: func(p wire.Parts) *v1.WorkflowRuleSet {
+			return &v1.WorkflowRuleSet{ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}
+		},
+		createArg: (*v1.CreateWorkflowRuleSetRequest).GetWorkflowRuleSet,
+		updateArg: (*v1.UpdateWorkflowRuleSetRequest).GetWorkflowRuleSet,
+		list: func(items []*v1.WorkflowRuleSet, rv string) *v1.WorkflowRuleSetList {
+			return &v1.WorkflowRuleSetList{Items: items, ResourceVersion: rv}
+		},
+		event: func(t v1.EventType, m *v1.WorkflowRuleSet) *v1.WorkflowRuleSetEvent {
+			return &v1.WorkflowRuleSetEvent{Type: t, WorkflowRuleSet: m}
+		},
+	}}
+}

@@ -58,6 +58,7 @@ func Commands() []*cobra.Command {
 		newDeleteCmd(),
 		newWorkflowCmd(),
 		newReprovisionCmd(),
+		newEnrollCmd(),
 		newJobCmd(),
 		newLogsCmd(),
 		newSimulateAgentCmd(),
@@ -96,6 +97,7 @@ type clients struct {
 	bmcJobs   anvilv1connect.BmcJobServiceClient
 	bmcTasks  anvilv1connect.BmcTaskServiceClient
 	creds     anvilv1connect.CredentialSecretServiceClient
+	ruleSets  anvilv1connect.WorkflowRuleSetServiceClient
 }
 
 // serverAddress is --server if given, else $ANVIL_SERVER, else the default.
@@ -180,6 +182,7 @@ func newClients(cmd *cobra.Command) (*clients, error) {
 		bmcJobs:   anvilv1connect.NewBmcJobServiceClient(hc, addr, opts...),
 		bmcTasks:  anvilv1connect.NewBmcTaskServiceClient(hc, addr, opts...),
 		creds:     anvilv1connect.NewCredentialSecretServiceClient(hc, addr, opts...),
+		ruleSets:  anvilv1connect.NewWorkflowRuleSetServiceClient(hc, addr, opts...),
 	}, nil
 }
 

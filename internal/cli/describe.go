@@ -68,6 +68,12 @@ func newDescribeCmd() *cobra.Command {
 					return c.explain(err)
 				}
 				describeBootProfile(w, x, refs, now)
+			case *model.WorkflowRuleSet:
+				wfs, err := c.ops(model.KindWorkflow).list(ctx(cmd), &v1.ListRequest{Namespace: x.Namespace})
+				if err != nil {
+					return c.explain(err)
+				}
+				describeRuleSet(w, x, wfs, now)
 			case *model.Machine:
 				describeMachine(w, x, now)
 			case *model.Job:

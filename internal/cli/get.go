@@ -48,7 +48,7 @@ func newGetCmd() *cobra.Command {
 	var sc scope
 	var output, apiVersion string
 	cmd := &cobra.Command{
-		Use:   "get hardware|templates|workflows|bootprofiles|machines|jobs|tasks|secrets [NAME...] | KIND/NAME",
+		Use:   "get hardware|templates|workflows|bootprofiles|machines|jobs|tasks|secrets|workflowrulesets [NAME...] | KIND/NAME",
 		Short: "List objects, or show some by name",
 		Example: `  anvil get hardware
   anvil get workflows -o wide
@@ -191,6 +191,11 @@ func tableHeader(kind string, wide bool) []string {
 		return []string{"NAME", "JOB", "ACTION", "STATE", "AGE"}
 	case model.KindSecret:
 		return []string{"NAME", "TYPE", "KEYS", "AGE"}
+	case model.KindWorkflowRuleSet:
+		if wide {
+			return []string{"NAME", "PRIORITY", "RULES", "SELECTOR", "TEMPLATE", "DISABLED", "AGE"}
+		}
+		return []string{"NAME", "PRIORITY", "RULES", "TEMPLATE", "AGE"}
 	case model.KindBootProfile:
 		if wide {
 			return []string{"NAME", "SELECTOR", "PRIORITY", "KERNEL", "CONFIGS", "AGE"}
@@ -252,6 +257,13 @@ func tableRow(o model.Object, wide bool, now time.Time) []string {
 		return []string{meta.Name, orDash(meta.Labels[model.BMCJobLabel]), x.Spec.Task.Describe(), bmcState(x.Status.Conditions), age}
 	case *model.Secret:
 		return []string{meta.Name, orDash(x.Type), orDash(strings.Join(x.Keys, ",")), age}
+	case *model.WorkflowRuleSet:
+		prio, rules, tpl := fmt.Sprint(x.Spec.Priority), fmt.Sprint(len(x.Spec.Rules)), orDash(x.Spec.Workflow.Template.Ref)
+		if wide {
+			sel := orDash(strings.Join(x.Spec.Selector, " | "))
+			return []string{meta.Name, prio, rules, sel, tpl, fmt.Sprint(model.BoolValue(x.Spec.Workflow.Disabled, false)), age}
+		}
+		return []string{meta.Name, prio, rules, tpl, age}
 	case *model.BootProfile:
 		sel := orDash(strings.Join(x.Spec.Selector, " | "))
 		configs := orDash(strings.Join(slices.Sorted(maps.Keys(x.Spec.Configs)), ","))

@@ -173,6 +173,21 @@ func (c *clients) ops(kind string) kindOps {
 				return err
 			},
 		}
+	case model.KindWorkflowRuleSet:
+		return kindOps{
+			get: func(ctx context.Context, ns, name string) (model.Object, error) {
+				r, err := c.ruleSets.Get(ctx, get(ns, name))
+				return decodeOne(kind, msgOf(r), err)
+			},
+			list: func(ctx context.Context, req *v1.ListRequest) ([]model.Object, error) {
+				r, err := c.ruleSets.List(ctx, connect.NewRequest(req))
+				return decodeAll(kind, msgOf(r).GetItems(), err)
+			},
+			del: func(ctx context.Context, ns, name string) error {
+				_, err := c.ruleSets.Delete(ctx, del(ns, name))
+				return err
+			},
+		}
 	default:
 		return kindOps{
 			get: func(ctx context.Context, ns, name string) (model.Object, error) {

@@ -31,6 +31,9 @@ const (
 	// ServiceConsole: the serial console over SSH (internal/console): its
 	// output line by line, and who attached.
 	ServiceConsole = "console"
+	// ServiceEnroll: auto-enrolment (internal/enroll): which rule made
+	// the machine's workflow.
+	ServiceEnroll = "enroll"
 )
 
 // Event is one thing a service did for (or refused to) a machine.

@@ -111,8 +111,8 @@ func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
 
 // Kinds lists every kind in the order an apply writes them: a Workflow may
 // refer to a Hardware and a Template in the same file, a Job to a Machine
-// and a Machine to a Secret.
-var Kinds = []string{KindSecret, KindHardware, KindTemplate, KindBootProfile, KindMachine, KindWorkflow, KindJob, KindTask}
+// and a Machine to a Secret, a WorkflowRuleSet to a Template.
+var Kinds = []string{KindSecret, KindHardware, KindTemplate, KindWorkflowRuleSet, KindBootProfile, KindMachine, KindWorkflow, KindJob, KindTask}
 
 // New returns an empty object of the kind with its TypeMeta set.
 func New(kind string) (Object, error) {
@@ -134,8 +134,10 @@ func New(kind string) (Object, error) {
 		o = &BMCTask{}
 	case KindSecret:
 		o = &Secret{}
+	case KindWorkflowRuleSet:
+		o = &WorkflowRuleSet{}
 	default:
-		return nil, fmt.Errorf("unknown kind %q (known kinds: Hardware, Template, Workflow, BootProfile, Machine, Job, Task, Secret)", kind)
+		return nil, fmt.Errorf("unknown kind %q (known kinds: Hardware, Template, Workflow, BootProfile, Machine, Job, Task, Secret, WorkflowRuleSet)", kind)
 	}
 	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersionOf(kind), Kind: kind}
 	return o, nil
@@ -160,6 +162,8 @@ func KindOf(o Object) string {
 		return KindTask
 	case *Secret:
 		return KindSecret
+	case *WorkflowRuleSet:
+		return KindWorkflowRuleSet
 	}
 	return ""
 }
@@ -184,8 +188,10 @@ func ParseKind(s string) (string, error) {
 		return KindTask, nil
 	case "secret", "secrets", "Secret":
 		return KindSecret, nil
+	case "workflowruleset", "workflowrulesets", "wrs", "WorkflowRuleSet", "WorkflowRuleSets":
+		return KindWorkflowRuleSet, nil
 	}
-	return "", fmt.Errorf("unknown kind %q (want hardware, template, workflow, bootprofile, machine, job, task or secret)", s)
+	return "", fmt.Errorf("unknown kind %q (want hardware, template, workflow, bootprofile, machine, job, task, secret or workflowruleset)", s)
 }
 
 // DeepCopy returns an independent copy of o: no pointer, slice or map is

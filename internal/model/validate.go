@@ -52,6 +52,8 @@ func validate(obj Object) ErrorList {
 		validateTask(o, add)
 	case *Secret:
 		validateSecret(o, add)
+	case *WorkflowRuleSet:
+		validateWorkflowRuleSet(o, add)
 	}
 	return errs
 }

@@ -107,7 +107,7 @@ func TestPackageDocs(t *testing.T) {
 
 // components are the packages that run a service of `anvil serve` and so
 // have a README for operators.
-var components = []string{"bmc", "bootlog", "bootpolicy", "console", "dhcp", "httpboot", "metadata", "server", "syslog", "tftp"}
+var components = []string{"bmc", "bootlog", "bootpolicy", "console", "dhcp", "enroll", "httpboot", "metadata", "server", "syslog", "tftp"}
 
 // sections are the fixed sections of a component README, each a pattern
 // its heading must match.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/bmc"
+	"github.com/anvilproj/anvil/internal/enroll"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/render"
@@ -150,6 +151,16 @@ func bestEffort(log *slog.Logger, msg string, run func(context.Context) error) f
 		<-ctx.Done()
 		return nil
 	}
+}
+
+// enrollComponents are the enrolment controller, none with
+// cfg.DisableEnroll.
+func enrollComponents(cfg Config, st store.Store, events machinelog.Sink) []supervise.Component {
+	if cfg.DisableEnroll {
+		return nil
+	}
+	c := enroll.NewController(enroll.ControllerConfig{Config: enroll.Config{Store: st, Logger: cfg.Logger, Events: events}})
+	return []supervise.Component{{Name: "enrolment controller", Run: bestEffort(cfg.Logger, "enrolment controller stopped", c.Run)}}
 }
 
 // bmcComponents are the BMC job executor, which runs Rufio-shaped Jobs

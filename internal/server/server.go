@@ -32,6 +32,7 @@ import (
 	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/bootlog"
 	"github.com/anvilproj/anvil/internal/clientip"
+	"github.com/anvilproj/anvil/internal/enroll"
 	"github.com/anvilproj/anvil/internal/leader"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/oci"
@@ -192,6 +193,10 @@ type Config struct {
 	// DisableBMC switches the BMC job executor off: Jobs are stored but
 	// nothing runs them.
 	DisableBMC bool
+	// DisableEnroll switches the enrolment controller off: discovered
+	// Hardware gets workflows from WorkflowRuleSets only when `anvil
+	// enroll` asks.
+	DisableEnroll bool
 	// BMCCAFile is a PEM file of the CAs that sign BMCs' HTTPS
 	// certificates (Redfish, Intel AMT over TLS). If empty, the system's CAs; a Machine with
 	// insecureTLS verifies nothing.
@@ -418,12 +423,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	engineComponent := supervise.Component{Name: "workflow engine", Run: engine.Run}
+	// The enrolment controller creates workflows for discovered
+	// machines (internal/enroll): on the leader, like the engine.
+	enrollLeader := enrollComponents(cfg, leaderStore, recorder)
 	if el == nil {
 		sup.Stage("workflow engine", engineComponent)
 		sup.Stage("bmc", append(bmcLeader, bmcAll...)...)
+		sup.Stage("enrolment", enrollLeader...)
 	} else {
+		leaderOnly := append(append([]supervise.Component{engineComponent}, bmcLeader...), enrollLeader...)
 		sup.Stage("workflow engine", supervise.Component{Name: "agent wake-ups", Run: engine.Follow},
-			leaderComponent(el, append([]supervise.Component{engineComponent}, bmcLeader...)))
+			leaderComponent(el, leaderOnly))
 		sup.Stage("bmc", bmcAll...)
 	}
 
@@ -440,7 +450,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log, Peers: apiPeers,
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: set.registries, BootISO: boot.isoURL != nil,
-		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP})
+		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP,
+		Enroller: enroll.New(enroll.Config{Store: st, Logger: log, Events: recorder})})
 	h := newHandlers(cfg, set, services, boot, secretStore, sup.Ready)
 	sup.Stage("boot policy", boot.policyComponent())
 	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, services.Stop)...)...)

@@ -75,10 +75,11 @@ var selectable = map[string][]string{
 	model.KindBootProfile: {"metadata.name", "metadata.namespace"},
 	model.KindWorkflow: {"metadata.name", "metadata.namespace", "spec.templateRef",
 		"spec.hardwareRef", fieldState},
-	model.KindMachine: {"metadata.name", "metadata.namespace", "spec.connection.host"},
-	model.KindJob:     {"metadata.name", "metadata.namespace", "spec.machineRef.name"},
-	model.KindTask:    {"metadata.name", "metadata.namespace"},
-	model.KindSecret:  {"metadata.name", "metadata.namespace"},
+	model.KindMachine:         {"metadata.name", "metadata.namespace", "spec.connection.host"},
+	model.KindJob:             {"metadata.name", "metadata.namespace", "spec.machineRef.name"},
+	model.KindTask:            {"metadata.name", "metadata.namespace"},
+	model.KindSecret:          {"metadata.name", "metadata.namespace"},
+	model.KindWorkflowRuleSet: {"metadata.name", "metadata.namespace", "spec.workflow.template.ref"},
 }
 
 // SelectableFields lists the fields of kind a field selector may name.
@@ -120,6 +121,10 @@ func FieldValues(kind string, obj model.Object, field string) ([]string, bool) {
 				return []string{r.Name}, true
 			}
 			return []string{""}, true
+		}
+	case *model.WorkflowRuleSet:
+		if field == "spec.workflow.template.ref" {
+			return []string{o.Spec.Workflow.Template.Ref}, true
 		}
 	case *model.Workflow:
 		switch field {

@@ -52,7 +52,7 @@ func validNamespace(s string) bool {
 func CheckKind(kind string) error {
 	switch kind {
 	case model.KindHardware, model.KindTemplate, model.KindWorkflow, model.KindBootProfile,
-		model.KindMachine, model.KindJob, model.KindTask, model.KindSecret:
+		model.KindMachine, model.KindJob, model.KindTask, model.KindSecret, model.KindWorkflowRuleSet:
 		return nil
 	}
 	return fmt.Errorf("unknown kind %q: %w", kind, ErrInvalid)
@@ -91,6 +91,8 @@ func StatusIsZero(obj model.Object) bool {
 		st = &o.Status
 	case *model.BMCTask:
 		st = &o.Status
+	case *model.WorkflowRuleSet:
+		st = &o.Status
 	case *model.Secret:
 		return true // no status to keep
 	}
@@ -116,6 +118,8 @@ func CopyStatus(dst, src model.Object) {
 		d.Status = src.(*model.Job).Status
 	case *model.BMCTask:
 		d.Status = src.(*model.BMCTask).Status
+	case *model.WorkflowRuleSet:
+		d.Status = src.(*model.WorkflowRuleSet).Status
 	}
 }
 

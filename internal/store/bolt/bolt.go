@@ -268,6 +268,8 @@ func specSum(obj model.Object) ([32]byte, error) {
 		spec = &o.Spec
 	case *model.BMCTask:
 		spec = &o.Spec
+	case *model.WorkflowRuleSet:
+		spec = &o.Spec
 	case *model.Secret:
 		// No spec: what the Secret holds (sealed) and its type.
 		spec = []any{o.Type, o.Immutable, o.Sealed, o.Keys}

@@ -144,6 +144,8 @@ var resources = map[string]resource{
 	model.KindJob:         {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "jobs"}, true},
 	model.KindTask:        {schema.GroupVersionResource{Group: "bmc.tinkerbell.org", Version: "v1alpha1", Resource: "tasks"}, true},
 	model.KindSecret:      {schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, false},
+	// Tinkerbell's CRD has the status subresource (an empty status).
+	model.KindWorkflowRuleSet: {schema.GroupVersionResource{Group: "tinkerbell.org", Version: "v1alpha1", Resource: "workflowrulesets"}, true},
 }
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
