@@ -253,7 +253,12 @@ func (s *Store) commit(batch []*request) {
 			s.publish(changes, rev)
 		}
 	}
-	if d := time.Since(start); d > time.Second {
+	d := time.Since(start)
+	s.stats.commits++
+	s.stats.requests += int64(len(batch))
+	s.stats.changes += int64(len(changes))
+	s.stats.total += d
+	if d > time.Second {
 		s.log.Warn("slow store commit", "duration", d, "requests", len(batch), "changes", len(changes))
 	}
 	for i, r := range batch {
@@ -304,7 +309,10 @@ func (s *Store) stamp(o *op, cur *entry, rev uint64, now time.Time) (*entry, err
 		}
 	}
 	m.ResourceVersion = strconv.FormatUint(rev, 10)
+	t0 := time.Now()
 	raw, err := json.Marshal(o.obj)
+	s.stats.encode += time.Since(t0)
+	s.stats.bytes += int64(len(raw))
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s: %w", o.kc.kind, o.key, err)
 	}
@@ -331,6 +339,7 @@ func (s *Store) persist(overlay map[ovKey]*entry, rev uint64) error {
 	defer func() { _ = tx.Rollback() }() // no-op after a successful Commit
 	var bk *bolt.Bucket
 	bkind := ""
+	t0 := time.Now()
 	for _, k := range keys {
 		if bk == nil || bkind != k.kc.kind {
 			bkind = k.kc.kind
@@ -352,5 +361,12 @@ func (s *Store) persist(overlay map[ovKey]*entry, rev uint64) error {
 	if err := tx.Bucket(metaBucket).Put(revisionKey, v[:]); err != nil {
 		return err
 	}
-	return tx.Commit()
+	s.stats.put += time.Since(t0)
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	st := tx.Stats()
+	s.stats.spill += st.GetSpillTime()
+	s.stats.write += st.GetWriteTime()
+	return nil
 }
