@@ -4,20 +4,24 @@
 //
 // It owns the database file it is given (one bucket per kind, keyed
 // "namespace/name", JSON values, and a "meta" bucket with the global revision
-// counter) and nothing else: it must not import the API, engine or transport
+// counter) and its write-ahead log segments beside it (the file's name +
+// ".wal." + a sequence number), and nothing else: it must not import the API, engine or transport
 // packages, and callers must never open the file themselves while a Store has
 // it open.
 //
 // Durability and group commit: one committer goroutine takes every write
-// queued at that moment, applies them in order inside a single bbolt
-// read-write transaction and commits it (bbolt fsyncs on commit), and only
-// then updates the in-memory cache, publishes watch events in revision order
-// and answers the callers. While one batch is being fsynced the next one
-// queues, so throughput grows with the number of concurrent writers without
-// any artificial delay. The group commit is this committer rather than
-// bbolt's DB.Batch, which waits up to MaxBatchDelay to fill a batch, may run
-// a caller's function twice, and returns to its callers in no set order,
-// so the cache and the watches could not be updated in revision order.
+// queued at that moment, applies them in order, appends the resulting
+// state of every key they touched to a write-ahead log as one frame and
+// fsyncs it once (wal.go), and only then updates the in-memory cache,
+// publishes watch events in revision order and answers the callers. While
+// one group is being fsynced the next one queues, so throughput grows with
+// the number of concurrent writers without any artificial delay. A
+// checkpointer goroutine folds full log segments into the bbolt file; Open
+// replays what a crash left in the log. The group commit is this committer
+// rather than bbolt's DB.Batch, which waits up to MaxBatchDelay to fill a
+// batch, may run a caller's function twice, and returns to its callers in
+// no set order, so the cache and the watches could not be updated in
+// revision order.
 //
 // Cached objects are immutable once published (a write replaces the key's
 // entry). Get, List, ByIndex and ordinary watches hand out copies; the
@@ -62,6 +66,9 @@ type Options struct {
 	// LockTimeout is how long Open waits for the file's lock, which
 	// another process (a running server) may hold. Default 10s.
 	LockTimeout time.Duration
+	// WALSegmentBytes is the size at which a write-ahead log segment is
+	// folded into the bbolt file. Default 128 MiB.
+	WALSegmentBytes int64
 }
 
 const (
@@ -78,8 +85,23 @@ var (
 // Store is the bbolt-backed store.Store. Create it with Open.
 type Store struct {
 	db   *bolt.DB
+	path string
 	opts Options
 	log  *slog.Logger
+
+	// The write-ahead log (wal.go). seg, walBuf, walRefs, walErr, nextSeq
+	// and ckptBusy are the committer's (and Close's, after it stopped).
+	seg         *segment
+	segLimit    int64
+	nextSeq     uint64
+	walBuf      []byte
+	walRefs     []walPending
+	walErr      error // sticky: the log can no longer be trusted to append
+	ckptBusy    bool  // a segment is with the checkpointer
+	ckptQueue   chan *segment
+	ckptDone    chan error
+	ckptStopped chan struct{}
+	ckptStats   checkpointStats
 
 	// Write queue, drained by the committer.
 	qmu     sync.Mutex
@@ -112,24 +134,34 @@ type Store struct {
 
 // commitStats accounts where the committer's time goes, so that the cost
 // of a durable write can be read from the log of a real run rather than
-// guessed: encoding the written objects, bbolt's Put, its spill (laying
-// the changed nodes out on new pages) and its write (the pages, fdatasync,
-// the meta page and fdatasync again).
+// guessed: encoding the written objects, writing the log frame, and its
+// fsync; checkpointStats the same for the checkpoints.
 type commitStats struct {
 	commits, requests, changes int64
 	bytes                      int64 // JSON written
-	encode, put, spill, write  time.Duration
+	encode, walWrite, fsync    time.Duration
 	total                      time.Duration
 }
 
+type checkpointStats struct {
+	checkpoints, keys, bytes int64
+	time                     time.Duration
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
 func (c *commitStats) logValue() slog.Value {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return slog.GroupValue(
 		slog.Int64("commits", c.commits), slog.Int64("requests", c.requests),
 		slog.Int64("changes", c.changes), slog.Int64("bytes", c.bytes),
-		slog.Float64("encode_ms", ms(c.encode)), slog.Float64("put_ms", ms(c.put)),
-		slog.Float64("spill_ms", ms(c.spill)), slog.Float64("write_fsync_ms", ms(c.write)),
-		slog.Float64("total_ms", ms(c.total)))
+		slog.Float64("encode_ms", ms(c.encode)), slog.Float64("wal_write_ms", ms(c.walWrite)),
+		slog.Float64("fsync_ms", ms(c.fsync)), slog.Float64("total_ms", ms(c.total)))
+}
+
+func (c *checkpointStats) logValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int64("checkpoints", c.checkpoints), slog.Int64("keys", c.keys),
+		slog.Int64("log_bytes", c.bytes), slog.Float64("time_ms", ms(c.time)))
 }
 
 // entry is one cached object. obj is never modified: shared readers
@@ -188,6 +220,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = defaultLockTimeout
 	}
+	if opts.WALSegmentBytes <= 0 {
+		opts.WALSegmentBytes = defaultWALSegmentBytes
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      opts.LockTimeout,
 		FreelistType: bolt.FreelistMapType,
@@ -204,6 +239,8 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db:       db,
+		path:     path,
+		segLimit: opts.WALSegmentBytes,
 		opts:     opts,
 		log:      opts.Logger,
 		wake:     make(chan struct{}, 1),
@@ -217,21 +254,46 @@ func Open(path string, opts Options) (*Store, error) {
 	for _, k := range model.Kinds {
 		s.kinds[k] = newKindCache(k)
 	}
-	if err := s.load(); err != nil {
+	next, err := s.recover(path)
+	if err == nil {
+		err = s.load()
+	}
+	if err == nil {
+		s.seg, err = createSegment(segmentPath(path, next))
+	}
+	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	s.nextSeq = next + 1
+	s.ckptQueue = make(chan *segment, 1)
+	s.ckptDone = make(chan error, 1)
+	s.ckptStopped = make(chan struct{})
 	s.minRV = s.rev
 	go s.committer()
+	go s.checkpointer()
 	return s, nil
+}
+
+// createBuckets makes the meta bucket and one per kind, if missing.
+func createBuckets(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(metaBucket); err != nil {
+		return err
+	}
+	for _, kind := range model.Kinds {
+		if _, err := tx.CreateBucketIfNotExists([]byte(kind)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Store) load() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		mb, err := tx.CreateBucketIfNotExists(metaBucket)
-		if err != nil {
+		if err := createBuckets(tx); err != nil {
 			return err
 		}
+		mb := tx.Bucket(metaBucket)
 		if v := mb.Get(revisionKey); v != nil {
 			if len(v) != 8 {
 				return fmt.Errorf("meta/revision: %d bytes, want 8", len(v))
@@ -239,12 +301,9 @@ func (s *Store) load() error {
 			s.rev = binary.BigEndian.Uint64(v)
 		}
 		for _, kind := range model.Kinds {
-			b, err := tx.CreateBucketIfNotExists([]byte(kind))
-			if err != nil {
-				return err
-			}
+			b := tx.Bucket([]byte(kind))
 			kc := s.kinds[kind]
-			err = b.ForEach(func(k, v []byte) error {
+			err := b.ForEach(func(k, v []byte) error {
 				raw := slices.Clone(v)
 				obj, err := model.Decode(kind, raw)
 				if err != nil {
@@ -321,7 +380,8 @@ func (s *Store) Close() error {
 		}
 		close(s.stop)
 		<-s.done
-		s.log.Info("store commit totals", "stats", s.stats.logValue())
+		walErr := s.closeWAL()
+		s.log.Info("store commit totals", "stats", s.stats.logValue(), "checkpoints", s.ckptStats.logValue())
 
 		s.mu.Lock()
 		s.closed = true
@@ -330,7 +390,7 @@ func (s *Store) Close() error {
 		}
 		s.mu.Unlock()
 		close(s.closing)
-		s.closeErr = s.db.Close()
+		s.closeErr = errors.Join(walErr, s.db.Close())
 	})
 	return s.closeErr
 }

@@ -1,19 +1,15 @@
 package bolt
 
 import (
-	"cmp"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/google/uuid"
-	bolt "go.etcd.io/bbolt"
 )
 
 type verb int
@@ -240,7 +236,7 @@ func (s *Store) commit(batch []*request) {
 	}
 
 	if len(changes) > 0 {
-		if err := s.persist(overlay, rev); err != nil {
+		if err := s.appendFrame(overlay, rev); err != nil {
 			s.log.Error("store commit failed", "err", err, "requests", len(batch))
 			err = fmt.Errorf("commit: %w", err)
 			for i := range resps {
@@ -317,56 +313,4 @@ func (s *Store) stamp(o *op, cur *entry, rev uint64, now time.Time) (*entry, err
 		return nil, fmt.Errorf("encode %s %s: %w", o.kc.kind, o.key, err)
 	}
 	return &entry{obj: o.obj, raw: raw, ns: o.ns, name: o.name, rev: rev, gen: m.Generation, specSum: o.sum, idx: idx}, nil
-}
-
-// persist writes the final state of every key the batch touched, and the
-// revision counter, in one fsynced transaction.
-func (s *Store) persist(overlay map[ovKey]*entry, rev uint64) error {
-	keys := make([]ovKey, 0, len(overlay))
-	for k := range overlay {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b ovKey) int {
-		if c := cmp.Compare(a.kc.kind, b.kc.kind); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.key, b.key)
-	})
-	tx, err := s.db.Begin(true)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }() // no-op after a successful Commit
-	var bk *bolt.Bucket
-	bkind := ""
-	t0 := time.Now()
-	for _, k := range keys {
-		if bk == nil || bkind != k.kc.kind {
-			bkind = k.kc.kind
-			if bk = tx.Bucket([]byte(bkind)); bk == nil {
-				return fmt.Errorf("bucket %s missing", bkind)
-			}
-		}
-		if e := overlay[k]; e != nil {
-			err = bk.Put([]byte(k.key), e.raw)
-		} else {
-			err = bk.Delete([]byte(k.key))
-		}
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", k.kc.kind, k.key, err)
-		}
-	}
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], rev)
-	if err := tx.Bucket(metaBucket).Put(revisionKey, v[:]); err != nil {
-		return err
-	}
-	s.stats.put += time.Since(t0)
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	st := tx.Stats()
-	s.stats.spill += st.GetSpillTime()
-	s.stats.write += st.GetWriteTime()
-	return nil
 }
