@@ -183,10 +183,18 @@ type kindCache struct {
 	kind string
 	objs map[string]*entry
 	ix   *store.Index
+	// head is how every stored object of the kind begins, up to its
+	// metadata: `{"apiVersion":"…","kind":"…","metadata":` (see encodeBody).
+	head []byte
 }
 
 func newKindCache(kind string) *kindCache {
-	return &kindCache{kind: kind, objs: map[string]*entry{}, ix: store.NewIndex(kind)}
+	tm, err := json.Marshal(model.TypeMeta{APIVersion: model.APIVersionOf(kind), Kind: kind})
+	if err != nil {
+		panic(err) // two strings
+	}
+	head := append(tm[:len(tm)-1:len(tm)-1], `,"metadata":`...)
+	return &kindCache{kind: kind, objs: map[string]*entry{}, ix: store.NewIndex(kind), head: head}
 }
 
 func (kc *kindCache) put(key string, e *entry) {
