@@ -420,7 +420,11 @@ func (s *Store) appendFrame(overlay map[ovKey]*entry, rev uint64) error {
 	}
 	clear(refs)
 	s.walRefs = refs[:0]
-	return s.maybeRotate()
+	// This group is durable whatever happens next: a failed checkpoint
+	// found here sets s.walErr (logged), which fails the next group, not
+	// this one.
+	_ = s.maybeRotate()
+	return nil
 }
 
 // maybeRotate hands a full segment to the checkpointer and starts a new
