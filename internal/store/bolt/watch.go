@@ -244,15 +244,19 @@ func (s *Store) publish(changes []change, rev uint64) {
 	s.rev = rev
 }
 
-// remember appends ev to the history ring, forgetting the oldest if full.
+// remember appends ev to the history ring, forgetting the oldest while it
+// is full or holds more than opts.WatchHistoryBytes (always keeping ev).
 func (s *Store) remember(ev event) {
 	n := len(s.ring)
-	if s.ringLen == n {
-		s.minRV = s.ring[s.ringHead].rev
-		s.ring[s.ringHead] = ev
+	for s.ringLen > 0 && (s.ringLen == n || s.ringSize+len(ev.raw) > s.opts.WatchHistoryBytes) {
+		old := &s.ring[s.ringHead]
+		s.minRV = old.rev
+		s.ringSize -= len(old.raw)
+		*old = event{}
 		s.ringHead = (s.ringHead + 1) % n
-		return
+		s.ringLen--
 	}
 	s.ring[(s.ringHead+s.ringLen)%n] = ev
 	s.ringLen++
+	s.ringSize += len(ev.raw)
 }
