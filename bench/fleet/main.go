@@ -117,6 +117,7 @@ func main() {
 	}
 	failed := false
 	for _, b := range o.backends {
+		started := benchresult.New("fleet") // the date and load of the run's start
 		r, err := run(o, b)
 		if r != nil {
 			r.print(os.Stdout)
@@ -125,7 +126,7 @@ func main() {
 				fmt.Println(string(b))
 			}
 			if err == nil {
-				err = record(*results, o, r)
+				err = record(*results, o, r, started)
 			}
 		}
 		if err != nil {

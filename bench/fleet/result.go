@@ -12,8 +12,7 @@ import (
 // issue 18's four agent-path goals, judged with the thresholds above. The
 // goals are set at targetN machines; a smaller run says so in each
 // measure rather than claiming the goal.
-func record(dir string, o options, r *result) error {
-	br := benchresult.New("fleet")
+func record(dir string, o options, r *result, br *benchresult.Result) error {
 	br.Server = benchresult.AnvilServer(benchresult.Version(o.anvil, "version"), r.serverArgs)
 	scale := fmt.Sprintf("%d machines × 5 actions", r.Machines)
 	if r.Machines < targetN {
