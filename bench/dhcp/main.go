@@ -429,7 +429,7 @@ func runTrial(ctx context.Context, o options, n *netns, srv *server, rate int) (
 	if st.acks > 0 {
 		t.CPUPerExchange = t.CPUSeconds * 1e6 / float64(st.acks)
 	}
-	t.Load1 = load1()
+	t.Load1 = benchresult.LoadAverage()
 	t.ServerRcvbuf, t.ClientRcvbuf = s1-s0, c1-c0
 	return t, nil
 }
@@ -518,23 +518,6 @@ func cpuTicks(pid int) (int64, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
 	return u + st, nil
-}
-
-// load1 is the 1-minute load average, or -1 if unknown.
-func load1() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return -1
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return -1
-	}
-	return v
 }
 
 // reportRates prints -rates mode's table: per server and offered rate, and
