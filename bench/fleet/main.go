@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -80,7 +79,6 @@ type options struct {
 	logLevel   string
 	cpuProfile string
 	memProfile string
-	lgProfile  string
 	netboot    bool
 }
 
@@ -100,7 +98,6 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "have the server write a CPU profile of the run to this file")
 	flag.StringVar(&o.memProfile, "mem-profile", "", "have the server write a heap profile (the run's allocations) to this file at exit")
 	results := benchresult.DirFlag()
-	flag.StringVar(&o.lgProfile, "loadgen-cpu-profile", "", "write a CPU profile of this load generator during the run (agents start to last report) to this file")
 	backends := flag.String("backends", "bolt", "what to run against, in turn: bolt, kubernetes (one replica), kubernetes:N (N replicas), comma-separated")
 	flag.Parse()
 	var err error
@@ -335,10 +332,6 @@ func run(o options, b backend) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	stopProfile, err := startLoadgenProfile(o.lgProfile)
-	if err != nil {
-		return nil, err
-	}
 	lg1 := benchproc.SelfCPU()
 	runStart := time.Now()
 	close(start)
@@ -369,9 +362,6 @@ waitLoop:
 	res.RunS = last.Sub(runStart).Seconds()
 	cpu2 := dep.cpu()
 	lg2 := benchproc.SelfCPU()
-	if err := stopProfile(); err != nil {
-		return nil, err
-	}
 	api2, etcd2 := dep.clusterCPU()
 	req2, err := dep.apiRequests(ctx)
 	if err != nil {
@@ -524,27 +514,6 @@ func stats(d []time.Duration, errs int) opStats {
 	}
 	s.P50ms, s.P99ms, s.MaxMs = q(0.50), q(0.99), float64(d[len(d)-1])/1e6
 	return s
-}
-
-// startLoadgenProfile starts profiling this process's CPU into path (if
-// set): the load generator's own cost is part of what bounds the run on a
-// small machine, so it is measured like the server's.
-func startLoadgenProfile(path string) (stop func() error, err error) {
-	if path == "" {
-		return func() error { return nil }, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("loadgen profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("loadgen profile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
 }
 
 func progress(format string, args ...any) {

@@ -244,14 +244,6 @@ func ServiceNames() []string {
 	}
 }
 
-// compressMinBytes: replies shorter than this go out uncompressed even to a
-// client that accepts gzip. connect compresses every reply by default, and
-// the agent's replies are tens of bytes: in the fleet benchmark, resetting
-// a gzip writer per reply (and deflating it) was ~7 % of the server's CPU
-// and the client paid again to inflate, to save nothing. A list of objects
-// is far longer and still compressed.
-const compressMinBytes = 1024
-
 // Mount registers every service on mux, and gRPC server reflection
 // (v1 and v1alpha) describing them. Each speaks gRPC, gRPC-Web and the
 // Connect protocol (binary and JSON), connect's defaults.
@@ -263,7 +255,7 @@ const compressMinBytes = 1024
 // the guard.
 func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	maxMsg := connect.WithReadMaxBytes(int(min(s.cfg.MaxRequestBytes, math.MaxInt32)))
-	opts = append(opts, connect.WithInterceptors(guard{s}), maxMsg, connect.WithCompressMinBytes(compressMinBytes))
+	opts = append(opts, connect.WithInterceptors(guard{s}), maxMsg)
 	handle := func(prefix string, h http.Handler) { mux.Handle(prefix, s.gate(prefix, h)) }
 	handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
 	handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))

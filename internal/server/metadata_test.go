@@ -88,12 +88,8 @@ func TestMetadataService(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	logs := newSyncBuffer()
-	// Made before the Cleanup below is registered, so that it is removed
-	// after Run has returned (Cleanups run last first); the store removes
-	// its log segments on Close.
-	dataDir := t.TempDir()
 	go func() {
-		done <- Run(ctx, Config{DataDir: dataDir, Bind: "127.0.0.1", InsecureNoAuth: true, DisableGRPC: true,
+		done <- Run(ctx, Config{DataDir: t.TempDir(), Bind: "127.0.0.1", InsecureNoAuth: true, DisableGRPC: true,
 			Listeners: Listeners{HTTP: httpLn, Metadata: mdLn}, DisableDHCP: true, DisableTFTP: true, DisableSyslog: true,
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	}()

@@ -4,24 +4,20 @@
 //
 // It owns the database file it is given (one bucket per kind, keyed
 // "namespace/name", JSON values, and a "meta" bucket with the global revision
-// counter) and its write-ahead log segments beside it (the file's name +
-// ".wal." + a sequence number), and nothing else: it must not import the API, engine or transport
+// counter) and nothing else: it must not import the API, engine or transport
 // packages, and callers must never open the file themselves while a Store has
 // it open.
 //
 // Durability and group commit: one committer goroutine takes every write
-// queued at that moment, applies them in order, appends the resulting
-// state of every key they touched to a write-ahead log as one frame and
-// fsyncs it once (wal.go), and only then updates the in-memory cache,
-// publishes watch events in revision order and answers the callers. While
-// one group is being fsynced the next one queues, so throughput grows with
-// the number of concurrent writers without any artificial delay. A
-// checkpointer goroutine folds full log segments into the bbolt file; Open
-// replays what a crash left in the log. The group commit is this committer
-// rather than bbolt's DB.Batch, which waits up to MaxBatchDelay to fill a
-// batch, may run a caller's function twice, and returns to its callers in
-// no set order, so the cache and the watches could not be updated in
-// revision order.
+// queued at that moment, applies them in order inside a single bbolt
+// read-write transaction and commits it (bbolt fsyncs on commit), and only
+// then updates the in-memory cache, publishes watch events in revision order
+// and answers the callers. While one batch is being fsynced the next one
+// queues, so throughput grows with the number of concurrent writers without
+// any artificial delay. The group commit is this committer rather than
+// bbolt's DB.Batch, which waits up to MaxBatchDelay to fill a batch, may run
+// a caller's function twice, and returns to its callers in no set order,
+// so the cache and the watches could not be updated in revision order.
 //
 // Cached objects are immutable once published (a write replaces the key's
 // entry). Get, List, ByIndex and ordinary watches hand out copies; the
@@ -57,11 +53,6 @@ type Options struct {
 	// WatchHistory is how many of the most recent events are remembered so
 	// that a watch can resume from an older resource version. Default 20000.
 	WatchHistory int
-	// WatchHistoryBytes bounds the JSON the remembered events hold: the
-	// oldest are forgotten sooner when objects are large. Default 32 MiB
-	// (20,000 workflow events at ~5 KB were ~100 MB of the fleet
-	// benchmark's live heap).
-	WatchHistoryBytes int
 	// WatchBuffer is how many events may wait for each watcher before it
 	// is considered too slow; it then gets an Error event (store.ErrGone)
 	// and its channel is closed. Default 4096.
@@ -71,16 +62,12 @@ type Options struct {
 	// LockTimeout is how long Open waits for the file's lock, which
 	// another process (a running server) may hold. Default 10s.
 	LockTimeout time.Duration
-	// WALSegmentBytes is the size at which a write-ahead log segment is
-	// folded into the bbolt file. Default 128 MiB.
-	WALSegmentBytes int64
 }
 
 const (
-	defaultWatchHistory      = 20000
-	defaultWatchHistoryBytes = 32 << 20
-	defaultWatchBuffer       = 4096
-	defaultLockTimeout       = 10 * time.Second
+	defaultWatchHistory = 20000
+	defaultWatchBuffer  = 4096
+	defaultLockTimeout  = 10 * time.Second
 )
 
 var (
@@ -91,23 +78,8 @@ var (
 // Store is the bbolt-backed store.Store. Create it with Open.
 type Store struct {
 	db   *bolt.DB
-	path string
 	opts Options
 	log  *slog.Logger
-
-	// The write-ahead log (wal.go). seg, walBuf, walRefs, walErr, nextSeq
-	// and ckptBusy are the committer's (and Close's, after it stopped).
-	seg         *segment
-	segLimit    int64
-	nextSeq     uint64
-	walBuf      []byte
-	walRefs     []walPending
-	walErr      error // sticky: the log can no longer be trusted to append
-	ckptBusy    bool  // a segment is with the checkpointer
-	ckptQueue   chan *segment
-	ckptDone    chan error
-	ckptStopped chan struct{}
-	ckptStats   checkpointStats
 
 	// Write queue, drained by the committer.
 	qmu     sync.Mutex
@@ -127,48 +99,11 @@ type Store struct {
 	ring     []event // circular, capacity opts.WatchHistory
 	ringHead int     // index of the oldest event
 	ringLen  int
-	ringSize int    // bytes of JSON in the ring
 	minRV    uint64 // oldest version a watch may resume from
 	watchers map[*watcher]struct{}
 
-	// stats is the committer's running account, logged at Close; only the
-	// committer writes it, and Close reads it after the committer stopped.
-	stats commitStats
-
 	closeOnce sync.Once
 	closeErr  error
-}
-
-// commitStats accounts where the committer's time goes, so that the cost
-// of a durable write can be read from the log of a real run rather than
-// guessed: encoding the written objects, writing the log frame, and its
-// fsync; checkpointStats the same for the checkpoints.
-type commitStats struct {
-	commits, requests, changes int64
-	bytes                      int64 // JSON written
-	encode, walWrite, fsync    time.Duration
-	total                      time.Duration
-}
-
-type checkpointStats struct {
-	checkpoints, keys, bytes int64
-	time                     time.Duration
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func (c *commitStats) logValue() slog.Value {
-	return slog.GroupValue(
-		slog.Int64("commits", c.commits), slog.Int64("requests", c.requests),
-		slog.Int64("changes", c.changes), slog.Int64("bytes", c.bytes),
-		slog.Float64("encode_ms", ms(c.encode)), slog.Float64("wal_write_ms", ms(c.walWrite)),
-		slog.Float64("fsync_ms", ms(c.fsync)), slog.Float64("total_ms", ms(c.total)))
-}
-
-func (c *checkpointStats) logValue() slog.Value {
-	return slog.GroupValue(
-		slog.Int64("checkpoints", c.checkpoints), slog.Int64("keys", c.keys),
-		slog.Int64("log_bytes", c.bytes), slog.Float64("time_ms", ms(c.time)))
 }
 
 // entry is one cached object. obj is never modified: shared readers
@@ -190,18 +125,10 @@ type kindCache struct {
 	kind string
 	objs map[string]*entry
 	ix   *store.Index
-	// head is how every stored object of the kind begins, up to its
-	// metadata: `{"apiVersion":"…","kind":"…","metadata":` (see encodeBody).
-	head []byte
 }
 
 func newKindCache(kind string) *kindCache {
-	tm, err := json.Marshal(model.TypeMeta{APIVersion: model.APIVersionOf(kind), Kind: kind})
-	if err != nil {
-		panic(err) // two strings
-	}
-	head := append(tm[:len(tm)-1:len(tm)-1], `,"metadata":`...)
-	return &kindCache{kind: kind, objs: map[string]*entry{}, ix: store.NewIndex(kind), head: head}
+	return &kindCache{kind: kind, objs: map[string]*entry{}, ix: store.NewIndex(kind)}
 }
 
 func (kc *kindCache) put(key string, e *entry) {
@@ -226,9 +153,6 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.WatchHistory <= 0 {
 		opts.WatchHistory = defaultWatchHistory
 	}
-	if opts.WatchHistoryBytes <= 0 {
-		opts.WatchHistoryBytes = defaultWatchHistoryBytes
-	}
 	if opts.WatchBuffer <= 0 {
 		opts.WatchBuffer = defaultWatchBuffer
 	}
@@ -237,9 +161,6 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = defaultLockTimeout
-	}
-	if opts.WALSegmentBytes <= 0 {
-		opts.WALSegmentBytes = defaultWALSegmentBytes
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      opts.LockTimeout,
@@ -257,8 +178,6 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db:       db,
-		path:     path,
-		segLimit: opts.WALSegmentBytes,
 		opts:     opts,
 		log:      opts.Logger,
 		wake:     make(chan struct{}, 1),
@@ -272,46 +191,21 @@ func Open(path string, opts Options) (*Store, error) {
 	for _, k := range model.Kinds {
 		s.kinds[k] = newKindCache(k)
 	}
-	next, err := s.recover(path)
-	if err == nil {
-		err = s.load()
-	}
-	if err == nil {
-		s.seg, err = createSegment(segmentPath(path, next))
-	}
-	if err != nil {
+	if err := s.load(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s.nextSeq = next + 1
-	s.ckptQueue = make(chan *segment, 1)
-	s.ckptDone = make(chan error, 1)
-	s.ckptStopped = make(chan struct{})
 	s.minRV = s.rev
 	go s.committer()
-	go s.checkpointer()
 	return s, nil
-}
-
-// createBuckets makes the meta bucket and one per kind, if missing.
-func createBuckets(tx *bolt.Tx) error {
-	if _, err := tx.CreateBucketIfNotExists(metaBucket); err != nil {
-		return err
-	}
-	for _, kind := range model.Kinds {
-		if _, err := tx.CreateBucketIfNotExists([]byte(kind)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (s *Store) load() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		if err := createBuckets(tx); err != nil {
+		mb, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
 			return err
 		}
-		mb := tx.Bucket(metaBucket)
 		if v := mb.Get(revisionKey); v != nil {
 			if len(v) != 8 {
 				return fmt.Errorf("meta/revision: %d bytes, want 8", len(v))
@@ -319,9 +213,12 @@ func (s *Store) load() error {
 			s.rev = binary.BigEndian.Uint64(v)
 		}
 		for _, kind := range model.Kinds {
-			b := tx.Bucket([]byte(kind))
+			b, err := tx.CreateBucketIfNotExists([]byte(kind))
+			if err != nil {
+				return err
+			}
 			kc := s.kinds[kind]
-			err := b.ForEach(func(k, v []byte) error {
+			err = b.ForEach(func(k, v []byte) error {
 				raw := slices.Clone(v)
 				obj, err := model.Decode(kind, raw)
 				if err != nil {
@@ -400,8 +297,6 @@ func (s *Store) Close() error {
 		}
 		close(s.stop)
 		<-s.done
-		walErr := s.closeWAL()
-		s.log.Info("store commit totals", "stats", s.stats.logValue(), "checkpoints", s.ckptStats.logValue())
 
 		s.mu.Lock()
 		s.closed = true
@@ -410,7 +305,7 @@ func (s *Store) Close() error {
 		}
 		s.mu.Unlock()
 		close(s.closing)
-		s.closeErr = errors.Join(walErr, s.db.Close())
+		s.closeErr = s.db.Close()
 	})
 	return s.closeErr
 }

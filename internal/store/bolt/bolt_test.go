@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -240,44 +239,6 @@ func TestWatchHistoryBoundary(t *testing.T) {
 	}
 	if _, err := s.Watch(ctx, model.KindHardware, store.WatchOptions{ResourceVersion: "x"}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("watch from a non-numeric version: %v", err)
-	}
-}
-
-// TestWatchHistoryBytes: the history also forgets its oldest events once
-// their JSON passes WatchHistoryBytes, whatever their number.
-func TestWatchHistoryBytes(t *testing.T) {
-	ctx := t.Context()
-	// An event's JSON is the stored object's; every h<i> below has the same
-	// length (one-digit names and versions).
-	probe, err := openTest(t, "", Options{}).Create(ctx, storetest.Hardware("default", "h0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	one, err := json.Marshal(probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := openTest(t, "", Options{WatchHistory: 100, WatchHistoryBytes: 3 * len(one)})
-	var rvs []string
-	for i := range 8 {
-		o, err := s.Create(ctx, storetest.Hardware("default", fmt.Sprintf("h%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rvs = append(rvs, o.GetObjectMeta().ResourceVersion)
-	}
-	// The last 3 events (rvs[5..7]) fit.
-	if _, err := s.Watch(ctx, model.KindHardware, store.WatchOptions{ResourceVersion: rvs[3]}); !errors.Is(err, store.ErrGone) {
-		t.Errorf("watch from %s: %v, want ErrGone", rvs[3], err)
-	}
-	ch, err := s.Watch(ctx, model.KindHardware, store.WatchOptions{ResourceVersion: rvs[4]})
-	if err != nil {
-		t.Fatalf("watch from %s: %v", rvs[4], err)
-	}
-	for i := 5; i < 8; i++ {
-		if ev := <-ch; ev.Object.GetObjectMeta().ResourceVersion != rvs[i] {
-			t.Errorf("replay %d: %s %v", i, ev.Type, ev.Object.GetObjectMeta())
-		}
 	}
 }
 

@@ -27,10 +27,7 @@ type FileContents struct {
 // resourceVersion no higher than the counter. It opens the file read-only
 // and writes nothing, so it sees a file left by a crash exactly as it was
 // left; it waits up to 10 s for a Store that has the file open. The
-// write-ahead log segments beside the file are read too (without changing
-// them), as Open would replay them: Objects and Revision are what the
-// store holds. The durability tests run it on every file their crashes
-// leave behind.
+// durability tests run it on every file their crashes leave behind.
 func CheckFile(path string) (*FileContents, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second, FreelistType: bolt.FreelistMapType})
 	if err != nil {
@@ -50,13 +47,11 @@ func CheckFile(path string) (*FileContents, error) {
 		if mb == nil {
 			return fmt.Errorf("no %s bucket", metaBucket)
 		}
-		// No counter yet: every write so far is still in the log.
-		if v := mb.Get(revisionKey); v != nil {
-			if len(v) != 8 {
-				return fmt.Errorf("%s/%s: %d bytes, want 8", metaBucket, revisionKey, len(v))
-			}
-			c.Revision = binary.BigEndian.Uint64(v)
+		v := mb.Get(revisionKey)
+		if len(v) != 8 {
+			return fmt.Errorf("%s/%s: %d bytes, want 8", metaBucket, revisionKey, len(v))
 		}
+		c.Revision = binary.BigEndian.Uint64(v)
 		for _, kind := range model.Kinds {
 			b := tx.Bucket([]byte(kind))
 			if b == nil {
@@ -65,9 +60,20 @@ func CheckFile(path string) (*FileContents, error) {
 			objs := map[string]model.Object{}
 			c.Objects[kind] = objs
 			err := b.ForEach(func(k, v []byte) error {
-				obj, err := decodeChecked(kind, string(k), v, c.Revision)
+				obj, err := model.Decode(kind, v)
 				if err != nil {
-					return err
+					return fmt.Errorf("%s %s: %w", kind, k, err)
+				}
+				m := obj.GetObjectMeta()
+				if m.Key() != string(k) {
+					return fmt.Errorf("%s %s holds %s", kind, k, m.Key())
+				}
+				rv, err := strconv.ParseUint(m.ResourceVersion, 10, 64)
+				if err != nil {
+					return fmt.Errorf("%s %s: bad resourceVersion %q", kind, k, m.ResourceVersion)
+				}
+				if rv > c.Revision {
+					return fmt.Errorf("%s %s: resourceVersion %d above the revision counter %d", kind, k, rv, c.Revision)
 				}
 				objs[string(k)] = obj
 				return nil
@@ -81,48 +87,5 @@ func CheckFile(path string) (*FileContents, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check store %s: %w", path, err)
 	}
-	_, _, err = replaySegments(path, func(rev uint64, recs []walRecord) error {
-		c.Revision = max(c.Revision, rev)
-		for _, rec := range recs {
-			objs := c.Objects[rec.kind]
-			if objs == nil {
-				return fmt.Errorf("write-ahead log names kind %q, which the store does not have", rec.kind)
-			}
-			if rec.op == opDelete {
-				delete(objs, rec.key)
-				continue
-			}
-			obj, err := decodeChecked(rec.kind, rec.key, rec.val, rev)
-			if err != nil {
-				return fmt.Errorf("write-ahead log: %w", err)
-			}
-			objs[rec.key] = obj
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("check store %s: %w", path, err)
-	}
 	return c, nil
-}
-
-// decodeChecked decodes a stored object and checks that it sits under its
-// own key with a resourceVersion no higher than maxRev.
-func decodeChecked(kind, key string, v []byte, maxRev uint64) (model.Object, error) {
-	obj, err := model.Decode(kind, v)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", kind, key, err)
-	}
-	m := obj.GetObjectMeta()
-	if m.Key() != key {
-		return nil, fmt.Errorf("%s %s holds %s", kind, key, m.Key())
-	}
-	rv, err := strconv.ParseUint(m.ResourceVersion, 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: bad resourceVersion %q", kind, key, m.ResourceVersion)
-	}
-	if rv > maxRev {
-		return nil, fmt.Errorf("%s %s: resourceVersion %d above the revision counter %d", kind, key, rv, maxRev)
-	}
-	return obj, nil
 }

@@ -24,7 +24,6 @@ const (
 	envChildDB      = "ANVIL_BOLT_DURABILITY_DB"
 	envChildPrefix  = "ANVIL_BOLT_DURABILITY_PREFIX"
 	envChildWriters = "ANVIL_BOLT_DURABILITY_WRITERS"
-	envChildSegment = "ANVIL_BOLT_DURABILITY_SEGMENT_BYTES"
 )
 
 // TestMain runs the writer child instead of the tests when
@@ -46,8 +45,7 @@ func TestMain(m *testing.M) {
 func durabilityWriter(path string) {
 	prefix := os.Getenv(envChildPrefix)
 	writers, _ := strconv.Atoi(os.Getenv(envChildWriters))
-	segBytes, _ := strconv.ParseInt(os.Getenv(envChildSegment), 10, 64)
-	s, err := Open(path, Options{WALSegmentBytes: segBytes})
+	s, err := Open(path, Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		os.Exit(3)
@@ -120,14 +118,7 @@ func TestDurabilitySIGKILL(t *testing.T) {
 		if it%3 == 2 {
 			writers = 128
 		}
-		// Every other iteration uses tiny log segments, so that the kill
-		// also lands in checkpoints (and between a checkpoint's
-		// transactions) and in segment rotation.
-		segBytes := int64(0)
-		if it%2 == 1 {
-			segBytes = 16 << 10
-		}
-		acks, lines := runWriterChild(t, path, fmt.Sprintf("i%d", it), writers, delay, segBytes)
+		acks, lines := runWriterChild(t, path, fmt.Sprintf("i%d", it), writers, delay)
 		minRV := uint64(0)
 		for _, l := range lines {
 			if err := applyLine(state, l, counter); err != nil {
@@ -147,8 +138,8 @@ func TestDurabilitySIGKILL(t *testing.T) {
 		verifyState(t, it, state, stored, counter)
 		counter = newCounter
 		totalAcks += acks
-		t.Logf("iteration %d: %d writers, log segments of %d bytes (0: default), killed %v after first ack, %d acknowledged writes, %d objects stored, revision %d",
-			it, writers, segBytes, delay, acks, len(stored), counter)
+		t.Logf("iteration %d: %d writers, killed %v after first ack, %d acknowledged writes, %d objects stored, revision %d",
+			it, writers, delay, acks, len(stored), counter)
 
 		// The store itself opens the crashed file and agrees with it.
 		s, err := Open(path, Options{})
@@ -173,11 +164,10 @@ func TestDurabilitySIGKILL(t *testing.T) {
 
 // runWriterChild runs one writer process, kills it with SIGKILL delay after
 // its first acknowledged write, and returns every line it printed.
-func runWriterChild(t *testing.T, path, prefix string, writers int, delay time.Duration, segBytes int64) (acks int, lines []string) {
+func runWriterChild(t *testing.T, path, prefix string, writers int, delay time.Duration) (acks int, lines []string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0]) // TestMain runs durabilityWriter
-	cmd.Env = append(os.Environ(), envChildDB+"="+path, envChildPrefix+"="+prefix, envChildWriters+"="+strconv.Itoa(writers),
-		envChildSegment+"="+strconv.FormatInt(segBytes, 10))
+	cmd.Env = append(os.Environ(), envChildDB+"="+path, envChildPrefix+"="+prefix, envChildWriters+"="+strconv.Itoa(writers))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

@@ -244,19 +244,15 @@ func (s *Store) publish(changes []change, rev uint64) {
 	s.rev = rev
 }
 
-// remember appends ev to the history ring, forgetting the oldest while it
-// is full or holds more than opts.WatchHistoryBytes (always keeping ev).
+// remember appends ev to the history ring, forgetting the oldest if full.
 func (s *Store) remember(ev event) {
 	n := len(s.ring)
-	for s.ringLen > 0 && (s.ringLen == n || s.ringSize+len(ev.raw) > s.opts.WatchHistoryBytes) {
-		old := &s.ring[s.ringHead]
-		s.minRV = old.rev
-		s.ringSize -= len(old.raw)
-		*old = event{}
+	if s.ringLen == n {
+		s.minRV = s.ring[s.ringHead].rev
+		s.ring[s.ringHead] = ev
 		s.ringHead = (s.ringHead + 1) % n
-		s.ringLen--
+		return
 	}
 	s.ring[(s.ringHead+s.ringLen)%n] = ev
 	s.ringLen++
-	s.ringSize += len(ev.raw)
 }

@@ -1,16 +1,19 @@
 package bolt
 
 import (
-	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
 )
 
 type verb int
@@ -35,8 +38,7 @@ type op struct {
 	idx        [][]string
 	hasRV      bool
 	rv         uint64
-	statusZero bool   // apply: keep the stored status
-	body       []byte // obj's JSON after its metadata, encoded by the caller (encodeBody); nil: the committer encodes it all
+	statusZero bool // apply: keep the stored status
 }
 
 // request is what a caller queues: one op, or all of an Apply.
@@ -121,13 +123,6 @@ func (s *Store) prepare(v verb, obj model.Object, own bool) (*op, error) {
 	m.ResourceVersion, m.UID, m.Generation, m.CreationTimestamp = "", "", 0, nil
 	if o.sum, err = specSum(priv); err != nil {
 		return nil, err
-	}
-	// An Apply that keeps the stored status gets it in the committer,
-	// so only then is the whole object encoded there.
-	if !o.statusZero {
-		if o.body, err = o.kc.encodeBody(priv); err != nil {
-			return nil, fmt.Errorf("encode %s %s: %w", kind, o.key, err)
-		}
 	}
 	o.idx = s.kinds[kind].ix.Values(priv)
 	return o, nil
@@ -245,7 +240,7 @@ func (s *Store) commit(batch []*request) {
 	}
 
 	if len(changes) > 0 {
-		if err := s.appendFrame(overlay, rev); err != nil {
+		if err := s.persist(overlay, rev); err != nil {
 			s.log.Error("store commit failed", "err", err, "requests", len(batch))
 			err = fmt.Errorf("commit: %w", err)
 			for i := range resps {
@@ -258,53 +253,12 @@ func (s *Store) commit(batch []*request) {
 			s.publish(changes, rev)
 		}
 	}
-	d := time.Since(start)
-	s.stats.commits++
-	s.stats.requests += int64(len(batch))
-	s.stats.changes += int64(len(changes))
-	s.stats.total += d
-	if d > time.Second {
+	if d := time.Since(start); d > time.Second {
 		s.log.Warn("slow store commit", "duration", d, "requests", len(batch), "changes", len(changes))
 	}
 	for i, r := range batch {
 		r.done <- resps[i]
 	}
-}
-
-// encodeBody encodes all of obj but its metadata: what follows the
-// metadata in its JSON, `,"spec":{…},"status":{…}}`. The caller's
-// goroutine does this, so that the committer, which every write waits
-// for, encodes only the metadata it stamps (join): a workflow's JSON is
-// ~5 KB, its metadata a few hundred bytes. It returns nil (the committer
-// then encodes the whole object) if the encoding does not begin as
-// kc.head and an empty metadata object, which a kind with its own
-// MarshalJSON might not.
-func (kc *kindCache) encodeBody(obj model.Object) ([]byte, error) {
-	bare := model.ShallowCopy(obj)
-	*bare.GetObjectMeta() = model.ObjectMeta{}
-	b, err := json.Marshal(bare)
-	if err != nil {
-		return nil, err
-	}
-	rest, ok := bytes.CutPrefix(b, kc.head)
-	if !ok {
-		return nil, nil
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte("{}")); !ok {
-		return nil, nil
-	}
-	return rest, nil
-}
-
-// join makes the object's JSON from its stamped metadata and the body
-// encodeBody made: the same bytes as json.Marshal of the whole object.
-func (kc *kindCache) join(m *model.ObjectMeta, body []byte) ([]byte, error) {
-	meta, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	raw := make([]byte, 0, len(kc.head)+len(meta)+len(body))
-	return append(append(append(raw, kc.head...), meta...), body...), nil
 }
 
 func checkPrecondition(o *op, cur *entry) error {
@@ -350,18 +304,53 @@ func (s *Store) stamp(o *op, cur *entry, rev uint64, now time.Time) (*entry, err
 		}
 	}
 	m.ResourceVersion = strconv.FormatUint(rev, 10)
-	t0 := time.Now()
-	var raw []byte
-	var err error
-	if o.body != nil {
-		raw, err = o.kc.join(m, o.body)
-	} else {
-		raw, err = json.Marshal(o.obj)
-	}
-	s.stats.encode += time.Since(t0)
-	s.stats.bytes += int64(len(raw))
+	raw, err := json.Marshal(o.obj)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s: %w", o.kc.kind, o.key, err)
 	}
 	return &entry{obj: o.obj, raw: raw, ns: o.ns, name: o.name, rev: rev, gen: m.Generation, specSum: o.sum, idx: idx}, nil
+}
+
+// persist writes the final state of every key the batch touched, and the
+// revision counter, in one fsynced transaction.
+func (s *Store) persist(overlay map[ovKey]*entry, rev uint64) error {
+	keys := make([]ovKey, 0, len(overlay))
+	for k := range overlay {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b ovKey) int {
+		if c := cmp.Compare(a.kc.kind, b.kc.kind); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after a successful Commit
+	var bk *bolt.Bucket
+	bkind := ""
+	for _, k := range keys {
+		if bk == nil || bkind != k.kc.kind {
+			bkind = k.kc.kind
+			if bk = tx.Bucket([]byte(bkind)); bk == nil {
+				return fmt.Errorf("bucket %s missing", bkind)
+			}
+		}
+		if e := overlay[k]; e != nil {
+			err = bk.Put([]byte(k.key), e.raw)
+		} else {
+			err = bk.Delete([]byte(k.key))
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", k.kc.kind, k.key, err)
+		}
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], rev)
+	if err := tx.Bucket(metaBucket).Put(revisionKey, v[:]); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

@@ -114,11 +114,8 @@ func run() error {
 	}
 	say("disk write_cache=%q mount=%q", strings.TrimSpace(string(wc)), mountOptions(dataDir))
 
-	// Stage 1 of `anvil serve`: the store, then the audit log. The store's
-	// write-ahead log segments are 64 KiB instead of 128 MiB, so that the
-	// ~1 MB this writer writes goes through a dozen checkpoints and the
-	// cuts land in them too, not only in log appends.
-	st, err := bolt.Open(filepath.Join(dataDir, storeFile), bolt.Options{Logger: slog.New(slog.DiscardHandler), WALSegmentBytes: 64 << 10})
+	// Stage 1 of `anvil serve`: the store, then the audit log.
+	st, err := bolt.Open(filepath.Join(dataDir, storeFile), bolt.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
