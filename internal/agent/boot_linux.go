@@ -134,6 +134,15 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		con.printf("anvil agent: %s", note)
 		cfg.Actions = cat
 	}
+	if params.Discovery {
+		// The inventory is the Hardware: it must list the disks, whose
+		// drivers the background coldplug may still be loading.
+		select {
+		case <-allDrivers:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	attrs := attributes(drv, con.printf)
 	if params.Discovery {
 		// No Hardware yet: report the inventory and wait for work, whose

@@ -95,7 +95,7 @@ type Machine struct {
 // labelled discovered (model.LabelDiscovered and LabelTinkerbell), its
 // interfaces the boot MAC first (with m.IP, netboot allowed) and then the
 // other NICs of the inventory (their MACs only, no netboot), its disks
-// those of the inventory with a size (as /dev/<name>), and
+// those of the inventory an OS can go on (disks), and
 // status.attributes the inventory. Lists are capped at MaxInterfaces and
 // MaxDisks; invalid MACs and disk names that are not plain device names
 // are left out.
@@ -135,17 +135,37 @@ func (m Machine) Hardware() *model.Hardware {
 		seen[mac] = true
 		hw.Spec.Interfaces = append(hw.Spec.Interfaces, model.Interface{DHCP: &model.DHCP{MAC: mac.String()}})
 	}
-	for _, d := range m.Attributes.BlockDevices {
-		if len(hw.Spec.Disks) >= MaxDisks {
-			break
-		}
-		if d.Size == "" || d.Size == "0" || !deviceName(d.Name) {
-			continue
-		}
-		hw.Spec.Disks = append(hw.Spec.Disks, model.Disk{Device: "/dev/" + d.Name})
-	}
+	hw.Spec.Disks = disks(m.Attributes)
 	hw.Status.Attributes = m.Attributes
 	return hw
+}
+
+// disks are the disks of attrs an OS can be installed on, as spec.disks:
+// those with a size and a plain device name, not optical or floppy
+// drives (a VM's empty CD-ROM has a size too), fixed disks before
+// removable ones (a template's {{ index .Hardware.Disks 0 }} is the
+// first), at most MaxDisks.
+func disks(attrs *model.Attributes) []model.Disk {
+	removable := map[string]bool{}
+	if attrs.Anvil != nil {
+		for _, d := range attrs.Anvil.BlockDevices {
+			removable[d.Name] = d.Removable
+		}
+	}
+	var fixed, other []model.Disk
+	for _, d := range attrs.BlockDevices {
+		if d.Size == "" || d.Size == "0" || !deviceName(d.Name) || d.DriveType == "ODD" || d.DriveType == "FDD" {
+			continue
+		}
+		disk := model.Disk{Device: "/dev/" + d.Name}
+		if removable[d.Name] {
+			other = append(other, disk)
+		} else {
+			fixed = append(fixed, disk)
+		}
+	}
+	out := append(fixed, other...)
+	return out[:min(len(out), MaxDisks)]
 }
 
 // deviceName reports whether s is a plain block device name ("sda",

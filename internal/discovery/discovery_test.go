@@ -51,11 +51,14 @@ func TestHardware(t *testing.T) {
 			{Name: "zero", MAC: "00:00:00:00:00:00"},
 		},
 		BlockDevices: []model.BlockDevice{
+			{Name: "sda", Size: "32GB"}, // a USB stick
+			{Name: "sr0", Size: "1024MB", DriveType: "ODD"},
 			{Name: "vda", Size: "8GB"},
-			{Name: "sr0", Size: ""}, // empty drive
+			{Name: "vdb", Size: ""}, // no medium
 			{Name: "../etc/passwd", Size: "1GB"},
 		},
-		Anvil: &model.AnvilAttributes{UUID: "9e8f3c36-0d3f-4a8e-9b6c-2f1d3c4b5a69", Firmware: "uefi"},
+		Anvil: &model.AnvilAttributes{UUID: "9e8f3c36-0d3f-4a8e-9b6c-2f1d3c4b5a69", Firmware: "uefi",
+			BlockDevices: []model.AnvilBlockDevice{{Name: "sda", Removable: true}, {Name: "vda"}}},
 	}
 	hw := Machine{Namespace: "lab", BootMAC: boot, IP: &model.IP{Address: "10.0.0.150", Netmask: "255.255.255.0"}, Attributes: attrs}.Hardware()
 	if hw.Name != "discovery-9e8f3c36-0d3f-4a8e-9b6c-2f1d3c4b5a69" || hw.Namespace != "lab" {
@@ -74,8 +77,8 @@ func TestHardware(t *testing.T) {
 	if o := hw.Spec.Interfaces[1]; o.Netboot != nil || o.DHCP.IP != nil {
 		t.Errorf("second interface = %+v; want its MAC only", o)
 	}
-	if len(hw.Spec.Disks) != 1 || hw.Spec.Disks[0].Device != "/dev/vda" {
-		t.Errorf("disks = %+v; want /dev/vda only", hw.Spec.Disks)
+	if got := fmt.Sprint(hw.Spec.Disks); got != "[{/dev/vda} {/dev/sda}]" {
+		t.Errorf("disks = %s; want the fixed disk vda, then the removable sda: no CD-ROM, nothing without a size or a plain name", got)
 	}
 	if hw.Status.Attributes != attrs {
 		t.Error("status.attributes is not the inventory")
