@@ -226,7 +226,7 @@ func TestScript(t *testing.T) {
 		}, req: httpboot.ScriptRequest{MAC: mustMAC("52:54:00:00:00:99"), BuildArch: "arm64"},
 			wantKernel: bootEnvLine("aarch64", "52:54:00:00:00:99", "anvil.discovery=1")},
 		{name: "discovered, no workflow: discovery boot again", cfg: func(c *Config) { c.Discovery = true },
-			objs: []model.Object{with(allowed(), func(h *model.Hardware) { h.Labels = map[string]string{model.LabelDiscovered: "true"} })},
+			objs:       []model.Object{with(allowed(), func(h *model.Hardware) { h.Labels = map[string]string{model.LabelDiscovered: "true"} })},
 			req:        httpboot.ScriptRequest{MAC: mustMAC(mac1)},
 			wantReason: "hardware default/m1 was discovered and has no workflow yet: discovery boot",
 			wantKernel: bootEnvLine("x86_64", mac1, "anvil.discovery=1")},

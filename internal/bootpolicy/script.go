@@ -34,7 +34,7 @@ import (
 //     several matching profiles with the same highest priority, is a
 //     refusal (an error wrapping httpboot.ErrNoScript, a 404) naming them,
 //     and is logged: never a guess.
-//  4b. with Config.Discovery, a discovered Hardware (model.LabelDiscovered)
+//     4b. with Config.Discovery, a discovered Hardware (model.LabelDiscovered)
 //     with no boot profile and no workflow at all (an installed one,
 //     whose workflow ended, boots its disk): the discovery boot again
 //     (its inventory is refreshed and it waits for work).

@@ -21,7 +21,9 @@ func TestReplyUnknownFromPool(t *testing.T) {
 	r2, _ := pool.ParseRange("10.7.0.10-10.7.0.10")
 	newPools := func() *pool.Pools {
 		p, err := pool.New(pool.Config{Ranges: []pool.Range{r1, r2}, ServerIP: netip.MustParseAddr(serverIP),
-			Reserved: func(_ context.Context, ip netip.Addr) (bool, error) { return ip == netip.MustParseAddr("10.0.0.200"), nil }})
+			Reserved: func(_ context.Context, ip netip.Addr) (bool, error) {
+				return ip == netip.MustParseAddr("10.0.0.200"), nil
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}

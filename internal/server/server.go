@@ -467,7 +467,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		apiPeers = registry
 	}
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log, Peers: apiPeers,
-		Discovery: boot.discovery(cfg, recorder),
+		Discovery:    boot.discovery(cfg, recorder),
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: set.registries, BootISO: boot.isoURL != nil,
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP,
