@@ -34,13 +34,13 @@ import (
 //     several matching profiles with the same highest priority, is a
 //     refusal (an error wrapping httpboot.ErrNoScript, a 404) naming them,
 //     and is logged: never a guess.
-//     4b. with Config.Discovery, a discovered Hardware (model.LabelDiscovered)
+//  5. with Config.Discovery, a discovered Hardware (model.LabelDiscovered)
 //     with no boot profile and no workflow at all (an installed one,
 //     whose workflow ended, boots its disk): the discovery boot again
 //     (its inventory is refreshed and it waits for work).
-//  5. netboot.ipxe.url: chain to it.
-//  6. netboot.ipxe.contents: that script.
-//  7. otherwise the local disk.
+//  6. netboot.ipxe.url: chain to it.
+//  7. netboot.ipxe.contents: that script.
+//  8. otherwise the local disk.
 //
 // A Hardware value that cannot be placed in a script safely (see
 // ipxe.CheckArg) is an error naming the field, not a script; so is a
