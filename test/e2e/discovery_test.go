@@ -47,6 +47,11 @@ func TestDiscoveryInstall(t *testing.T) {
 	if !strings.Contains(run.res.serial, markerInstalled+" hostname="+hostname) {
 		t.Fatalf("the installed OS did not boot (err %v); serial tail:\n%s", run.res.err, tail(run.res.serial, 80))
 	}
+	for _, l := range strings.Split(run.res.serial, "\n") {
+		if strings.Contains(l, "anvil agent: discovery") {
+			t.Logf("console: %s", strings.TrimSpace(l))
+		}
+	}
 	if wf := getWorkflow(t, a, "enroll-"+name); wf.Status.State != "SUCCESS" {
 		t.Errorf("workflow enroll-%s is %s; want SUCCESS", name, wf.Status.State)
 	}
