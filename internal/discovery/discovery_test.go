@@ -107,3 +107,35 @@ func TestHardwareCaps(t *testing.T) {
 		t.Errorf("name %q", hw.Name)
 	}
 }
+
+// FuzzHardware: whatever UUID, MACs and disk names an inventory claims,
+// the Hardware made of it is valid (its name a Kubernetes name within
+// limits), named by a usable UUID in lower case or else by the boot MAC,
+// with the boot MAC first and no more interfaces and disks than the caps.
+func FuzzHardware(f *testing.F) {
+	f.Add("4C4C4544-0042-3510-8052-B7C04F4E3232", []byte{0x52, 0x54, 0, 0, 0, 1}, "52:54:00:00:00:02", "vda", "8GB")
+	f.Add("03000200-0400-0500-0006-000700080009", []byte{0, 0, 0, 0, 0, 0}, "zz", "../x", "1")
+	f.Add("", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, "", "sr0", "")
+	f.Add("ffffffff-ffff-ffff-ffff-ffffffffffff\n", []byte{1, 2, 3, 4, 5, 6}, "01:02:03:04:05:06", "nvme0n1", "1TB")
+	f.Fuzz(func(t *testing.T, uuid string, macBytes []byte, otherMAC, disk, size string) {
+		if len(macBytes) != macaddr.Len {
+			return
+		}
+		boot := macaddr.From([macaddr.Len]byte(macBytes))
+		attrs := &model.Attributes{
+			NetworkInterfaces: []model.NetworkInterface{{MAC: otherMAC}, {MAC: boot.String()}},
+			BlockDevices:      []model.BlockDevice{{Name: disk, Size: size}},
+			Anvil:             &model.AnvilAttributes{UUID: uuid},
+		}
+		hw := Machine{Namespace: "default", BootMAC: boot, Attributes: attrs}.Hardware()
+		if err := model.Validate(hw); err != nil {
+			t.Fatalf("Hardware of uuid %q, MAC %s, disk %q: %v", uuid, boot, disk, err)
+		}
+		if u := UsableUUID(attrs); u != "" && hw.Name != NamePrefix+u || u == "" && hw.Name != NamePrefix+strings.ReplaceAll(boot.String(), ":", "") {
+			t.Fatalf("name %q for uuid %q (usable %q), MAC %s", hw.Name, uuid, u, boot)
+		}
+		if hw.MACs()[0] != boot || len(hw.Spec.Interfaces) > MaxInterfaces || len(hw.Spec.Disks) > MaxDisks {
+			t.Fatalf("interfaces %+v, disks %+v", hw.Spec.Interfaces, hw.Spec.Disks)
+		}
+	})
+}

@@ -119,6 +119,11 @@ func TestDiscoveryInstall(t *testing.T) {
 
 	// The machine's record says it was discovered, enrolled and installed.
 	record := a.cli(t, "logs", "hardware/"+name)
+	for _, l := range strings.Split(record, "\n") {
+		if strings.Contains(l, "discovery") || strings.Contains(l, "enroll") {
+			t.Logf("record: %s", l)
+		}
+	}
 	assertRecord(t, record, "discovery", "discovered", name)
 	assertRecord(t, record, "enroll", "enroll-"+name)
 	assertRecord(t, record, "dhcp", "discovery pool 10.77.0.150-10.77.0.159/24")
