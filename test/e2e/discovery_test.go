@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvilproj/anvil/internal/model"
 )
@@ -191,4 +193,82 @@ spec:
       kvs:
         hostname: ` + hostname + `
 `
+}
+
+// TestDiscoveryProxyDHCP: in proxy mode, next to the network's own DHCP
+// server (dnsmasq), --discovery makes Anvil answer an unknown machine's
+// PXE client with iPXE (as auto-proxy does) and boot it for discovery;
+// dnsmasq gives every address, Anvil none, and the Hardware reserves
+// none. The firmware's SMBIOS UUID is all zeros, a placeholder: the
+// Hardware is named by the MAC. The VM is stopped once its Hardware
+// exists (it would wait for work).
+func TestDiscoveryProxyDHCP(t *testing.T) {
+	requireLab(t)
+	prepareInstall(t)
+	ns := newNetns(t, "disc-proxy")
+	ns.bridge("br0", serverIP+"/24", "fd77::1/64")
+	ns.tap("br0", "tap0")
+	peer := peerHost(t, ns, "br0", "disc-dhcp", "vdhcp", "10.77.0.2/24")
+	dnsmasq := startDnsmasqDHCP(peer, "vdhcp", "10.77.0.100,10.77.0.150,255.255.255.0,10m", serverIP)
+	a := startAnvil(t, ns, serverIP, "--dhcp-mode", "proxy", "--discovery", "--bootenv-dir", installLab.bootEnv)
+	const mac = "52:54:00:77:03:20"
+	name := "discovery-525400770320"
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	defer close(done)
+	go func() { // stop the VM once its Hardware is there
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			out, err := a.ns.exec(ctx, assets.anvil, append(a.clientArgs(), "get", "hardware", name, "-o", "name")...)
+			cancel()
+			if err == nil && strings.Contains(out, name) {
+				close(stop)
+				return
+			}
+		}
+	}()
+	res := ns.boot(vm{name: "proxy-discovered", mac: mac, tap: "tap0", uefi: true, stop: stop,
+		markers:  []string{markerAgent},
+		qemuArgs: []string{"-smbios", "type=1,uuid=00000000-0000-0000-0000-000000000000"}}, installTimeout)
+	select {
+	case <-stop:
+	default:
+		t.Fatalf("no Hardware %s was made (VM: %v); serial tail:\n%s\nanvil:\n%s", name, res.err, tail(res.serial, 60), tail(a.p.output(), 40))
+	}
+
+	out := a.cli(t, "get", "hardware", name, "-o", "json")
+	var hw model.Hardware
+	if err := json.Unmarshal([]byte(out), &hw); err != nil {
+		t.Fatalf("hardware %s: %v\n%s", name, err, out)
+	}
+	if hw.Labels[model.LabelDiscovered] != "true" || len(hw.MACs()) == 0 || hw.MACs()[0].String() != mac {
+		t.Errorf("Hardware %s: labels %v, MACs %v; want discovered, %s first", name, hw.Labels, hw.MACs(), mac)
+	}
+	if ips := hw.IPs(); len(ips) != 0 {
+		t.Errorf("in proxy mode the discovered Hardware reserves %v; want no address", ips)
+	}
+	if at := hw.Status.Attributes; at == nil || at.Anvil == nil || at.Anvil.Firmware != "uefi" {
+		t.Errorf("status.attributes %+v; want the inventory, UEFI", at)
+	} else {
+		t.Logf("the inventory's UUID: %q (the placeholder, or none)", at.Anvil.UUID)
+	}
+	lease := dnsmasqLease(dnsmasq.output(), "vdhcp", mac)
+	if lease == "" {
+		t.Errorf("dnsmasq acknowledged no address to %s; its log:\n%s", mac, tail(dnsmasq.output(), 40))
+	}
+	record := a.cli(t, "logs", "hardware/"+name)
+	assertRecord(t, record, "dhcp", "PXEClient", "ipxe.efi")
+	assertRecord(t, record, "http", "auto.ipxe", "discovery boot")
+	assertRecord(t, record, "discovery", "discovered", name)
+	if strings.Contains(record, "discovery pool") {
+		t.Errorf("proxy mode leased from a pool; record:\n%s", record)
+	}
 }
