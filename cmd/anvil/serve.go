@@ -158,6 +158,10 @@ instead of --bind and the ports.`,
 	// BMCs (docs/bmc.md).
 	f.StringVar(&cfg.SealKeyFile, "seal-key-file", "", "key that encrypts applied v1 Secrets (BMC credentials) in the store, made when missing (default DATA_DIR/secrets/seal.key); keep it apart from the store's backups")
 	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish, Intel AMT over TLS) certificates (default the system's; a Machine with insecureTLS checks none)")
+	f.BoolVar(&cfg.Discovery, "discovery", false, "boot machines no Hardware knows into the boot environment's discovery mode and make Hardware discovery-<id> of the inventory they report, labelled anvil.io/discovered=true; they wait there for a workflow (docs/discovery.md). In proxy mode unknown PXE clients are answered, as in auto-proxy")
+	f.StringVar(&cfg.DiscoveryNamespace, "discovery-namespace", api.DefaultDiscoveryNamespace, "namespace of discovered Hardware")
+	f.IntVar(&cfg.DiscoveryMax, "discovery-max", api.DefaultDiscoveryMax, "most discovered Hardware in that namespace: past it new machines are refused until some are enrolled or deleted")
+	f.StringArrayVar(&cfg.DiscoveryPools, "discovery-pool", nil, "reservation mode: addresses leased to unknown machines, START-END[/BITS] (default /24), e.g. 10.0.0.100-10.0.0.199; a relayed request draws from the pool of its relay's subnet, a direct one from the pool of the server's (repeatable)")
 	f.BoolVar(&cfg.DisableEnroll, "no-enroll", false, "do not enrol discovered machines by WorkflowRuleSets as they appear (`anvil enroll` still does, when asked)")
 	f.BoolVar(&cfg.DisableBMC, "no-bmc", false, "do not run BMC Jobs (bmc.tinkerbell.org Job objects are stored, not executed) nor poll power states")
 	f.DurationVar(&cfg.BMCPollInterval, "bmc-poll-interval", server.DefaultBMCPollInterval, "how often every Machine's power state is read from its BMC, each within ±10%; a BMC that fails is backed off (0: never)")

@@ -134,12 +134,32 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		con.printf("anvil agent: %s", note)
 		cfg.Actions = cat
 	}
+	if params.Discovery {
+		// The inventory is the Hardware: it must list the disks, whose
+		// drivers the background coldplug may still be loading.
+		select {
+		case <-allDrivers:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	attrs := attributes(drv, con.printf)
+	if params.Discovery {
+		// No Hardware yet: report the inventory and wait for work, whose
+		// token the answer carries; then on as a netbooted agent.
+		token, err := Discover(ctx, DiscoverConfig{Servers: bootServers(params), AgentID: workerID, Attributes: attrs,
+			Console: out, ConsoleStamp: uptimeStamp})
+		if err != nil {
+			return err
+		}
+		params.Token = token
+	}
 	var shellOnce sync.Once
 	a, err := New(Config{
 		Servers:      bootServers(params),
 		AgentID:      workerID,
 		Actions:      cfg.Actions,
-		Attributes:   attributes(drv, con.printf),
+		Attributes:   attrs,
 		Console:      out,
 		Verbose:      params.Debug,
 		ConsoleStamp: uptimeStamp,

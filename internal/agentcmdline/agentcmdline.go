@@ -39,6 +39,7 @@ const (
 	ArgShell         = "anvil.shell"             // "1": a console shell when a workflow fails
 	ArgDebug         = "anvil.debug"             // "1": verbose agent lines on the console
 	ArgImageCache    = "anvil.image_cache"       // the image cache's size limit ("2G")
+	ArgDiscovery     = "anvil.discovery"         // "1": discovery boot: report the inventory, wait for work
 )
 
 // MaxVLANID is the highest VLAN ID (IEEE 802.1Q reserves 4095).
@@ -92,6 +93,10 @@ type Params struct {
 	ImageCache string
 	// Token is the workflow's agent token (anvil.token=).
 	Token string
+	// Discovery says the machine has no Hardware yet (anvil.discovery=1):
+	// the agent reports its inventory with Discover and waits there for a
+	// workflow, whose token the answer carries. It has no Token.
+	Discovery bool
 }
 
 // ArgError is an argument whose value Parse cannot read or Build cannot
@@ -121,7 +126,7 @@ var ErrNoServer = fmt.Errorf("the kernel command line names no server: want %s=U
 // that is not an http:// or https:// URL (or, a list, one of whose URLs is
 // not: the error names it); grpc_authority= must be
 // host:port when the agent is to use it (no anvil.server=). It is
-// ErrNoServer when neither names a server. anvil.shell and anvil.debug are
+// ErrNoServer when neither names a server. anvil.shell, anvil.debug and anvil.discovery are
 // set by "", "1" or "true" and cleared by anything else.
 func Parse(cmdline string) (Params, error) {
 	var p Params
@@ -151,6 +156,8 @@ func Parse(cmdline string) (Params, error) {
 			p.Shell = isSet(val)
 		case ArgDebug:
 			p.Debug = isSet(val)
+		case ArgDiscovery:
+			p.Discovery = isSet(val)
 		case ArgImageCache:
 			p.ImageCache = val
 		case ArgToken:
@@ -298,7 +305,7 @@ func (p Params) Endpoints() (bases []string, grpc bool) {
 //
 //	grpc_authority= worker_id= hw_addr= tinkerbell_tls= tinkerbell_insecure_tls= syslog_host= anvil.server=
 //	console…
-//	vlan_id= facility= anvil.shell= anvil.debug= anvil.image_cache=
+//	vlan_id= facility= anvil.shell= anvil.debug= anvil.discovery= anvil.image_cache=
 //	operator…
 //	anvil.token=
 //
@@ -362,6 +369,7 @@ func (p Params) Build(console, operator []string) ([]string, error) {
 	add(ArgFacility, p.Facility)
 	flag(ArgShell, p.Shell)
 	flag(ArgDebug, p.Debug)
+	flag(ArgDiscovery, p.Discovery)
 	add(ArgImageCache, p.ImageCache)
 	args = append(args, operator...)
 	add(ArgToken, p.Token)

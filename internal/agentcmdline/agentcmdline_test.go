@@ -164,12 +164,19 @@ func TestBuild(t *testing.T) {
 		{
 			name: "every argument: the operator's between the machine's and the token",
 			p: Params{GRPCAuthority: "10.0.0.1:42113", WorkerID: "rack1-node07", HWAddr: "52:54:00:00:00:01", TLS: true, InsecureTLS: true,
-				Server: "http://10.0.0.1:7080", VLANID: 42, Facility: "lab1", Shell: true, Debug: true, ImageCache: "2G", Token: "t"},
+				Server: "http://10.0.0.1:7080", VLANID: 42, Facility: "lab1", Shell: true, Debug: true, Discovery: true, ImageCache: "2G", Token: "t"},
 			console:  []string{"console=ttyS1"},
 			operator: []string{"quiet", "anvil.token=not-this"},
 			want: "grpc_authority=10.0.0.1:42113 worker_id=rack1-node07 hw_addr=52:54:00:00:00:01 tinkerbell_tls=true tinkerbell_insecure_tls=true " +
-				"anvil.server=http://10.0.0.1:7080 console=ttyS1 vlan_id=42 facility=lab1 anvil.shell=1 anvil.debug=1 anvil.image_cache=2G " +
+				"anvil.server=http://10.0.0.1:7080 console=ttyS1 vlan_id=42 facility=lab1 anvil.shell=1 anvil.debug=1 anvil.discovery=1 anvil.image_cache=2G " +
 				"quiet anvil.token=not-this anvil.token=t",
+		},
+		{
+			name:    "discovery boot: no token",
+			p:       Params{Server: "http://10.0.0.1:7080", WorkerID: "52:54:00:12:34:56", HWAddr: "52:54:00:12:34:56", Discovery: true},
+			console: []string{"console=ttyS0"},
+			want: "worker_id=52:54:00:12:34:56 hw_addr=52:54:00:12:34:56 tinkerbell_tls=false tinkerbell_insecure_tls=false " +
+				"anvil.server=http://10.0.0.1:7080 console=ttyS0 anvil.discovery=1",
 		},
 		{name: "no server", p: Params{WorkerID: "w"}, wantErr: "names no server"},
 		{name: "bad server", p: Params{Server: "10.0.0.1:7080"}, wantArg: ArgServer},
@@ -214,7 +221,7 @@ func TestDocumented(t *testing.T) {
 	}
 	doc := string(b)
 	for _, name := range []string{ArgGRPCAuthority, ArgWorkerID, ArgHWAddr, ArgTLS, ArgInsecureTLS, ArgSyslogHost,
-		ArgVLANID, ArgFacility, ArgServer, ArgToken, ArgShell, ArgDebug, ArgImageCache} {
+		ArgVLANID, ArgFacility, ArgServer, ArgToken, ArgShell, ArgDebug, ArgImageCache, ArgDiscovery} {
 		if !strings.Contains(doc, "`"+name+"=") {
 			t.Errorf("docs/agent.md does not document %s=", name)
 		}

@@ -154,6 +154,13 @@ type Config struct {
 	// image).
 	ActionRuntime string
 
+	// Discovery, if set, makes Hardware for machines Anvil does not know
+	// (anvil serve --discovery): Anvil's agent's Discover, and a
+	// tink-agent's GetAction from an agent no Hardware has (discover.go).
+	// If nil, Discover answers FAILED_PRECONDITION and unknown tink-agents
+	// are refused, as without discovery.
+	Discovery *DiscoveryConfig
+
 	// Peers lists the other replicas of Kubernetes mode, whose machine
 	// records and audit entries GetLogs, ListUnknownMachines and the
 	// audit List merge into their answers (peers.go). If nil (the
@@ -182,6 +189,8 @@ type Services struct {
 	// claimMu makes a Hardware write's claim check (no MAC, IP or agent
 	// ID of another Hardware, see admit) and the write one step.
 	claimMu sync.Mutex
+	// disc is discovery's runtime; nil when discovery is off.
+	disc *discoveryState
 }
 
 // New returns the services for cfg.
@@ -203,7 +212,7 @@ func New(cfg Config) *Services {
 		cfg.PeerClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}}
 	}
 	stopping, stop := context.WithCancel(context.Background())
-	return &Services{cfg: cfg, log: cfg.Logger, stopping: stopping, stop: stop}
+	return &Services{cfg: cfg, log: cfg.Logger, stopping: stopping, stop: stop, disc: newDiscoveryState(cfg.Discovery)}
 }
 
 // Stop ends every open Watch (UNAVAILABLE: watch again) and every waiting

@@ -40,6 +40,11 @@ func (t tinkService) GetAction(ctx context.Context, req *connect.Request[tinkpro
 		return nil, err
 	}
 	call := agentCall{protocol: protoTinkerbell, procedure: req.Spec().Procedure, peer: req.Peer().Addr, agent: workflow.ParseAgentName(id)}
+	if s.disc != nil {
+		if err := s.discoverTinkAgent(ctx, call, req.Msg.GetAgentAttributes()); err != nil {
+			return nil, err
+		}
+	}
 	hw, err := s.bindTinkAgent(ctx, call, "")
 	if err != nil {
 		return nil, err
@@ -73,6 +78,43 @@ func (t tinkService) GetAction(ctx context.Context, req *connect.Request[tinkpro
 		Environment: envList(na.Environment),
 		Pid:         na.Pid,
 	}), nil
+}
+
+// discoverTinkAgent makes the Hardware of a tink-agent that no Hardware
+// knows, of the attributes it sent (discover), when its agent ID is a MAC
+// (Hook's worker_id is the MAC it booted from). Tinkerbell's protocol
+// carries no token: the call is bound to its Hardware by address alone,
+// so the Hardware reserves the address the agent calls from (its pool
+// lease's mask and gateway when the discovery pool gave it). An agent ID
+// that is no MAC, or a call without attributes, is left to bindTinkAgent,
+// which refuses it as without discovery.
+func (s *Services) discoverTinkAgent(ctx context.Context, c agentCall, attrs *tinkproto.AgentAttributes) error {
+	if !c.agent.MAC.IsValid() || attrs == nil {
+		return nil
+	}
+	hws, err := workflow.AgentHardware(ctx, s.cfg.Store, c.agent)
+	if err != nil {
+		return s.toConnect(err)
+	}
+	if len(hws) > 0 {
+		return nil
+	}
+	raw, err := attributesJSON(attrs)
+	if err != nil {
+		return invalid("agent %q: attributes: %v", c.agent.ID, err)
+	}
+	parsed, err := parseInventory(raw)
+	if err != nil {
+		discoveryTotal.WithLabelValues(discoveryBad).Inc()
+		return invalid("agent %q: %v", c.agent.ID, err)
+	}
+	ip := s.clientIP(ctx, c.peer)
+	lease := s.disc.lease(c.agent.MAC, ip)
+	if lease == nil {
+		lease = &model.IP{Address: ip}
+	}
+	_, _, err = s.discover(ctx, c, c.agent.MAC, ip, lease, parsed, raw, true)
+	return err
 }
 
 // maxAgentIDBytes bounds an agent ID: a MAC, or a spec.agentID, which

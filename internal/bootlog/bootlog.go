@@ -109,7 +109,7 @@ func notOwnAddress(e machinelog.Event) bool {
 
 // services are the known Event.Service values, for metric labels.
 var services = []string{machinelog.ServiceDHCP, machinelog.ServiceTFTP, machinelog.ServiceHTTP, machinelog.ServiceSyslog,
-	machinelog.ServiceMetadata, machinelog.ServiceBMC, machinelog.ServiceConsole, machinelog.ServiceEnroll}
+	machinelog.ServiceMetadata, machinelog.ServiceBMC, machinelog.ServiceConsole, machinelog.ServiceEnroll, machinelog.ServiceDiscovery}
 
 var (
 	eventsTotal = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -105,6 +105,14 @@ type Config struct {
 	// script: the server also checks that agent calls come from the
 	// Hardware's address.
 	AgentToken func(wf *model.Workflow) string
+	// Discovery boots machines Anvil does not know into the boot
+	// environment in discovery mode (anvil.discovery=1, no token): their
+	// agent reports their inventory and waits for work (anvil serve
+	// --discovery). So does a discovered Hardware (model.LabelDiscovered)
+	// with no workflow and no boot profile when it netboots again: its
+	// inventory is refreshed, and it waits again rather than booting a
+	// disk that holds nothing yet.
+	Discovery bool
 	// Logger gets warnings about Hardware fields that cannot be used. If
 	// nil, uses slog.Default().
 	Logger *slog.Logger
@@ -122,6 +130,7 @@ type Policy struct {
 	extraArgs  []string
 	agentToken func(*model.Workflow) string
 	replicas   func(context.Context) ([]string, error)
+	discovery  bool
 	log        *slog.Logger
 
 	hosts    hostCache    // fed by Run
@@ -143,7 +152,8 @@ func New(cfg Config) (*Policy, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("bootpolicy: no store")
 	}
-	p := &Policy{store: cfg.Store, mode: cfg.Mode, log: cfg.Logger, agentToken: cfg.AgentToken, replicas: cfg.Replicas}
+	p := &Policy{store: cfg.Store, mode: cfg.Mode, log: cfg.Logger, agentToken: cfg.AgentToken, replicas: cfg.Replicas,
+		discovery: cfg.Discovery}
 	if p.log == nil {
 		p.log = slog.Default()
 	}

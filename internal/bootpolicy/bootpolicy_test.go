@@ -215,6 +215,32 @@ func TestScript(t *testing.T) {
 			wantReason: "no Hardware has IP 10.9.9.9", wantBody: []string{"dhcp.mac: ${mac}"}},
 		{name: "unknown by IP, reservation", noMAC: true, source: "10.9.9.9",
 			wantErr: httpboot.ErrNoScript, wantErrText: "no Hardware has IP 10.9.9.9"},
+		// Discovery: unknown machines, and discovered ones with no work.
+		{name: "unknown, discovery, any mode", mode: ModeReservation, cfg: func(c *Config) { c.Discovery = true },
+			req:        httpboot.ScriptRequest{MAC: mustMAC("52:54:00:00:00:99")},
+			wantReason: "no Hardware has MAC 52:54:00:00:00:99: discovery boot",
+			wantKernel: bootEnvLine("x86_64", "52:54:00:00:00:99", "anvil.discovery=1")},
+		{name: "unknown, discovery, no token even with agent checks on", mode: ModeProxy, cfg: func(c *Config) {
+			c.Discovery = true
+			c.AgentToken = func(*model.Workflow) string { return "v1.never" }
+		}, req: httpboot.ScriptRequest{MAC: mustMAC("52:54:00:00:00:99"), BuildArch: "arm64"},
+			wantKernel: bootEnvLine("aarch64", "52:54:00:00:00:99", "anvil.discovery=1")},
+		{name: "discovered, no workflow: discovery boot again", cfg: func(c *Config) { c.Discovery = true },
+			objs:       []model.Object{with(allowed(), func(h *model.Hardware) { h.Labels = map[string]string{model.LabelDiscovered: "true"} })},
+			req:        httpboot.ScriptRequest{MAC: mustMAC(mac1)},
+			wantReason: "hardware default/m1 was discovered and has no workflow yet: discovery boot",
+			wantKernel: bootEnvLine("x86_64", mac1, "anvil.discovery=1")},
+		{name: "discovered, with a workflow: its boot environment", cfg: func(c *Config) { c.Discovery = true },
+			objs: []model.Object{with(allowed(), func(h *model.Hardware) { h.Labels = map[string]string{model.LabelDiscovered: "true"} }),
+				wf("default", "enroll-m1", "m1", "PENDING")},
+			req: httpboot.ScriptRequest{MAC: mustMAC(mac1)}, wantReason: "workflow default/enroll-m1 is PENDING", wantKernel: bootEnvLine("x86_64", mac1)},
+		{name: "discovered, installed: local disk", cfg: func(c *Config) { c.Discovery = true },
+			objs: []model.Object{with(allowed(), func(h *model.Hardware) { h.Labels = map[string]string{model.LabelDiscovered: "true"} }),
+				wf("default", "enroll-m1", "m1", "SUCCESS")},
+			req: httpboot.ScriptRequest{MAC: mustMAC(mac1)}, wantReason: "no pending workflow for hardware default/m1: booting from local disk"},
+		{name: "discovered, discovery off: local disk", objs: []model.Object{with(allowed(), func(h *model.Hardware) {
+			h.Labels = map[string]string{model.LabelDiscovered: "true"}
+		})}, req: httpboot.ScriptRequest{MAC: mustMAC(mac1)}, wantReason: "no pending workflow for hardware default/m1: booting from local disk"},
 		{name: "known, mode off still served", mode: ModeOff, objs: []model.Object{allowed(), wf("default", "w1", "m1", "PENDING")},
 			req: httpboot.ScriptRequest{MAC: mustMAC(mac1)}, wantKernel: bootEnvLine("x86_64", mac1)},
 

@@ -11,15 +11,18 @@ import (
 	"github.com/anvilproj/anvil/internal/agentcmdline"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
 )
 
 // Script implements httpboot.Scripter: the iPXE script of the machine with
 // r.MAC, or, when the request has no MAC, of the machine whose interface
 // has r.Source as its address. The first that applies wins:
 //
-//  1. no such Hardware: in auto-proxy mode ipxe.Unknown; else an error
-//     wrapping httpboot.ErrNoScript ("no Hardware has MAC …").
+//  1. no such Hardware: with Config.Discovery (and a MAC) the discovery
+//     boot (discoveryScript); in auto-proxy mode ipxe.Unknown; else an
+//     error wrapping httpboot.ErrNoScript ("no Hardware has MAC …").
 //  2. the interface's netboot.allowPXE is not true: the local disk.
 //  3. an active workflow on the Hardware (same namespace, not finished, not
 //     disabled, not waiting for another) and netboot.allowWorkflow not
@@ -31,9 +34,13 @@ import (
 //     several matching profiles with the same highest priority, is a
 //     refusal (an error wrapping httpboot.ErrNoScript, a 404) naming them,
 //     and is logged: never a guess.
-//  5. netboot.ipxe.url: chain to it.
-//  6. netboot.ipxe.contents: that script.
-//  7. otherwise the local disk.
+//  5. with Config.Discovery, a discovered Hardware (model.LabelDiscovered)
+//     with no boot profile and no workflow at all (an installed one,
+//     whose workflow ended, boots its disk): the discovery boot again
+//     (its inventory is refreshed and it waits for work).
+//  6. netboot.ipxe.url: chain to it.
+//  7. netboot.ipxe.contents: that script.
+//  8. otherwise the local disk.
 //
 // A Hardware value that cannot be placed in a script safely (see
 // ipxe.CheckArg) is an error naming the field, not a script; so is a
@@ -61,6 +68,9 @@ func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboo
 	}
 	if hw == nil {
 		reason := "no Hardware has " + who
+		if p.discovery && r.MAC.IsValid() {
+			return p.discoveryScript(ctx, r.MAC, "", r, reason)
+		}
 		if p.mode == ModeAutoProxy {
 			return &httpboot.Script{Body: ipxe.Unknown(r.MAC, reason), Reason: reason + " (auto-proxy: generic script)"}, nil
 		}
@@ -102,6 +112,16 @@ func (p *Policy) Script(ctx context.Context, r httpboot.ScriptRequest) (*httpboo
 				return nil, err
 			}
 			return s, nil
+		}
+		if p.discovery && hw.Labels[model.LabelDiscovered] == "true" {
+			none, err := p.noWorkflows(ctx, hw)
+			if err != nil {
+				return nil, err
+			}
+			if none {
+				return p.discoveryScript(ctx, bootingMAC(r.MAC, hw, i), hw.Spec.Interfaces[i].DHCP.Arch, r,
+					fmt.Sprintf("hardware %s was discovered and has no workflow yet", key))
+			}
 		}
 	}
 
@@ -241,6 +261,51 @@ func (p *Policy) bootEnv(ctx context.Context, hw *model.Hardware, i int, nb *mod
 	body, err := ipxe.BootEnv(ipxe.BootEnvParams{Reason: reason, KernelURL: kernel, InitrdURLs: []string{initrd}, KernelArgs: args})
 	if err != nil {
 		return nil, fmt.Errorf("hardware %s: %w", key, err)
+	}
+	return &httpboot.Script{Body: body, Reason: reason}, nil
+}
+
+// noWorkflows reports whether no workflow of hw's namespace names hw, in
+// whatever state.
+func (p *Policy) noWorkflows(ctx context.Context, hw *model.Hardware) (bool, error) {
+	objs, err := p.store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, hw.Name)
+	if err != nil {
+		return false, fmt.Errorf("find workflows of hardware %s: %w", hw.Key(), err)
+	}
+	for _, o := range objs {
+		if o.GetObjectMeta().Namespace == hw.Namespace {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// discoveryScript boots the machine that netboots from mac into the boot
+// environment in discovery mode: anvil.discovery=1, its agent ID the MAC,
+// no token (it has no workflow; Discover hands it one's token when it
+// gets work). arch is its Hardware's dhcp.arch, "" for a machine with
+// none. why says what led here; the reason adds "discovery boot".
+func (p *Policy) discoveryScript(ctx context.Context, mac macaddr.MAC, arch string, r httpboot.ScriptRequest, why string) (*httpboot.Script, error) {
+	a := p.agentArgs
+	a.Server = p.servers(ctx)
+	a.HWAddr = mac.String()
+	a.WorkerID = mac.String()
+	a.Discovery = true
+	args, err := a.Build(p.consoleArg, p.extraArgs)
+	if err != nil {
+		return nil, fmt.Errorf("discovery boot of %s: %w", mac, err)
+	}
+	for _, arg := range args {
+		if err := ipxe.CheckArg(arg); err != nil {
+			return nil, fmt.Errorf("discovery boot of %s: kernel argument: %w", mac, err)
+		}
+	}
+	a64 := bootArch(arch, r.BuildArch)
+	reason := why + ": discovery boot"
+	body, err := ipxe.BootEnv(ipxe.BootEnvParams{Reason: reason, KernelURL: p.bootEnvURL + "/vmlinuz-" + a64,
+		InitrdURLs: []string{p.bootEnvURL + "/initramfs-" + a64}, KernelArgs: args})
+	if err != nil {
+		return nil, fmt.Errorf("discovery boot of %s: %w", mac, err)
 	}
 	return &httpboot.Script{Body: body, Reason: reason}, nil
 }

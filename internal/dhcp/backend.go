@@ -75,3 +75,31 @@ type Route struct {
 	Dest   netip.Prefix
 	Router netip.Addr
 }
+
+// UnknownBackend gives addresses to machines the Backend does not know, in
+// reservation mode: the discovery pool (internal/dhcp/pool, anvil serve
+// --discovery-pool). Implementations must be safe for concurrent use and
+// fast, as Backend's.
+type UnknownBackend interface {
+	// LookupUnknown returns the host r.MAC is to be answered as, with
+	// its leased address, or an error wrapping ErrUnknownHost when it
+	// gets none (no pool serves its subnet, the pool is full). Other
+	// errors are the backend's failures: the server logs them and does
+	// not answer. The Host follows Backend's rule: never modified once
+	// returned.
+	LookupUnknown(ctx context.Context, r UnknownRequest) (*Host, error)
+}
+
+// UnknownRequest is what LookupUnknown is asked about.
+type UnknownRequest struct {
+	// MAC is the client's (chaddr).
+	MAC macaddr.MAC
+	// Relay is giaddr: the relay that forwarded the request, whose
+	// subnet the client is on; invalid when the request came directly
+	// (the client is on the server's own subnet).
+	Relay netip.Addr
+	// Requested is the address the client asked for (option 50, else
+	// ciaddr), invalid when none: a client that had a lease before a
+	// restart of the server asks for it again.
+	Requested netip.Addr
+}

@@ -31,6 +31,7 @@ func TestDependencies(t *testing.T) {
 	}{
 		{".", nil},
 		{"relay", []string{module + "internal/dhcp"}}, // sockets and constants
+		{"pool", []string{module + "internal/dhcp"}},  // the Host it answers, the interface it implements
 		// The fakes implement dhcp's interfaces; NeedRoot stops a test as
 		// every test does (testtool: fail in CI, skip elsewhere).
 		{"dhcptest", []string{module + "internal/dhcp", module + "internal/testtool"}},

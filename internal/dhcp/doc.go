@@ -16,5 +16,7 @@
 //
 // The server keeps no lease state: in reservation mode every address comes
 // from the Backend, so there is nothing to allocate, persist or expire, and
-// a restart loses nothing.
+// a restart loses nothing. The one exception is discovery's: addresses for
+// MACs no Hardware has come from an UnknownBackend, the sub-package pool,
+// which keeps its short leases in memory (see its doc for a restart).
 package dhcp

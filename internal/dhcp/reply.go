@@ -159,6 +159,14 @@ func (s *Server) reply(ctx context.Context, req *dhcpv4.DHCPv4, from netip.AddrP
 	} else {
 		host, err = s.backend.Lookup(ctx, mac)
 	}
+	if errors.Is(err, ErrUnknownHost) && s.unknown != nil && s.mode == ModeReservation && !pxePort {
+		// Discovery: an address from the pool of the client's subnet.
+		want := addr4(req.Options[optRequestedIP])
+		if !want.IsValid() {
+			want = addr4(req.ClientIPAddr)
+		}
+		host, err = s.unknown.LookupUnknown(ctx, UnknownRequest{MAC: mac, Relay: addr4(req.GatewayIPAddr), Requested: want})
+	}
 	switch {
 	case errors.Is(err, ErrUnknownHost):
 		host = nil

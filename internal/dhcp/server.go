@@ -76,6 +76,11 @@ type Config struct {
 	HTTPBase string
 	// Backend says what the server knows about a MAC.
 	Backend Backend
+	// Unknown, if set, gives addresses to the MACs Backend does not know
+	// in ModeReservation (discovery: anvil serve --discovery-pool). If
+	// nil, those are not answered. The other modes give no addresses and
+	// do not ask it.
+	Unknown UnknownBackend
 	// Events receives one machinelog.Event per packet with a client MAC.
 	// If nil, uses machinelog.Discard (and the event text is not built).
 	Events machinelog.Sink
@@ -109,6 +114,7 @@ type Server struct {
 	serverID  []byte // ServerIP's 4 bytes: option 54 and siaddr
 	httpBase  string
 	backend   Backend
+	unknown   UnknownBackend  // nil: unknown MACs get no address
 	events    machinelog.Sink // nil: discard
 	log       *slog.Logger
 	lease     time.Duration
@@ -130,6 +136,7 @@ func New(cfg Config) (*Server, error) {
 		serverIP:  cfg.ServerIP,
 		httpBase:  strings.TrimSuffix(cfg.HTTPBase, "/"),
 		backend:   cfg.Backend,
+		unknown:   cfg.Unknown,
 		events:    cfg.Events,
 		log:       cfg.Logger,
 		lease:     cfg.DefaultLeaseTime,

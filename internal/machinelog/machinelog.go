@@ -34,6 +34,9 @@ const (
 	// ServiceEnroll: auto-enrolment (internal/enroll): which rule made
 	// the machine's workflow.
 	ServiceEnroll = "enroll"
+	// ServiceDiscovery: discovery (anvil serve --discovery): the Hardware
+	// made of an unknown machine's inventory, or why none was.
+	ServiceDiscovery = "discovery"
 )
 
 // Event is one thing a service did for (or refused to) a machine.

@@ -13,11 +13,14 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/bootpolicy"
 	"github.com/anvilproj/anvil/internal/dhcp"
+	"github.com/anvilproj/anvil/internal/dhcp/pool"
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/ipxe"
+	"github.com/anvilproj/anvil/internal/macaddr"
 	"github.com/anvilproj/anvil/internal/machinelog"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/model"
@@ -42,6 +45,60 @@ type bootServices struct {
 	// isoURL is the URL of a Hardware's boot ISO (Config.BootISO), nil
 	// when none is served.
 	isoURL func(*model.Hardware) string
+	// pools lease addresses to unknown machines (--discovery-pool), nil
+	// when there are none.
+	pools *pool.Pools
+}
+
+// discovery is the API's discovery configuration for cfg (nil when
+// --discovery is off): the discovered machines' namespace and cap, their
+// pool leases, and where their events go.
+func (b *bootServices) discovery(cfg Config, events machinelog.Sink) *api.DiscoveryConfig {
+	if !cfg.Discovery {
+		return nil
+	}
+	d := &api.DiscoveryConfig{Namespace: cfg.DiscoveryNamespace, Max: cfg.DiscoveryMax, Events: events}
+	if p := b.pools; p != nil {
+		d.Lease = func(mac macaddr.MAC, ip netip.Addr) (model.IP, bool) {
+			subnet, gw, ok := p.Leased(mac, ip)
+			if !ok {
+				return model.IP{}, false
+			}
+			l := model.IP{Address: ip.String(), Netmask: net.IP(net.CIDRMask(subnet.Bits(), 32)).String(), Family: 4}
+			if gw.IsValid() {
+				l.Gateway = gw.String()
+			}
+			return l, true
+		}
+	}
+	return d
+}
+
+// discoveryPools opens the lease pools of --discovery-pool for DHCP mode
+// mode, or returns nil when there are none.
+func discoveryPools(cfg Config, mode dhcp.Mode, public netip.Addr, st store.Store) (*pool.Pools, error) {
+	if len(cfg.DiscoveryPools) == 0 {
+		return nil, nil
+	}
+	switch {
+	case !cfg.Discovery:
+		return nil, errors.New("--discovery-pool: discovery is off (add --discovery)")
+	case mode != dhcp.ModeReservation:
+		return nil, fmt.Errorf("--discovery-pool: the DHCP mode is %s, which gives no addresses (the network's DHCP server does); pools are for reservation mode", mode)
+	}
+	var ranges []pool.Range
+	for _, s := range cfg.DiscoveryPools {
+		r, err := pool.ParseRange(s)
+		if err != nil {
+			return nil, fmt.Errorf("--discovery-pool: %w", err)
+		}
+		ranges = append(ranges, r)
+	}
+	return pool.New(pool.Config{Ranges: ranges, ServerIP: public,
+		Reserved: func(ctx context.Context, ip netip.Addr) (bool, error) {
+			objs, err := st.ByIndex(ctx, model.KindHardware, store.IndexIP, ip.String())
+			return len(objs) > 0, err
+		}})
 }
 
 // packetService is one UDP socket and the server reading it.
@@ -82,6 +139,13 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 	if err != nil {
 		return nil, fmt.Errorf("--dhcp-mode: %w", err)
 	}
+	if cfg.Discovery && dmode == dhcp.ModeProxy {
+		// Unknown PXE clients must get iPXE to reach the discovery boot.
+		dmode = dhcp.ModeAutoProxy
+	}
+	if b.pools, err = discoveryPools(cfg, dmode, public, st); err != nil {
+		return nil, err
+	}
 	httpBase := publicHTTP(cfg, public)
 
 	var agentToken func(*model.Workflow) string
@@ -103,6 +167,7 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 		TLS:             grpcTLS(cfg),
 		InsecureTLS:     agentSkipsVerify(cfg),
 		ExtraKernelArgs: cfg.KernelArgs,
+		Discovery:       cfg.Discovery,
 		Logger:          log,
 	})
 	if err != nil {
@@ -149,8 +214,11 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 	}
 
 	if dmode != dhcp.ModeOff {
-		srv, err := dhcp.New(dhcp.Config{Mode: dmode, ServerIP: public, HTTPBase: httpBase, Backend: policy,
-			Events: events, Logger: log})
+		dcfg := dhcp.Config{Mode: dmode, ServerIP: public, HTTPBase: httpBase, Backend: policy, Events: events, Logger: log}
+		if b.pools != nil {
+			dcfg.Unknown = b.pools
+		}
+		srv, err := dhcp.New(dcfg)
 		if err != nil {
 			return nil, err
 		}
@@ -195,6 +263,7 @@ func newBootServices(cfg Config, trusted []netip.Prefix, st store.Store, events 
 		b.packets = append(b.packets, packetService{"syslog", conn, srv.Serve})
 	}
 	log.Info("network boot", "public_ip", public.String(), "dhcp_mode", string(dmode), "http", httpBase,
+		"discovery", cfg.Discovery, "discovery_pools", cfg.DiscoveryPools,
 		"bootenv_dir", bootEnvDir, "images_dir", imagesDir, "assets_dir", assetsDir, "ipxe", ipxe.Version(), "trusted_proxies", trusted)
 	return b, nil
 }

@@ -156,6 +156,25 @@ type Config struct {
 	// KernelArgs are extra kernel arguments for the boot environment.
 	KernelArgs []string
 
+	// Discovery boots machines no Hardware knows into the boot
+	// environment's discovery mode and makes their Hardware of the
+	// inventory their agent reports (docs/discovery.md). Off by default.
+	// In proxy mode it makes the DHCP server answer unknown PXE clients
+	// (as auto-proxy does).
+	Discovery bool
+	// DiscoveryNamespace is where discovered Hardware goes. If empty,
+	// api.DefaultDiscoveryNamespace.
+	DiscoveryNamespace string
+	// DiscoveryMax caps the discovered Hardware. If 0,
+	// api.DefaultDiscoveryMax.
+	DiscoveryMax int
+	// DiscoveryPools are the lease pools for unknown machines in
+	// reservation mode ("10.0.0.100-10.0.0.199" or ".../24", one per
+	// subnet or relay: internal/dhcp/pool). Empty: in reservation mode
+	// unknown machines get no address from Anvil (another DHCP server, or
+	// a proxy mode, must give them one).
+	DiscoveryPools []string
+
 	// How agents pull the images of actions that run in containers
 	// (docs/actions.md), under each Hardware's anvil.dev/registries:
 	// RegistryMirrors are REGISTRY=URL ("quay.io=http://10.0.0.2:5000"),
@@ -448,6 +467,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		apiPeers = registry
 	}
 	services := api.New(api.Config{Store: st, Engine: engine, Logs: logs, Logger: log, Peers: apiPeers,
+		Discovery:    boot.discovery(cfg, recorder),
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: set.registries, BootISO: boot.isoURL != nil,
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP,

@@ -313,6 +313,12 @@ func TestRunErrors(t *testing.T) {
 		{name: "bad trusted proxy", cfg: Config{Bind: "127.0.0.1", TrustedProxies: []string{"proxy.lab"}}, want: "--trusted-proxies"},
 		{name: "bad path prefix", cfg: Config{Bind: "127.0.0.1", PathPrefix: "/metrics/"}, want: "--path-prefix"},
 		{name: "negative limit", cfg: Config{Bind: "127.0.0.1", BootClientRate: -1}, want: "must not be negative"},
+		{name: "pool without discovery", cfg: Config{Bind: "127.0.0.1", Listeners: Listeners{HTTP: listenLocal(t)}, DisableGRPC: true,
+			DiscoveryPools: []string{"10.0.0.100-10.0.0.199"}}, want: "--discovery-pool: discovery is off (add --discovery)"},
+		{name: "pool in proxy mode", cfg: Config{Bind: "127.0.0.1", Listeners: Listeners{HTTP: listenLocal(t)}, DisableGRPC: true,
+			DHCPMode: "proxy", Discovery: true, DiscoveryPools: []string{"10.0.0.100-10.0.0.199"}}, want: "which gives no addresses"},
+		{name: "bad pool", cfg: Config{Bind: "127.0.0.1", Listeners: Listeners{HTTP: listenLocal(t)}, DisableGRPC: true,
+			Discovery: true, DiscoveryPools: []string{"10.0.0.199-10.0.0.100"}}, want: "--discovery-pool: discovery pool \"10.0.0.199-10.0.0.100\""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -518,6 +519,11 @@ type vm struct {
 	// QEMU gives it (the BMC test's chassis control, from the one-time
 	// boot device it was told).
 	noBootOrder bool
+	// cpus and memoryMiB size the VM; 0: one vCPU, 512 MiB.
+	cpus, memoryMiB int
+	// diskSerial, if set, is the serial number of the disk (virtio-blk's
+	// serial=), as an inventory reads it.
+	diskSerial string
 }
 
 // vmResult is how a VM run ended.
@@ -582,16 +588,26 @@ func (n *netns) qemuArgs(m vm, dir, serial string) []string {
 	if m.netdev != "" {
 		netdev = m.netdev
 	}
-	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none",
+	cpus, mem := max(m.cpus, 1), m.memoryMiB
+	if mem == 0 {
+		mem = 512
+	}
+	args := []string{"-accel", "tcg", "-m", strconv.Itoa(mem), "-smp", strconv.Itoa(cpus), "-display", "none",
 		"-serial", serial, "-monitor", "none", "-netdev", netdev}
 	switch {
 	case m.disk == "":
 		args = append(args, "-no-reboot")
+	case m.diskSerial != "" && !m.uefi:
+		args = append(args, "-drive", "file="+m.disk+",format=raw,if=none,id=disk0",
+			"-device", "virtio-blk-pci,drive=disk0,serial="+m.diskSerial)
 	case m.uefi:
 		// OVMF boots in fw_cfg's bootorder: the NIC (bootindex=1), then
 		// this disk.
-		args = append(args, "-drive", "file="+m.disk+",format=raw,if=none,id=disk0",
-			"-device", "virtio-blk-pci,drive=disk0,bootindex=2")
+		dev := "virtio-blk-pci,drive=disk0,bootindex=2"
+		if m.diskSerial != "" {
+			dev += ",serial=" + m.diskSerial
+		}
+		args = append(args, "-drive", "file="+m.disk+",format=raw,if=none,id=disk0", "-device", dev)
 	default:
 		args = append(args, "-drive", "file="+m.disk+",format=raw,if=virtio")
 	}

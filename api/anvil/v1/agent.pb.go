@@ -81,6 +81,145 @@ func (ActionState) EnumDescriptor() ([]byte, []int) {
 	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+type DiscoverRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// agent_id is the MAC the machine booted from (worker_id=): the
+	// Hardware's first interface, and the agent ID it asks for work as.
+	AgentId string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// agent_attributes carries the inventory (required).
+	AgentAttributes *AgentAttributes `protobuf:"bytes,2,opt,name=agent_attributes,json=agentAttributes,proto3" json:"agent_attributes,omitempty"`
+	// How long to wait for a workflow. 0: answer at once. The server caps
+	// it (30 s).
+	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoverRequest) Reset() {
+	*x = DiscoverRequest{}
+	mi := &file_anvil_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoverRequest) ProtoMessage() {}
+
+func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoverRequest.ProtoReflect.Descriptor instead.
+func (*DiscoverRequest) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DiscoverRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *DiscoverRequest) GetAgentAttributes() *AgentAttributes {
+	if x != nil {
+		return x.AgentAttributes
+	}
+	return nil
+}
+
+func (x *DiscoverRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+type DiscoverResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hardware is the machine's Hardware, "namespace/name".
+	Hardware string `protobuf:"bytes,1,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	// created says this call made the Hardware.
+	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// workflow_id ("namespace/name") is set once the machine has work: a
+	// workflow with an action for it.
+	WorkflowId string `protobuf:"bytes,3,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// agent_token is workflow_id's agent token ("" when the server does
+	// not check agents): the agent sends it from now on.
+	AgentToken    string `protobuf:"bytes,4,opt,name=agent_token,json=agentToken,proto3" json:"agent_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoverResponse) Reset() {
+	*x = DiscoverResponse{}
+	mi := &file_anvil_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoverResponse) ProtoMessage() {}
+
+func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoverResponse.ProtoReflect.Descriptor instead.
+func (*DiscoverResponse) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DiscoverResponse) GetHardware() string {
+	if x != nil {
+		return x.Hardware
+	}
+	return ""
+}
+
+func (x *DiscoverResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *DiscoverResponse) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *DiscoverResponse) GetAgentToken() string {
+	if x != nil {
+		return x.AgentToken
+	}
+	return ""
+}
+
 type AgentAttributes struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Cpu    string                 `protobuf:"bytes,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
@@ -101,7 +240,7 @@ type AgentAttributes struct {
 
 func (x *AgentAttributes) Reset() {
 	*x = AgentAttributes{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[0]
+	mi := &file_anvil_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -113,7 +252,7 @@ func (x *AgentAttributes) String() string {
 func (*AgentAttributes) ProtoMessage() {}
 
 func (x *AgentAttributes) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[0]
+	mi := &file_anvil_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -126,7 +265,7 @@ func (x *AgentAttributes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentAttributes.ProtoReflect.Descriptor instead.
 func (*AgentAttributes) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AgentAttributes) GetCpu() string {
@@ -177,7 +316,7 @@ type GetActionRequest struct {
 
 func (x *GetActionRequest) Reset() {
 	*x = GetActionRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[1]
+	mi := &file_anvil_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -189,7 +328,7 @@ func (x *GetActionRequest) String() string {
 func (*GetActionRequest) ProtoMessage() {}
 
 func (x *GetActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[1]
+	mi := &file_anvil_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -202,7 +341,7 @@ func (x *GetActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActionRequest.ProtoReflect.Descriptor instead.
 func (*GetActionRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetActionRequest) GetAgentId() string {
@@ -257,7 +396,7 @@ type GetActionResponse struct {
 
 func (x *GetActionResponse) Reset() {
 	*x = GetActionResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[2]
+	mi := &file_anvil_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +408,7 @@ func (x *GetActionResponse) String() string {
 func (*GetActionResponse) ProtoMessage() {}
 
 func (x *GetActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[2]
+	mi := &file_anvil_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +421,7 @@ func (x *GetActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActionResponse.ProtoReflect.Descriptor instead.
 func (*GetActionResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetActionResponse) GetWorkflowId() string {
@@ -410,7 +549,7 @@ type ImageSource struct {
 
 func (x *ImageSource) Reset() {
 	*x = ImageSource{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[3]
+	mi := &file_anvil_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +561,7 @@ func (x *ImageSource) String() string {
 func (*ImageSource) ProtoMessage() {}
 
 func (x *ImageSource) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[3]
+	mi := &file_anvil_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +574,7 @@ func (x *ImageSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageSource.ProtoReflect.Descriptor instead.
 func (*ImageSource) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ImageSource) GetImage() string {
@@ -504,7 +643,7 @@ type RegistryCredentials struct {
 
 func (x *RegistryCredentials) Reset() {
 	*x = RegistryCredentials{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[4]
+	mi := &file_anvil_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +655,7 @@ func (x *RegistryCredentials) String() string {
 func (*RegistryCredentials) ProtoMessage() {}
 
 func (x *RegistryCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[4]
+	mi := &file_anvil_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +668,7 @@ func (x *RegistryCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryCredentials.ProtoReflect.Descriptor instead.
 func (*RegistryCredentials) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegistryCredentials) GetUsername() string {
@@ -572,7 +711,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[5]
+	mi := &file_anvil_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +723,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[5]
+	mi := &file_anvil_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +736,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Progress) GetBytes() int64 {
@@ -649,7 +788,7 @@ type ReportActionStatusRequest struct {
 
 func (x *ReportActionStatusRequest) Reset() {
 	*x = ReportActionStatusRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[6]
+	mi := &file_anvil_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +800,7 @@ func (x *ReportActionStatusRequest) String() string {
 func (*ReportActionStatusRequest) ProtoMessage() {}
 
 func (x *ReportActionStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[6]
+	mi := &file_anvil_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +813,7 @@ func (x *ReportActionStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActionStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportActionStatusRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReportActionStatusRequest) GetWorkflowId() string {
@@ -764,7 +903,7 @@ type ReportActionStatusResponse struct {
 
 func (x *ReportActionStatusResponse) Reset() {
 	*x = ReportActionStatusResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[7]
+	mi := &file_anvil_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +915,7 @@ func (x *ReportActionStatusResponse) String() string {
 func (*ReportActionStatusResponse) ProtoMessage() {}
 
 func (x *ReportActionStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[7]
+	mi := &file_anvil_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +928,7 @@ func (x *ReportActionStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActionStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportActionStatusResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportActionStatusResponse) GetWorkflowState() string {
@@ -822,7 +961,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[8]
+	mi := &file_anvil_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +973,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[8]
+	mi := &file_anvil_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +986,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogLine) GetWorkflowId() string {
@@ -922,7 +1061,7 @@ type StreamLogsResponse struct {
 
 func (x *StreamLogsResponse) Reset() {
 	*x = StreamLogsResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[9]
+	mi := &file_anvil_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1073,7 @@ func (x *StreamLogsResponse) String() string {
 func (*StreamLogsResponse) ProtoMessage() {}
 
 func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[9]
+	mi := &file_anvil_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1086,7 @@ func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamLogsResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamLogsResponse) GetLinesAccepted() int64 {
@@ -988,7 +1127,7 @@ type GetLogsRequest struct {
 
 func (x *GetLogsRequest) Reset() {
 	*x = GetLogsRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[10]
+	mi := &file_anvil_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1139,7 @@ func (x *GetLogsRequest) String() string {
 func (*GetLogsRequest) ProtoMessage() {}
 
 func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[10]
+	mi := &file_anvil_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1152,7 @@ func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetLogsRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetLogsRequest) GetWorkflowId() string {
@@ -1084,7 +1223,7 @@ type GetLogsResponse struct {
 
 func (x *GetLogsResponse) Reset() {
 	*x = GetLogsResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[11]
+	mi := &file_anvil_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1235,7 @@ func (x *GetLogsResponse) String() string {
 func (*GetLogsResponse) ProtoMessage() {}
 
 func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[11]
+	mi := &file_anvil_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1248,7 @@ func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetLogsResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetLogsResponse) GetLines() []*LogLine {
@@ -1136,7 +1275,7 @@ type ListUnknownMachinesRequest struct {
 
 func (x *ListUnknownMachinesRequest) Reset() {
 	*x = ListUnknownMachinesRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[12]
+	mi := &file_anvil_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1287,7 @@ func (x *ListUnknownMachinesRequest) String() string {
 func (*ListUnknownMachinesRequest) ProtoMessage() {}
 
 func (x *ListUnknownMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[12]
+	mi := &file_anvil_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1300,7 @@ func (x *ListUnknownMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUnknownMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListUnknownMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListUnknownMachinesRequest) GetLimit() int32 {
@@ -1183,7 +1322,7 @@ type UnknownMachine struct {
 
 func (x *UnknownMachine) Reset() {
 	*x = UnknownMachine{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[13]
+	mi := &file_anvil_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1334,7 @@ func (x *UnknownMachine) String() string {
 func (*UnknownMachine) ProtoMessage() {}
 
 func (x *UnknownMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[13]
+	mi := &file_anvil_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1347,7 @@ func (x *UnknownMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnknownMachine.ProtoReflect.Descriptor instead.
 func (*UnknownMachine) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UnknownMachine) GetMachine() string {
@@ -1234,7 +1373,7 @@ type ListUnknownMachinesResponse struct {
 
 func (x *ListUnknownMachinesResponse) Reset() {
 	*x = ListUnknownMachinesResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[14]
+	mi := &file_anvil_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1385,7 @@ func (x *ListUnknownMachinesResponse) String() string {
 func (*ListUnknownMachinesResponse) ProtoMessage() {}
 
 func (x *ListUnknownMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[14]
+	mi := &file_anvil_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1398,7 @@ func (x *ListUnknownMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUnknownMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListUnknownMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListUnknownMachinesResponse) GetMachines() []*UnknownMachine {
@@ -1273,7 +1412,18 @@ var File_anvil_v1_agent_proto protoreflect.FileDescriptor
 
 const file_anvil_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14anvil/v1/agent.proto\x12\banvil.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe3\x01\n" +
+	"\x14anvil/v1/agent.proto\x12\banvil.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/duration.proto\"\xa1\x01\n" +
+	"\x0fDiscoverRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12D\n" +
+	"\x10agent_attributes\x18\x02 \x01(\v2\x19.anvil.v1.AgentAttributesR\x0fagentAttributes\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x8f\x01\n" +
+	"\x10DiscoverResponse\x12\x1a\n" +
+	"\bhardware\x18\x01 \x01(\tR\bhardware\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1f\n" +
+	"\vworkflow_id\x18\x03 \x01(\tR\n" +
+	"workflowId\x12$\n" +
+	"\vagent_token\x18\x04 \x01(\tB\x03\x80\x01\x01R\n" +
+	"agentToken\"\xe3\x01\n" +
 	"\x0fAgentAttributes\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\tR\x03cpu\x12\x16\n" +
 	"\x06memory\x18\x02 \x01(\tR\x06memory\x12\x12\n" +
@@ -1385,12 +1535,13 @@ const file_anvil_v1_agent_proto_rawDesc = "" +
 	"\x14ACTION_STATE_RUNNING\x10\x02\x12\x18\n" +
 	"\x14ACTION_STATE_SUCCESS\x10\x03\x12\x17\n" +
 	"\x13ACTION_STATE_FAILED\x10\x04\x12\x18\n" +
-	"\x14ACTION_STATE_TIMEOUT\x10\x052\xf6\x01\n" +
+	"\x14ACTION_STATE_TIMEOUT\x10\x052\xb9\x02\n" +
 	"\fAgentService\x12D\n" +
 	"\tGetAction\x12\x1a.anvil.v1.GetActionRequest\x1a\x1b.anvil.v1.GetActionResponse\x12_\n" +
 	"\x12ReportActionStatus\x12#.anvil.v1.ReportActionStatusRequest\x1a$.anvil.v1.ReportActionStatusResponse\x12?\n" +
 	"\n" +
-	"StreamLogs\x12\x11.anvil.v1.LogLine\x1a\x1c.anvil.v1.StreamLogsResponse(\x012\xb0\x01\n" +
+	"StreamLogs\x12\x11.anvil.v1.LogLine\x1a\x1c.anvil.v1.StreamLogsResponse(\x01\x12A\n" +
+	"\bDiscover\x12\x19.anvil.v1.DiscoverRequest\x1a\x1a.anvil.v1.DiscoverResponse2\xb0\x01\n" +
 	"\n" +
 	"LogService\x12>\n" +
 	"\aGetLogs\x12\x18.anvil.v1.GetLogsRequest\x1a\x19.anvil.v1.GetLogsResponse\x12b\n" +
@@ -1409,61 +1560,67 @@ func file_anvil_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_anvil_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_anvil_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_anvil_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_anvil_v1_agent_proto_goTypes = []any{
 	(ActionState)(0),                    // 0: anvil.v1.ActionState
-	(*AgentAttributes)(nil),             // 1: anvil.v1.AgentAttributes
-	(*GetActionRequest)(nil),            // 2: anvil.v1.GetActionRequest
-	(*GetActionResponse)(nil),           // 3: anvil.v1.GetActionResponse
-	(*ImageSource)(nil),                 // 4: anvil.v1.ImageSource
-	(*RegistryCredentials)(nil),         // 5: anvil.v1.RegistryCredentials
-	(*Progress)(nil),                    // 6: anvil.v1.Progress
-	(*ReportActionStatusRequest)(nil),   // 7: anvil.v1.ReportActionStatusRequest
-	(*ReportActionStatusResponse)(nil),  // 8: anvil.v1.ReportActionStatusResponse
-	(*LogLine)(nil),                     // 9: anvil.v1.LogLine
-	(*StreamLogsResponse)(nil),          // 10: anvil.v1.StreamLogsResponse
-	(*GetLogsRequest)(nil),              // 11: anvil.v1.GetLogsRequest
-	(*GetLogsResponse)(nil),             // 12: anvil.v1.GetLogsResponse
-	(*ListUnknownMachinesRequest)(nil),  // 13: anvil.v1.ListUnknownMachinesRequest
-	(*UnknownMachine)(nil),              // 14: anvil.v1.UnknownMachine
-	(*ListUnknownMachinesResponse)(nil), // 15: anvil.v1.ListUnknownMachinesResponse
-	nil,                                 // 16: anvil.v1.AgentAttributes.ExtraEntry
-	nil,                                 // 17: anvil.v1.GetActionResponse.EnvironmentEntry
-	(*durationpb.Duration)(nil),         // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 19: google.protobuf.Timestamp
+	(*DiscoverRequest)(nil),             // 1: anvil.v1.DiscoverRequest
+	(*DiscoverResponse)(nil),            // 2: anvil.v1.DiscoverResponse
+	(*AgentAttributes)(nil),             // 3: anvil.v1.AgentAttributes
+	(*GetActionRequest)(nil),            // 4: anvil.v1.GetActionRequest
+	(*GetActionResponse)(nil),           // 5: anvil.v1.GetActionResponse
+	(*ImageSource)(nil),                 // 6: anvil.v1.ImageSource
+	(*RegistryCredentials)(nil),         // 7: anvil.v1.RegistryCredentials
+	(*Progress)(nil),                    // 8: anvil.v1.Progress
+	(*ReportActionStatusRequest)(nil),   // 9: anvil.v1.ReportActionStatusRequest
+	(*ReportActionStatusResponse)(nil),  // 10: anvil.v1.ReportActionStatusResponse
+	(*LogLine)(nil),                     // 11: anvil.v1.LogLine
+	(*StreamLogsResponse)(nil),          // 12: anvil.v1.StreamLogsResponse
+	(*GetLogsRequest)(nil),              // 13: anvil.v1.GetLogsRequest
+	(*GetLogsResponse)(nil),             // 14: anvil.v1.GetLogsResponse
+	(*ListUnknownMachinesRequest)(nil),  // 15: anvil.v1.ListUnknownMachinesRequest
+	(*UnknownMachine)(nil),              // 16: anvil.v1.UnknownMachine
+	(*ListUnknownMachinesResponse)(nil), // 17: anvil.v1.ListUnknownMachinesResponse
+	nil,                                 // 18: anvil.v1.AgentAttributes.ExtraEntry
+	nil,                                 // 19: anvil.v1.GetActionResponse.EnvironmentEntry
+	(*durationpb.Duration)(nil),         // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 21: google.protobuf.Timestamp
 }
 var file_anvil_v1_agent_proto_depIdxs = []int32{
-	16, // 0: anvil.v1.AgentAttributes.extra:type_name -> anvil.v1.AgentAttributes.ExtraEntry
-	1,  // 1: anvil.v1.GetActionRequest.agent_attributes:type_name -> anvil.v1.AgentAttributes
-	18, // 2: anvil.v1.GetActionRequest.wait:type_name -> google.protobuf.Duration
-	17, // 3: anvil.v1.GetActionResponse.environment:type_name -> anvil.v1.GetActionResponse.EnvironmentEntry
-	4,  // 4: anvil.v1.GetActionResponse.images:type_name -> anvil.v1.ImageSource
-	5,  // 5: anvil.v1.ImageSource.credentials:type_name -> anvil.v1.RegistryCredentials
-	0,  // 6: anvil.v1.ReportActionStatusRequest.action_state:type_name -> anvil.v1.ActionState
-	19, // 7: anvil.v1.ReportActionStatusRequest.execution_start:type_name -> google.protobuf.Timestamp
-	19, // 8: anvil.v1.ReportActionStatusRequest.execution_stop:type_name -> google.protobuf.Timestamp
-	18, // 9: anvil.v1.ReportActionStatusRequest.execution_duration:type_name -> google.protobuf.Duration
-	6,  // 10: anvil.v1.ReportActionStatusRequest.progress:type_name -> anvil.v1.Progress
-	19, // 11: anvil.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	19, // 12: anvil.v1.GetLogsRequest.since:type_name -> google.protobuf.Timestamp
-	9,  // 13: anvil.v1.GetLogsResponse.lines:type_name -> anvil.v1.LogLine
-	9,  // 14: anvil.v1.UnknownMachine.last:type_name -> anvil.v1.LogLine
-	14, // 15: anvil.v1.ListUnknownMachinesResponse.machines:type_name -> anvil.v1.UnknownMachine
-	2,  // 16: anvil.v1.AgentService.GetAction:input_type -> anvil.v1.GetActionRequest
-	7,  // 17: anvil.v1.AgentService.ReportActionStatus:input_type -> anvil.v1.ReportActionStatusRequest
-	9,  // 18: anvil.v1.AgentService.StreamLogs:input_type -> anvil.v1.LogLine
-	11, // 19: anvil.v1.LogService.GetLogs:input_type -> anvil.v1.GetLogsRequest
-	13, // 20: anvil.v1.LogService.ListUnknownMachines:input_type -> anvil.v1.ListUnknownMachinesRequest
-	3,  // 21: anvil.v1.AgentService.GetAction:output_type -> anvil.v1.GetActionResponse
-	8,  // 22: anvil.v1.AgentService.ReportActionStatus:output_type -> anvil.v1.ReportActionStatusResponse
-	10, // 23: anvil.v1.AgentService.StreamLogs:output_type -> anvil.v1.StreamLogsResponse
-	12, // 24: anvil.v1.LogService.GetLogs:output_type -> anvil.v1.GetLogsResponse
-	15, // 25: anvil.v1.LogService.ListUnknownMachines:output_type -> anvil.v1.ListUnknownMachinesResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	3,  // 0: anvil.v1.DiscoverRequest.agent_attributes:type_name -> anvil.v1.AgentAttributes
+	20, // 1: anvil.v1.DiscoverRequest.wait:type_name -> google.protobuf.Duration
+	18, // 2: anvil.v1.AgentAttributes.extra:type_name -> anvil.v1.AgentAttributes.ExtraEntry
+	3,  // 3: anvil.v1.GetActionRequest.agent_attributes:type_name -> anvil.v1.AgentAttributes
+	20, // 4: anvil.v1.GetActionRequest.wait:type_name -> google.protobuf.Duration
+	19, // 5: anvil.v1.GetActionResponse.environment:type_name -> anvil.v1.GetActionResponse.EnvironmentEntry
+	6,  // 6: anvil.v1.GetActionResponse.images:type_name -> anvil.v1.ImageSource
+	7,  // 7: anvil.v1.ImageSource.credentials:type_name -> anvil.v1.RegistryCredentials
+	0,  // 8: anvil.v1.ReportActionStatusRequest.action_state:type_name -> anvil.v1.ActionState
+	21, // 9: anvil.v1.ReportActionStatusRequest.execution_start:type_name -> google.protobuf.Timestamp
+	21, // 10: anvil.v1.ReportActionStatusRequest.execution_stop:type_name -> google.protobuf.Timestamp
+	20, // 11: anvil.v1.ReportActionStatusRequest.execution_duration:type_name -> google.protobuf.Duration
+	8,  // 12: anvil.v1.ReportActionStatusRequest.progress:type_name -> anvil.v1.Progress
+	21, // 13: anvil.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	21, // 14: anvil.v1.GetLogsRequest.since:type_name -> google.protobuf.Timestamp
+	11, // 15: anvil.v1.GetLogsResponse.lines:type_name -> anvil.v1.LogLine
+	11, // 16: anvil.v1.UnknownMachine.last:type_name -> anvil.v1.LogLine
+	16, // 17: anvil.v1.ListUnknownMachinesResponse.machines:type_name -> anvil.v1.UnknownMachine
+	4,  // 18: anvil.v1.AgentService.GetAction:input_type -> anvil.v1.GetActionRequest
+	9,  // 19: anvil.v1.AgentService.ReportActionStatus:input_type -> anvil.v1.ReportActionStatusRequest
+	11, // 20: anvil.v1.AgentService.StreamLogs:input_type -> anvil.v1.LogLine
+	1,  // 21: anvil.v1.AgentService.Discover:input_type -> anvil.v1.DiscoverRequest
+	13, // 22: anvil.v1.LogService.GetLogs:input_type -> anvil.v1.GetLogsRequest
+	15, // 23: anvil.v1.LogService.ListUnknownMachines:input_type -> anvil.v1.ListUnknownMachinesRequest
+	5,  // 24: anvil.v1.AgentService.GetAction:output_type -> anvil.v1.GetActionResponse
+	10, // 25: anvil.v1.AgentService.ReportActionStatus:output_type -> anvil.v1.ReportActionStatusResponse
+	12, // 26: anvil.v1.AgentService.StreamLogs:output_type -> anvil.v1.StreamLogsResponse
+	2,  // 27: anvil.v1.AgentService.Discover:output_type -> anvil.v1.DiscoverResponse
+	14, // 28: anvil.v1.LogService.GetLogs:output_type -> anvil.v1.GetLogsResponse
+	17, // 29: anvil.v1.LogService.ListUnknownMachines:output_type -> anvil.v1.ListUnknownMachinesResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_anvil_v1_agent_proto_init() }
@@ -1477,7 +1634,7 @@ func file_anvil_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_anvil_v1_agent_proto_rawDesc), len(file_anvil_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

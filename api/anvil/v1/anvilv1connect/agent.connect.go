@@ -42,6 +42,8 @@ const (
 	AgentServiceReportActionStatusProcedure = "/anvil.v1.AgentService/ReportActionStatus"
 	// AgentServiceStreamLogsProcedure is the fully-qualified name of the AgentService's StreamLogs RPC.
 	AgentServiceStreamLogsProcedure = "/anvil.v1.AgentService/StreamLogs"
+	// AgentServiceDiscoverProcedure is the fully-qualified name of the AgentService's Discover RPC.
+	AgentServiceDiscoverProcedure = "/anvil.v1.AgentService/Discover"
 	// LogServiceGetLogsProcedure is the fully-qualified name of the LogService's GetLogs RPC.
 	LogServiceGetLogsProcedure = "/anvil.v1.LogService/GetLogs"
 	// LogServiceListUnknownMachinesProcedure is the fully-qualified name of the LogService's
@@ -60,6 +62,16 @@ type AgentServiceClient interface {
 	ReportActionStatus(context.Context, *connect.Request[v1.ReportActionStatusRequest]) (*connect.Response[v1.ReportActionStatusResponse], error)
 	// StreamLogs accepts output lines from the agent's actions.
 	StreamLogs(context.Context) *connect.ClientStreamForClient[v1.LogLine, v1.StreamLogsResponse]
+	// Discover is the call of an agent booted for discovery (anvil serve
+	// --discovery, kernel argument anvil.discovery=1): a machine with no
+	// Hardware. The server makes (or refreshes) the Hardware
+	// discovery-<id> of the inventory, then waits up to `wait` for a
+	// workflow to be given to it (long poll). Without one it answers with
+	// no workflow_id: ask again. With one it answers the workflow's agent
+	// token, which the agent then sends on GetAction as a netbooted agent
+	// does. No token is needed: the call is bound to the Hardware's MAC and
+	// address, as the boot script that carries the token is.
+	Discover(context.Context, *connect.Request[v1.DiscoverRequest]) (*connect.Response[v1.DiscoverResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the anvil.v1.AgentService service. By default, it
@@ -91,6 +103,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("StreamLogs")),
 			connect.WithClientOptions(opts...),
 		),
+		discover: connect.NewClient[v1.DiscoverRequest, v1.DiscoverResponse](
+			httpClient,
+			baseURL+AgentServiceDiscoverProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("Discover")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -99,6 +117,7 @@ type agentServiceClient struct {
 	getAction          *connect.Client[v1.GetActionRequest, v1.GetActionResponse]
 	reportActionStatus *connect.Client[v1.ReportActionStatusRequest, v1.ReportActionStatusResponse]
 	streamLogs         *connect.Client[v1.LogLine, v1.StreamLogsResponse]
+	discover           *connect.Client[v1.DiscoverRequest, v1.DiscoverResponse]
 }
 
 // GetAction calls anvil.v1.AgentService.GetAction.
@@ -116,6 +135,11 @@ func (c *agentServiceClient) StreamLogs(ctx context.Context) *connect.ClientStre
 	return c.streamLogs.CallClientStream(ctx)
 }
 
+// Discover calls anvil.v1.AgentService.Discover.
+func (c *agentServiceClient) Discover(ctx context.Context, req *connect.Request[v1.DiscoverRequest]) (*connect.Response[v1.DiscoverResponse], error) {
+	return c.discover.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the anvil.v1.AgentService service.
 type AgentServiceHandler interface {
 	// GetAction returns the next action for agent_id. With no action ready it
@@ -127,6 +151,16 @@ type AgentServiceHandler interface {
 	ReportActionStatus(context.Context, *connect.Request[v1.ReportActionStatusRequest]) (*connect.Response[v1.ReportActionStatusResponse], error)
 	// StreamLogs accepts output lines from the agent's actions.
 	StreamLogs(context.Context, *connect.ClientStream[v1.LogLine]) (*connect.Response[v1.StreamLogsResponse], error)
+	// Discover is the call of an agent booted for discovery (anvil serve
+	// --discovery, kernel argument anvil.discovery=1): a machine with no
+	// Hardware. The server makes (or refreshes) the Hardware
+	// discovery-<id> of the inventory, then waits up to `wait` for a
+	// workflow to be given to it (long poll). Without one it answers with
+	// no workflow_id: ask again. With one it answers the workflow's agent
+	// token, which the agent then sends on GetAction as a netbooted agent
+	// does. No token is needed: the call is bound to the Hardware's MAC and
+	// address, as the boot script that carries the token is.
+	Discover(context.Context, *connect.Request[v1.DiscoverRequest]) (*connect.Response[v1.DiscoverResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -154,6 +188,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("StreamLogs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceDiscoverHandler := connect.NewUnaryHandler(
+		AgentServiceDiscoverProcedure,
+		svc.Discover,
+		connect.WithSchema(agentServiceMethods.ByName("Discover")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/anvil.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceGetActionProcedure:
@@ -162,6 +202,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceReportActionStatusHandler.ServeHTTP(w, r)
 		case AgentServiceStreamLogsProcedure:
 			agentServiceStreamLogsHandler.ServeHTTP(w, r)
+		case AgentServiceDiscoverProcedure:
+			agentServiceDiscoverHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -181,6 +223,10 @@ func (UnimplementedAgentServiceHandler) ReportActionStatus(context.Context, *con
 
 func (UnimplementedAgentServiceHandler) StreamLogs(context.Context, *connect.ClientStream[v1.LogLine]) (*connect.Response[v1.StreamLogsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.AgentService.StreamLogs is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) Discover(context.Context, *connect.Request[v1.DiscoverRequest]) (*connect.Response[v1.DiscoverResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.AgentService.Discover is not implemented"))
 }
 
 // LogServiceClient is a client for the anvil.v1.LogService service.
