@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"regexp"
 	"strconv"
@@ -29,12 +30,15 @@ var Budget = tmplbudget.Budget{Output: MaxRenderedSize}
 
 // LegacyHardware is the template data Tinkerbell exposes as `.Hardware`:
 // disks as plain device paths, plus the interfaces, user data and metadata.
+// Status is Anvil's addition: `.Hardware.Status.Attributes` is the agent's
+// inventory with Go field names, e.g. `.Hardware.Status.Attributes.CPU.TotalCores`.
 type LegacyHardware struct {
 	Disks      []string
 	Interfaces []model.Interface
 	UserData   string
 	Metadata   model.HardwareMetadata
 	VendorData string
+	Status     model.HardwareStatus
 }
 
 // funcs are the functions templates may call besides Sprig's hermetic set
@@ -170,8 +174,7 @@ func fromYaml(s string) (map[string]any, error) {
 
 // TemplateData builds the data a template is executed with: every key of the
 // workflow's hardwareMap at the top level, `.Hardware` (LegacyHardware) and
-// `.hardware` (the Hardware spec as a generic map with its JSON names). hw may
-// be nil.
+// `.hardware` (hardwareData). hw may be nil.
 func TemplateData(wf *model.Workflow, hw *model.Hardware) (map[string]any, error) {
 	data := map[string]any{}
 	if wf != nil {
@@ -198,17 +201,59 @@ func TemplateData(wf *model.Workflow, hw *model.Hardware) (map[string]any, error
 		if hw.Spec.Metadata != nil {
 			legacy.Metadata = *hw.Spec.Metadata
 		}
-		b, err := json.Marshal(hw.Spec)
-		if err != nil {
-			return nil, fmt.Errorf("encode hardware spec: %w", err)
-		}
-		if err := json.Unmarshal(b, &generic); err != nil {
-			return nil, fmt.Errorf("decode hardware spec: %w", err)
+		legacy.Status = hw.Status
+		var err error
+		if generic, err = hardwareData(hw); err != nil {
+			return nil, err
 		}
 	}
 	data["Hardware"] = legacy
 	data["hardware"] = generic
 	return data, nil
+}
+
+// hardwareData is `.hardware`: the whole Hardware with its JSON names, as
+// Tinkerbell renders it (`.hardware.spec.metadata.instance.hostname`,
+// `.hardware.status.attributes.cpu.totalCores`), and, for templates
+// written against Anvil before it had the whole object, the spec's fields
+// at the top level too (`.hardware.disks`, `.hardware.metadata.instance`).
+// The two meet only at "metadata", where the object's metadata (name,
+// labels, …) and the spec's (instance, facility, …) have no key in common:
+// both are merged there, the spec's winning should one ever appear in both.
+func hardwareData(hw *model.Hardware) (map[string]any, error) {
+	whole, err := jsonMap(hw)
+	if err != nil {
+		return nil, fmt.Errorf("encode hardware: %w", err)
+	}
+	spec, _ := whole["spec"].(map[string]any)
+	for k, v := range spec {
+		if k != "metadata" {
+			whole[k] = v
+			continue
+		}
+		merged, _ := whole["metadata"].(map[string]any)
+		if merged == nil {
+			merged = map[string]any{}
+		}
+		specMeta, _ := v.(map[string]any)
+		merged = maps.Clone(merged)
+		maps.Copy(merged, specMeta)
+		whole["metadata"] = merged
+	}
+	return whole, nil
+}
+
+// jsonMap is v as a generic map with its JSON field names.
+func jsonMap(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Render executes the Template's data against the workflow's hardwareMap and

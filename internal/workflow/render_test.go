@@ -220,6 +220,52 @@ func TestRenderFunctions(t *testing.T) {
 	}
 }
 
+// TestRenderHardwareSpellings: `.hardware` is the whole Hardware as
+// Tinkerbell renders it (spec, metadata, status with the agent's
+// inventory), the spec's fields are also at its top level as Anvil had
+// them, and `.Hardware.Status.Attributes` reads the inventory with Go
+// names; a template that asks for an inventory the machine never sent
+// fails rather than rendering an empty value.
+func TestRenderHardwareSpellings(t *testing.T) {
+	data := minimalHead + `  - name: t
+    worker: "{{ .device_1 }}"
+    actions:
+      - name: a
+        image: i
+        environment:
+          UPSTREAM_HOST: '{{ .hardware.spec.metadata.instance.hostname }}'
+          ANVIL_HOST: '{{ .hardware.metadata.instance.hostname }}'
+          NAME: '{{ .hardware.metadata.name }}'
+          UPSTREAM_DISK: '{{ (index .hardware.spec.disks 0).device }}'
+          CORES: '{{ .hardware.status.attributes.cpu.totalCores }}'
+          GO_CORES: '{{ .Hardware.Status.Attributes.CPU.TotalCores }}'
+          SERIAL: '{{ .Hardware.Status.Attributes.Product.SerialNumber }}'
+`
+	wf := exampleWorkflow()
+	hw := loadYAML[model.Hardware](t, "testdata/hardware.yaml")
+	hw.Status.Attributes = &model.Attributes{CPU: &model.CPUAttributes{TotalCores: 48}, Product: &model.Product{SerialNumber: "CZ2D1234"}}
+	def, err := Render(t.Context(), templateOf(data), wf, hw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"UPSTREAM_HOST": "rack1-node07", "ANVIL_HOST": "rack1-node07", "NAME": hw.Name,
+		"UPSTREAM_DISK": "/dev/nvme0n1", "CORES": "48", "GO_CORES": "48", "SERIAL": "CZ2D1234"}
+	env := def.Tasks[0].Actions[0].Environment
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+
+	hw.Status.Attributes = nil
+	for _, expr := range []string{"{{ .hardware.status.attributes.cpu.totalCores }}", "{{ .Hardware.Status.Attributes.CPU.TotalCores }}"} {
+		_, err := Render(t.Context(), templateOf(minimalHead+"  - {name: t, worker: '"+expr+"', actions: [{name: a, image: i}]}\n"), wf, hw)
+		if err == nil {
+			t.Errorf("%s rendered without an inventory", expr)
+		}
+	}
+}
+
 func TestRenderWithoutHardware(t *testing.T) {
 	wf := exampleWorkflow()
 	wf.Spec.HardwareRef = ""
