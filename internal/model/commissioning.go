@@ -1,6 +1,13 @@
 package model
 
-import "time"
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
 
 // LabelCommissioning marks a Hardware whose commissioning checks ended:
 // CommissioningPassed or CommissioningFailed. A failed machine gets no
@@ -66,4 +73,133 @@ func (c *Commissioning) Failed() bool {
 		}
 	}
 	return false
+}
+
+// Bounds on what a Hardware keeps of commissioning: an agent that sends
+// thousands of checks or megabytes of detail does not bloat the store.
+const (
+	MaxCommissioningChecks = 256 // per Hardware; later ones are dropped
+	maxCheckName           = 128
+	maxCheckDetail         = 1024
+	maxCheckValues         = 32
+	maxCheckValue          = 256
+)
+
+// Record merges the checks a report of workflow wf carried into c: a check
+// of the same name is replaced, a new one appended (up to
+// MaxCommissioningChecks). A report of another workflow than the one
+// recorded starts afresh (a re-commissioning). A failed check decides
+// the result at once: the machine is failed before its workflow ends.
+// Record bounds every string and repairs what it cannot store: an unknown
+// result counts as failed.
+func (c *Commissioning) Record(wf string, checks []CommissioningCheck, now time.Time) {
+	if c.Workflow != wf {
+		*c = Commissioning{Workflow: wf}
+	}
+	for _, ch := range checks {
+		ch = boundCheck(ch)
+		i := 0
+		for i < len(c.Checks) && c.Checks[i].Name != ch.Name {
+			i++
+		}
+		switch {
+		case i < len(c.Checks):
+			c.Checks[i] = ch
+		case len(c.Checks) < MaxCommissioningChecks:
+			c.Checks = append(c.Checks, ch)
+		}
+	}
+	c.UpdatedAt = &now
+	if c.Failed() {
+		var names []string
+		for _, ch := range c.Checks {
+			if ch.Result == CheckFailed {
+				names = append(names, ch.Name)
+			}
+		}
+		c.Result = CommissioningFailed
+		c.Message = "failed: " + strings.Join(names, ", ")
+	}
+}
+
+// End records that workflow wf ended in state: a workflow that reported
+// checks and ended SUCCESS with none failed passes; one that ended
+// FAILED, TIMEOUT or CANCELLED fails (an action other than a check failed,
+// or the checks never all ran). A workflow that reported no check, or a
+// result already decided, is left as it is.
+func (c *Commissioning) End(wf string, state State, now time.Time) {
+	if c.Workflow != wf || c.Result != "" || !state.IsFinal() {
+		return
+	}
+	c.UpdatedAt = &now
+	if state == StateSuccess && !c.Failed() {
+		c.Result, c.Message = CommissioningPassed, "every check passed or is unsupported; workflow "+wf+" ended SUCCESS"
+		return
+	}
+	c.Result, c.Message = CommissioningFailed, "workflow "+wf+" ended "+string(state)+" before its checks passed"
+}
+
+// boundCheck cuts ch's strings and values to the bounds, and makes an
+// unknown result a failure that says what it was.
+func boundCheck(ch CommissioningCheck) CommissioningCheck {
+	ch.Name = cut(ch.Name, maxCheckName)
+	if ch.Name == "" {
+		ch.Name = "unnamed"
+	}
+	switch ch.Result {
+	case CheckPassed, CheckFailed, CheckUnsupported:
+	default:
+		ch.Detail = fmt.Sprintf("unknown result %q: %s", cut(ch.Result, maxCheckName), ch.Detail)
+		ch.Result = CheckFailed
+	}
+	ch.Detail = cut(ch.Detail, maxCheckDetail)
+	if len(ch.Values) > 0 {
+		keys := slices.Sorted(maps.Keys(ch.Values))
+		vals := make(map[string]string, min(len(keys), maxCheckValues))
+		for _, k := range keys[:min(len(keys), maxCheckValues)] {
+			vals[cut(k, maxCheckName)] = cut(ch.Values[k], maxCheckValue)
+		}
+		ch.Values = vals
+	}
+	return ch
+}
+
+// cut is s cut to at most n bytes, on a rune boundary, marked when cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n-3]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}
+
+// SetCommissioningLabel sets LabelCommissioning to c's result, or removes
+// it while there is none. It reports whether the labels changed.
+func (h *Hardware) SetCommissioningLabel() bool {
+	want := ""
+	if h.Status.Commissioning != nil {
+		want = h.Status.Commissioning.Result
+	}
+	have, had := h.Labels[LabelCommissioning]
+	switch {
+	case want == "" && had:
+		delete(h.Labels, LabelCommissioning)
+		return true
+	case want != "" && have != want:
+		if h.Labels == nil {
+			h.Labels = map[string]string{}
+		}
+		h.Labels[LabelCommissioning] = want
+		return true
+	}
+	return false
+}
+
+// CommissioningFailed reports whether h is marked as failed commissioning
+// (LabelCommissioning): no workflow may target it while it is.
+func (h *Hardware) CommissioningFailed() bool {
+	return h.Labels[LabelCommissioning] == CommissioningFailed
 }
