@@ -34,8 +34,8 @@ const (
 // the server from its agent's reports, never by hand. Anvil's: Tinkerbell's
 // Hardware status has no such field.
 type Commissioning struct {
-	// Result is CommissioningPassed or CommissioningFailed once decided;
-	// empty while the workflow that runs the checks has not ended.
+	// Result is "passed" or "failed" once decided; empty while the
+	// workflow that runs the checks has not ended.
 	Result string `json:"result,omitempty"`
 	// Workflow is the workflow whose actions reported the checks
 	// ("namespace/name").
@@ -54,7 +54,8 @@ type CommissioningCheck struct {
 	// Name is the check and what it looked at: "smart/nvme0n1",
 	// "disk-read/vda", "memory", "nic-link/eth0".
 	Name string `json:"name"`
-	// Result is CheckPassed, CheckFailed or CheckUnsupported.
+	// Result is "passed", "failed" or "unsupported" (the device cannot
+	// be asked: a virtio disk has no SMART).
 	Result string `json:"result"`
 	// Detail says what was found, for a person.
 	Detail string `json:"detail,omitempty"`
