@@ -52,15 +52,7 @@ func (s *Services) recordCommissioning(ctx context.Context, agent workflow.Agent
 		got = append(got, mc)
 	}
 	for attempt := 0; ; attempt++ {
-		if hw.Status.Commissioning == nil {
-			hw.Status.Commissioning = &model.Commissioning{}
-		}
-		now := time.Now().UTC()
-		if len(got) > 0 {
-			hw.Status.Commissioning.Record(wfID, got, now)
-		}
-		hw.Status.Commissioning.End(wfID, wfState, now)
-		hw.SetCommissioningLabel()
+		hw.RecordCommissioning(wfID, got, wfState, time.Now().UTC())
 		_, err := s.cfg.Store.Update(ctx, hw)
 		if err == nil {
 			if r := hw.Status.Commissioning.Result; r != "" {

@@ -177,6 +177,24 @@ func cut(s string, n int) string {
 	return s + "..."
 }
 
+// RecordCommissioning records a report of workflow wf on h: its checks
+// (Record), and the workflow's state after it (End), then sets the label.
+// A result that was decided and whose label has since been removed (an
+// operator cleared it to re-commission the machine) is forgotten first,
+// so that a commissioning workflow of the same name starts afresh.
+func (h *Hardware) RecordCommissioning(wf string, checks []CommissioningCheck, state State, now time.Time) {
+	c := h.Status.Commissioning
+	if c == nil || (c.Result != "" && h.Labels[LabelCommissioning] == "") {
+		c = &Commissioning{}
+		h.Status.Commissioning = c
+	}
+	if len(checks) > 0 {
+		c.Record(wf, checks, now)
+	}
+	c.End(wf, state, now)
+	h.SetCommissioningLabel()
+}
+
 // SetCommissioningLabel sets LabelCommissioning to c's result, or removes
 // it while there is none. It reports whether the labels changed.
 func (h *Hardware) SetCommissioningLabel() bool {

@@ -67,3 +67,28 @@ func TestCommissioningBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestRecommission: removing the label forgets the decided result, so
+// that a commissioning workflow of the same name starts afresh.
+func TestRecommission(t *testing.T) {
+	now := time.Now()
+	hw := &Hardware{}
+	hw.RecordCommissioning("default/commission-m", []CommissioningCheck{{Name: "smart/sda", Result: CheckFailed}}, StateFailed, now)
+	if !hw.CommissioningFailed() {
+		t.Fatalf("not failed: %v", hw.Labels)
+	}
+	// Still labelled: a late report of the same workflow changes nothing.
+	hw.RecordCommissioning("default/commission-m", []CommissioningCheck{{Name: "memory", Result: CheckPassed}}, StateFailed, now)
+	if !hw.CommissioningFailed() || len(hw.Status.Commissioning.Checks) != 2 {
+		t.Fatalf("after a late report: %+v %v", hw.Status.Commissioning, hw.Labels)
+	}
+	delete(hw.Labels, LabelCommissioning)
+	hw.RecordCommissioning("default/commission-m", []CommissioningCheck{{Name: "smart/sda", Result: CheckPassed}}, StateRunning, now)
+	if c := hw.Status.Commissioning; c.Result != "" || len(c.Checks) != 1 || hw.Labels[LabelCommissioning] != "" {
+		t.Fatalf("re-commissioning: %+v %v", c, hw.Labels)
+	}
+	hw.RecordCommissioning("default/commission-m", nil, StateSuccess, now)
+	if hw.Labels[LabelCommissioning] != CommissioningPassed {
+		t.Fatalf("re-commissioning did not pass: %+v %v", hw.Status.Commissioning, hw.Labels)
+	}
+}
