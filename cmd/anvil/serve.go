@@ -158,6 +158,7 @@ instead of --bind and the ports.`,
 	// BMCs (docs/bmc.md).
 	f.StringVar(&cfg.SealKeyFile, "seal-key-file", "", "key that encrypts applied v1 Secrets (BMC credentials) in the store, made when missing (default DATA_DIR/secrets/seal.key); keep it apart from the store's backups")
 	f.StringVar(&cfg.BMCCAFile, "bmc-ca-file", "", "PEM file of the CAs that sign BMCs' HTTPS (Redfish, Intel AMT over TLS) certificates (default the system's; a Machine with insecureTLS checks none)")
+	f.StringVar(&cfg.CommissionTemplate, "commission-template", "", "Template of commissioning actions (commission-smart, commission-disk-read, commission-memory, commission-nic-link) that each discovered machine runs as Workflow commission-<hardware> before a WorkflowRuleSet enrols it; a machine that fails is labelled anvil.io/commissioning=failed and never enrolled (docs/commissioning.md). Empty: none")
 	f.BoolVar(&cfg.DisableEnroll, "no-enroll", false, "do not enrol discovered machines by WorkflowRuleSets as they appear (`anvil enroll` still does, when asked)")
 	f.BoolVar(&cfg.DisableBMC, "no-bmc", false, "do not run BMC Jobs (bmc.tinkerbell.org Job objects are stored, not executed) nor poll power states")
 	f.DurationVar(&cfg.BMCPollInterval, "bmc-poll-interval", server.DefaultBMCPollInterval, "how often every Machine's power state is read from its BMC, each within ±10%; a BMC that fails is backed off (0: never)")
