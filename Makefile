@@ -30,6 +30,7 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzParseNVMeHealth \
 	./internal/actions:FuzzParseATAStatus \
 	./internal/actions:FuzzParseDMIMemoryDevice \
+	./internal/actions:FuzzParseSMBIOSMemory \
 	./internal/actions:FuzzParseSize \
 	./internal/agentcmdline:FuzzParse \
 	./internal/agentcmdline:FuzzBuild \

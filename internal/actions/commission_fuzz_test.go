@@ -105,3 +105,22 @@ func FuzzParseSize(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSMBIOSMemory: any table is walked without a panic or an
+// endless loop; it counts no more modules than it could hold structures.
+func FuzzParseSMBIOSMemory(f *testing.F) {
+	dimm := make([]byte, 0x28)
+	dimm[0], dimm[1] = 17, 0x28
+	binary.LittleEndian.PutUint16(dimm[0x0c:], 512)
+	table := append([]byte{0, 4, 0, 0, 0, 0}, dimm...)
+	table = append(table, 'D', 0, 0)
+	f.Add(append(table, 127, 4, 0, 0, 0, 0))
+	f.Add([]byte{17, 3, 0, 0})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		total, modules := parseSMBIOSMemory(b)
+		if modules > len(b)/0x0e || (modules == 0) != (total == 0) {
+			t.Fatalf("%d modules, %d bytes from a %d-byte table", modules, total, len(b))
+		}
+	})
+}

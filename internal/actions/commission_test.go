@@ -339,6 +339,14 @@ func TestCommissionMemory(t *testing.T) {
 		binary.LittleEndian.PutUint16(b[0x0c:], mib)
 		return string(b) + "DIMM 0\x00\x00"
 	}
+	// A table: BIOS (type 0, no strings), the devices, the end.
+	table := func(dimms []string) string {
+		t := "\x00\x04\x00\x00\x00\x00"
+		for _, d := range dimms {
+			t += d
+		}
+		return t + "\x7f\x04\x00\x00\x00\x00"
+	}
 	for _, tc := range []struct {
 		name, memTotalKB string
 		dimms            []string
@@ -354,10 +362,9 @@ func TestCommissionMemory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSysTree(t)
 			s.write("proc/meminfo", "MemTotal:       "+tc.memTotalKB+" kB\nMemFree: 1 kB\n")
-			for i, d := range tc.dimms {
-				s.write(fmt.Sprintf("sys/firmware/dmi/entries/17-%d/raw", i), d)
+			if tc.dimms != nil {
+				s.write("sys/firmware/dmi/tables/DMI", table(tc.dimms))
 			}
-			s.write("sys/firmware/dmi/entries/16-0/raw", "\x10\x17")
 			res, _, err := runCommission(t, s.catalog(nil), "quay.io/anvil/commission-memory", tc.env)
 			c := findCheck(t, res, "memory")
 			if c.Result != tc.want || !strings.Contains(c.Detail, tc.detail) {

@@ -7,8 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
+		"strconv"
 	"strings"
 )
 
@@ -20,7 +19,7 @@ const defaultMemoryTolerance = 10
 // memory checks the memory the kernel manages (MemTotal of /proc/meminfo)
 // against MIN_MEMORY ("16GiB"; unset: no minimum) and against the memory
 // the firmware reports installed (the SMBIOS memory devices, type 17, of
-// /sys/firmware/dmi/entries) when it is known, allowing
+// /sys/firmware/dmi/tables/DMI) when it is known, allowing
 // MEMORY_TOLERANCE_PERCENT (default 10) less: a module the kernel does not
 // see fails.
 func (c *Catalog) memory(ctx context.Context, s Spec, out Output) (Result, error) {
@@ -80,19 +79,45 @@ func (c *Catalog) checkMemory(minBytes, tol uint64) (string, string, map[string]
 	return CheckPassed, detail, v
 }
 
-// dmiMemory sums the sizes of the SMBIOS memory devices (type 17) the
-// kernel exposes; 0 when there are none or none has a known size.
+// dmiMemory sums the sizes of the SMBIOS memory devices (type 17) of the
+// firmware's table, /sys/firmware/dmi/tables/DMI (the kernel exposes it
+// whenever the firmware has one); 0 when there are none or none has a
+// known size.
 func (c *Catalog) dmiMemory() (total uint64, modules int) {
-	paths, _ := filepath.Glob(c.sysPath("/sys/firmware/dmi/entries/17-*/raw"))
-	for _, p := range paths {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			continue
+	table, err := os.ReadFile(c.sysPath("/sys/firmware/dmi/tables/DMI"))
+	if err != nil {
+		return 0, 0
+	}
+	return parseSMBIOSMemory(table)
+}
+
+// smbiosEndOfTable is the type of SMBIOS's last structure.
+const smbiosEndOfTable = 127
+
+// parseSMBIOSMemory walks an SMBIOS table (structures of a 4-byte header
+// with type and length, the formatted area, then strings ending in two
+// NULs) and sums its memory devices' sizes (parseDMIMemoryDevice). A
+// structure that runs past the table ends the walk.
+func parseSMBIOSMemory(table []byte) (total uint64, modules int) {
+	for off := 0; off+4 <= len(table); {
+		typ, n := table[off], int(table[off+1])
+		if n < 4 || off+n > len(table) {
+			break
 		}
-		if n, ok := parseDMIMemoryDevice(raw); ok && n > 0 {
-			total += n
-			modules++
+		if typ == 17 {
+			if size, ok := parseDMIMemoryDevice(table[off : off+n]); ok && size > 0 {
+				total += size
+				modules++
+			}
 		}
+		if typ == smbiosEndOfTable {
+			break
+		}
+		end := bytes.Index(table[off+n:], []byte{0, 0})
+		if end < 0 {
+			break
+		}
+		off += n + end + 2
 	}
 	return total, modules
 }

@@ -17,17 +17,17 @@ import (
 func TestCommissioningChecksReported(t *testing.T) {
 	root := t.TempDir()
 	for p, content := range map[string]string{
-		"proc/meminfo":                      "MemTotal:        2014136 kB\n",
-		"sys/class/net/eth0/address":        "52:54:00:aa:00:01\n",
-		"sys/class/net/eth0/carrier":        "1\n",
-		"sys/class/net/eth0/speed":          "1000\n",
-		"sys/class/net/eth0/operstate":      "up\n",
-		"sys/class/net/eth0/device/vendor":  "0x1af4\n",
-		"sys/class/net/eth1/address":        "52:54:00:aa:00:02\n",
-		"sys/class/net/eth1/operstate":      "down\n",
-		"sys/class/net/eth1/device/vendor":  "0x1af4\n",
-		"sys/class/net/lo/address":          "00:00:00:00:00:00\n",
-		"sys/firmware/dmi/entries/16-0/raw": "\x10\x17",
+		"proc/meminfo":                     "MemTotal:        2014136 kB\n",
+		"sys/class/net/eth0/address":       "52:54:00:aa:00:01\n",
+		"sys/class/net/eth0/carrier":       "1\n",
+		"sys/class/net/eth0/speed":         "1000\n",
+		"sys/class/net/eth0/operstate":     "up\n",
+		"sys/class/net/eth0/device/vendor": "0x1af4\n",
+		"sys/class/net/eth1/address":       "52:54:00:aa:00:02\n",
+		"sys/class/net/eth1/operstate":     "down\n",
+		"sys/class/net/eth1/device/vendor": "0x1af4\n",
+		"sys/class/net/lo/address":         "00:00:00:00:00:00\n",
+		"sys/firmware/dmi/tables/DMI":      "\x7f\x04\x00\x00\x00\x00",
 	} {
 		full := filepath.Join(root, p)
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
