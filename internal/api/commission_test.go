@@ -254,11 +254,14 @@ spec: {templateRef: commission, hardwareMap: {device_1: "3C-EC-EF-00-00-02"}}
 		t.Errorf("changing the failed machine's existing workflow: %v", err)
 	}
 
-	// Removing the label clears it.
-	hw = hardware(t, e, "m2")
-	delete(hw.Labels, model.LabelCommissioning)
-	if _, err := e.st.Update(ctx, hw); err != nil {
+	// Removing the label clears it: applying the Hardware's manifest,
+	// which has no such label, sets its labels as written, and keeps its
+	// status.
+	if _, err := apply(e, commissionFixture, false); err != nil {
 		t.Fatal(err)
+	}
+	if hw := hardware(t, e, "m2"); hw.Labels[model.LabelCommissioning] != "" || hw.Status.Commissioning == nil {
+		t.Fatalf("after the manifest was applied again: labels %v, status.commissioning %+v", hw.Labels, hw.Status.Commissioning)
 	}
 	if _, err := apply(e, byRef, false); err != nil {
 		t.Fatalf("after the label was removed: %v", err)
