@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,11 +101,66 @@ func (c *Catalog) sysPath(p string) string {
 	return filepath.Join(c.cfg.SysRoot, p)
 }
 
+// ScansDevices reports whether s is a commissioning action that looks at
+// every disk or NIC of the machine: the agent lets every driver finish
+// loading before it runs one, or a disk still being probed would be left
+// out.
+func ScansDevices(s Spec) bool {
+	switch actionName(s.Image) {
+	case NameCommissionSmart, NameCommissionDiskRead, NameCommissionNICLink:
+		return true
+	}
+	return false
+}
+
+// nvmeNamespace is the name of an NVMe namespace's block device, or of a
+// path to it under native multipath (nvme0c0n1), in a controller's sysfs
+// directory.
+var nvmeNamespace = regexp.MustCompile(`^nvme[0-9]+(c[0-9]+)?n[0-9]+$`)
+
+// settleNVMe waits, up to Config.DeviceWait, until every NVMe controller of
+// /sys/class/nvme is live and lists a namespace: the driver resets each
+// controller and scans its namespaces in the background, after its
+// module has loaded, so a disk list read too early lacks them. A
+// controller with no namespace at all costs the whole wait.
+func (c *Catalog) settleNVMe(ctx context.Context) {
+	dir := c.sysPath("/sys/class/nvme")
+	deadline := c.cfg.Clock.Now().Add(c.cfg.DeviceWait)
+	for {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return // no NVMe driver, or none loaded
+		}
+		settled := true
+		for _, ent := range ents {
+			ctrl := filepath.Join(dir, ent.Name())
+			if readSysString(filepath.Join(ctrl, "state")) != "live" {
+				settled = false
+				break
+			}
+			subs, _ := os.ReadDir(ctrl)
+			if !slices.ContainsFunc(subs, func(e os.DirEntry) bool { return nvmeNamespace.MatchString(e.Name()) }) {
+				settled = false
+				break
+			}
+		}
+		if settled || !c.cfg.Clock.Now().Before(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.cfg.Clock.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // disks returns the disks a commissioning action checks, by kernel name
 // (nvme0n1, sda, vda): the DISKS variable's (names or /dev paths,
 // separated by commas or spaces), else every disk of /sys/block that is
 // a device (not loop, ram, zram, dm or md), not removable and not empty.
-func (c *Catalog) disks(e env) ([]string, error) {
+func (c *Catalog) disks(ctx context.Context, e env) ([]string, error) {
+	c.settleNVMe(ctx)
 	if v := e.str("DISKS"); v != "" {
 		var names []string
 		for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' }) {

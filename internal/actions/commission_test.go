@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // sysTree is a machine's /sys, /proc and /dev as files under a directory:
@@ -481,5 +482,40 @@ func TestParseATAStatusFixedFormat(t *testing.T) {
 	sense = []byte{0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x20, 0x00, 0, 0, 0, 0}
 	if st, _, _ := parseATAStatus(sense); st != ataNoAnswer {
 		t.Fatalf("illegal request: %v, want no answer", st)
+	}
+}
+
+// TestCommissionWaitsForNVMe: an NVMe controller still being reset, its
+// namespace not yet scanned, is waited for: the check covers the disk
+// that appears meanwhile.
+func TestCommissionWaitsForNVMe(t *testing.T) {
+	s := newSysTree(t)
+	s.disk("vda", 8, 4096, false)
+	s.write("sys/class/nvme/nvme0/state", "resetting\n")
+	cfg := newMachine(t).config()
+	cfg.SysRoot, cfg.Clock = s.root, nil // the real clock: the disk appears in real time
+	io := &fakeIoctls{nvme: map[string][]byte{"nvme0n1": nvmePage(0, 1, 0, 300)}}
+	cfg.NVMeLog, cfg.SGIO = io.nvmeLog, io.sgIO
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		s.disk("nvme0n1", 8, 4096, false)
+		s.write("sys/class/nvme/nvme0/nvme0c0n1/size", "8\n")
+		s.write("sys/class/nvme/nvme0/state", "live\n")
+	}()
+	res, _, err := runCommission(t, New(cfg), NameCommissionSmart, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checkResults(res); got["smart/nvme0n1"] != CheckPassed || got["smart/vda"] != CheckUnsupported {
+		t.Fatalf("results %v; want the NVMe disk that appeared checked", got)
+	}
+}
+
+func TestScansDevices(t *testing.T) {
+	for image, want := range map[string]bool{"anvil/commission-smart:v1": true, "commission-disk-read": true,
+		"commission-nic-link": true, "commission-memory": false, "image2disk": false} {
+		if got := ScansDevices(Spec{Image: image}); got != want {
+			t.Errorf("ScansDevices(%s) = %v", image, got)
+		}
 	}
 }

@@ -44,7 +44,7 @@ func (c *Catalog) diskRead(ctx context.Context, s Spec, out Output) (Result, err
 	if err != nil {
 		return c.configFailure(NameCommissionDiskRead, err)
 	}
-	disks, err := c.disks(e)
+	disks, err := c.disks(ctx, e)
 	if err != nil {
 		return c.configFailure(NameCommissionDiskRead, err)
 	}

@@ -29,7 +29,7 @@ func (c *Catalog) smart(ctx context.Context, s Spec, out Output) (Result, error)
 	if err != nil {
 		return c.configFailure(NameCommissionSmart, err)
 	}
-	disks, err := c.disks(e)
+	disks, err := c.disks(ctx, e)
 	if err != nil {
 		return c.configFailure(NameCommissionSmart, err)
 	}

@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// commissionYAML is a Hardware and a workflow of every commissioning
+// action, ending with a power-off (the VM then exits).
+func commissionYAML(name, mac, ip string) string {
+	return strings.NewReplacer("NAME", name, "MAC", mac, "IP", ip, "SERVER", serverIP).Replace(`apiVersion: tinkerbell.org/v1alpha1
+kind: Hardware
+metadata:
+  name: NAME
+spec:
+  interfaces:
+    - dhcp:
+        mac: MAC
+        hostname: NAME
+        arch: x86_64
+        ip: {address: IP, netmask: 255.255.255.0, gateway: SERVER}
+      netboot:
+        allowPXE: true
+        allowWorkflow: true
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata:
+  name: commission
+spec:
+  data: |
+    version: "0.1"
+    name: commission
+    global_timeout: 600
+    tasks:
+      - name: commission
+        worker: "{{.device_1}}"
+        actions:
+          - name: smart
+            image: anvil/commission-smart
+            timeout: 60
+          - name: disk-read
+            image: anvil/commission-disk-read
+            timeout: 120
+            environment:
+              DISK_READ_MIB: "4"
+          - name: memory
+            image: anvil/commission-memory
+            timeout: 30
+            environment:
+              MIN_MEMORY: 256MiB
+              MEMORY_TOLERANCE_PERCENT: "20"
+          - name: nic-link
+            image: anvil/commission-nic-link
+            timeout: 30
+            environment:
+              NIC_LINK_REQUIRED: "{{ .device_1 }}"
+          - name: off
+            image: poweroff
+            timeout: 30
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Workflow
+metadata:
+  name: commission-NAME
+spec:
+  templateRef: commission
+  hardwareRef: NAME
+  hardwareMap:
+    device_1: MAC
+`)
+}
+
+// storedCommissioning is the part of a Hardware the commissioning test
+// reads.
+type storedCommissioning struct {
+	Metadata struct {
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Status struct {
+		Commissioning struct {
+			Result   string `json:"result"`
+			Workflow string `json:"workflow"`
+			Checks   []struct {
+				Name   string            `json:"name"`
+				Result string            `json:"result"`
+				Detail string            `json:"detail"`
+				Values map[string]string `json:"values"`
+				Time   *time.Time        `json:"time"`
+			} `json:"checks"`
+		} `json:"commissioning"`
+	} `json:"status"`
+}
+
+// TestCommission: a machine with an emulated NVMe disk (QEMU's, which
+// answers the SMART / Health log page) and a virtio disk (no SMART) runs
+// every commissioning action on the boot environment's real kernel; the
+// results are stored on its Hardware, which is labelled passed.
+func TestCommission(t *testing.T) {
+	requireLab(t)
+	prepareInstall(t)
+	ns := newNetns(t, "commission")
+	ns.bridge("br0", serverIP+"/24", "fd77::1/64")
+	ns.tap("br0", "tap0")
+	a := startAnvil(t, ns, serverIP, "--bootenv-dir", installLab.bootEnv)
+	name, mac, ip := "node-commission", "52:54:00:77:0c:01", "10.77.0.120"
+	a.apply(t, commissionYAML(name, mac, ip))
+
+	nvme := filepath.Join(t.TempDir(), "nvme.raw")
+	if err := os.WriteFile(nvme, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(nvme, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	m := vm{name: name, mac: mac, tap: "tap0", qemuArgs: []string{
+		"-drive", "file=" + nvme + ",format=raw,if=none,id=nvm0",
+		"-device", "nvme,serial=anvil-nvme-0001,drive=nvm0",
+	}}
+	run := runWorkflowOS(t, ns, a, "commission-"+name, biosOS, m, installTimeout, nil)
+	if run.success == 0 {
+		t.Fatalf("workflow commission-%s did not end SUCCESS (%v):\n%s\nserial tail:\n%s", name, run.res.err,
+			a.cli(t, "describe", "workflow", "commission-"+name), tail(run.res.serial, 60))
+	}
+
+	var hw storedCommissioning
+	if err := json.Unmarshal([]byte(a.cli(t, "get", "hardware", name, "-o", "json")), &hw); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("anvil get hardware %s -o yaml:\n%s", name, a.cli(t, "get", "hardware", name, "-o", "yaml"))
+	c := hw.Status.Commissioning
+	if hw.Metadata.Labels["anvil.io/commissioning"] != "passed" || c.Result != "passed" || c.Workflow != "default/commission-"+name {
+		t.Fatalf("label %q, result %q, workflow %q; want passed by default/commission-%s", hw.Metadata.Labels["anvil.io/commissioning"], c.Result, c.Workflow, name)
+	}
+	checks := map[string]int{}
+	for i, ch := range c.Checks {
+		checks[ch.Name] = i
+		if ch.Time == nil {
+			t.Errorf("check %s has no time", ch.Name)
+		}
+	}
+	want := func(name, result string, values map[string]string) {
+		t.Helper()
+		i, ok := checks[name]
+		if !ok {
+			t.Errorf("no check %s among %v", name, checks)
+			return
+		}
+		ch := c.Checks[i]
+		if ch.Result != result {
+			t.Errorf("check %s: %s (%s); want %s", name, ch.Result, ch.Detail, result)
+		}
+		for k, v := range values {
+			if ch.Values[k] != v {
+				t.Errorf("check %s: %s = %q; want %q (values %v)", name, k, ch.Values[k], v, ch.Values)
+			}
+		}
+	}
+	// QEMU's NVMe controller: no warning, no media error, nothing used.
+	want("smart/nvme0n1", "passed", map[string]string{"protocol": "nvme", "criticalWarning": "0x00", "mediaErrors": "0", "percentageUsed": "0"})
+	want("smart/vda", "unsupported", nil)
+	want("disk-read/nvme0n1", "passed", map[string]string{"bytesRead": "12582912", "sizeBytes": "67108864", "direct": "true"})
+	want("disk-read/vda", "passed", map[string]string{"bytesRead": "12582912", "sizeBytes": "67108864", "direct": "true"})
+	// -m 512: SMBIOS's memory devices say 512 MiB installed.
+	want("memory", "passed", map[string]string{"installedBytes": "536870912", "minBytes": "268435456"})
+	nic := ""
+	for n := range checks {
+		if strings.HasPrefix(n, "nic-link/") {
+			nic = n
+		}
+	}
+	want(nic, "passed", map[string]string{"mac": mac, "carrier": "true", "required": "true"})
+	if t.Failed() {
+		t.Logf("serial console:\n%s", tail(run.res.serial, 200))
+	}
+}
