@@ -60,7 +60,11 @@ func (c *Catalog) checkMemory(minBytes, tol uint64) (string, string, map[string]
 	if installed > 0 {
 		v["installedBytes"] = strconv.FormatUint(installed, 10)
 		v["modules"] = strconv.Itoa(modules)
-		detail += fmt.Sprintf(" of %s installed (%d modules, SMBIOS)", formatSize(installed), modules)
+		plural := "s"
+		if modules == 1 {
+			plural = ""
+		}
+		detail += fmt.Sprintf(" of %s installed (%d module%s, SMBIOS)", formatSize(installed), modules, plural)
 		if floor := installed / 100 * (100 - tol); total < floor {
 			bad = append(bad, fmt.Sprintf("the kernel sees less than %d%% of the installed memory (MEMORY_TOLERANCE_PERCENT %d)", 100-tol, tol))
 		}

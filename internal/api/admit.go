@@ -168,10 +168,13 @@ func workerPath(wf *model.Workflow, e *workflow.WorkerError) string {
 // checkCommissioned refuses a new workflow whose machine failed
 // commissioning: its spec.hardwareRef, and the machine each hardwareMap
 // value names (a MAC or agent ID), in its namespace. A workflow already
-// stored may still be changed (disabled, annotated, deleted).
+// stored may still be changed (disabled, annotated, deleted) as long as it
+// targets the same machines; retargeted, it is checked as a new one.
 func (s *Services) checkCommissioned(ctx context.Context, ov *store.Overlay, d *model.Document, wf *model.Workflow) (model.ErrorList, error) {
-	if _, err := s.cfg.Store.Get(ctx, model.KindWorkflow, wf.Namespace, wf.Name); err == nil {
-		return nil, nil
+	if obj, err := s.cfg.Store.Get(ctx, model.KindWorkflow, wf.Namespace, wf.Name); err == nil {
+		if old := obj.(*model.Workflow); old.Spec.HardwareRef == wf.Spec.HardwareRef && maps.Equal(old.Spec.HardwareMap, wf.Spec.HardwareMap) {
+			return nil, nil // the same machines as before: a change, not a new target
+		}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}

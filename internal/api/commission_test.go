@@ -249,9 +249,21 @@ spec: {templateRef: commission, hardwareMap: {device_1: "3C-EC-EF-00-00-02"}}
 	if err == nil || !strings.Contains(err.Error(), "failed commissioning") {
 		t.Errorf("Create of a workflow for the failed machine: %v", err)
 	}
-	// The machine's own workflow can still be changed (and deleted).
-	if _, err := apply(e, strings.Replace(commissionFixture, "hardwareRef: m2,", "hardwareRef: m2, disabled: true,", 1), false); err != nil {
+	// The machine's own workflow can still be changed (and deleted); m1's
+	// cannot be pointed at it. (Workflows alone: the fixture's Hardware
+	// has no label, and applying it would clear the mark.)
+	wfDoc := func(name, hw, mac, extra string) string {
+		return "apiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\nmetadata: {name: " + name + "}\n" +
+			"spec: {templateRef: commission, hardwareRef: " + hw + ", hardwareMap: {device_1: \"" + mac + "\"}" + extra + "}\n"
+	}
+	if _, err := apply(e, wfDoc("c2", "m2", "3c:ec:ef:00:00:02", ", disabled: true"), false); err != nil {
 		t.Errorf("changing the failed machine's existing workflow: %v", err)
+	}
+	if _, err := apply(e, wfDoc("c1", "m2", "3c:ec:ef:00:00:02", ""), false); err == nil || !strings.Contains(err.Error(), "failed commissioning") {
+		t.Errorf("another workflow pointed at the failed machine: %v", err)
+	}
+	if !hardware(t, e, "m2").CommissioningFailed() {
+		t.Fatal("the failed mark is gone")
 	}
 
 	// Removing the label clears it: applying the Hardware's manifest,
