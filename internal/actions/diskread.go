@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -117,10 +116,11 @@ func (c *Catalog) readDisk(ctx context.Context, name string, n int64, minRate fl
 	if !direct {
 		how = "through the page cache (O_DIRECT refused)"
 	}
-	detail := fmt.Sprintf("read %d MiB at the start, middle and end, %s: %.1f MB/s", n>>20, how, rate)
-	if n < 1<<20 {
-		detail = strings.Replace(detail, fmt.Sprintf("%d MiB", n>>20), fmt.Sprintf("%d bytes", n), 1)
+	amount := fmt.Sprintf("%d bytes", n) // a disk smaller than DISK_READ_MIB
+	if n%(1<<20) == 0 {
+		amount = fmt.Sprintf("%d MiB", n>>20)
 	}
+	detail := fmt.Sprintf("read %s at the start, middle and end, %s: %.1f MB/s", amount, how, rate)
 	if minRate > 0 && rate < minRate {
 		return CheckFailed, fmt.Sprintf("%s, below the minimum of %.0f MB/s (DISK_READ_MIN_MBPS)", detail, minRate), v
 	}

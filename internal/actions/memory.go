@@ -173,7 +173,7 @@ func parseMemTotal(b []byte) (uint64, error) {
 
 // sizeUnits are the multipliers parseSize knows: binary, whether written
 // K, KB, KiB (the inventory writes "16GB" for 16 GiB).
-var sizeUnits = map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40, "P": 50}
+var sizeUnits = map[string]uint{"K": 10, "M": 20, "G": 30, "T": 40, "P": 50}
 
 // parseSize reads a size: a whole number of bytes, or one followed by K,
 // M, G, T or P (with or without "i" and "B", in any case), all binary:
@@ -185,11 +185,14 @@ func parseSize(v string) (uint64, error) {
 		i++
 	}
 	digits, unit := s[:i], strings.ToUpper(strings.TrimSpace(s[i:]))
-	unit = strings.TrimSuffix(unit, "B")
-	unit = strings.TrimSuffix(unit, "I")
-	shift, ok := sizeUnits[unit]
+	shift, ok := uint(0), unit == "" || unit == "B"
+	if !ok && len(unit) > 0 {
+		// K, KB, KiB (and so on): the letter, then nothing, "B" or "IB".
+		shift, ok = sizeUnits[unit[:1]]
+		ok = ok && (unit[1:] == "" || unit[1:] == "B" || unit[1:] == "IB")
+	}
 	n, err := strconv.ParseUint(digits, 10, 64)
-	if !ok || err != nil || (unit == "" && strings.ToUpper(strings.TrimSpace(s[i:])) != "" && strings.ToUpper(strings.TrimSpace(s[i:])) != "B") {
+	if !ok || err != nil {
 		return 0, fmt.Errorf("%q is not a size (write 16GiB, 512MiB or a number of bytes)", v)
 	}
 	if n > (1<<64-1)>>shift {
