@@ -106,6 +106,11 @@ func TestCommission(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("anvil get hardware %s -o yaml:\n%s", name, a.cli(t, "get", "hardware", name, "-o", "yaml"))
+	describe := a.cli(t, "describe", "hardware", name)
+	t.Logf("anvil describe hardware %s:\n%s", name, describe)
+	if !strings.Contains(describe, "Commissioning: passed, by workflow default/commission-"+name) {
+		t.Errorf("describe does not show the commissioning:\n%s", describe)
+	}
 	c := hw.Status.Commissioning
 	if hw.Metadata.Labels["anvil.io/commissioning"] != "passed" || c.Result != "passed" || c.Workflow != "default/commission-"+name {
 		t.Fatalf("label %q, result %q, workflow %q; want passed by default/commission-%s", hw.Metadata.Labels["anvil.io/commissioning"], c.Result, c.Workflow, name)
