@@ -7,7 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-		"strconv"
+	"strconv"
 	"strings"
 )
 
