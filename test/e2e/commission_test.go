@@ -69,7 +69,8 @@ type storedCommissioning struct {
 }
 
 // TestCommission: a machine with an emulated NVMe disk (QEMU's, which
-// answers the SMART / Health log page) and a virtio disk (no SMART) runs
+// answers the SMART / Health log page), an ATA disk (SMART RETURN STATUS
+// through SG_IO) and a virtio disk (no SMART) runs
 // every commissioning action on the boot environment's real kernel; the
 // results are stored on its Hardware, which is labelled passed.
 func TestCommission(t *testing.T) {
@@ -82,18 +83,25 @@ func TestCommission(t *testing.T) {
 	name, mac, ip := "node-commission", "52:54:00:77:0c:01", "10.77.0.120"
 	a.apply(t, commissionYAML(t, name, mac, ip))
 
-	nvme := filepath.Join(t.TempDir(), "nvme.raw")
-	if err := os.WriteFile(nvme, nil, 0o644); err != nil {
-		t.Fatal(err)
+	blank := func(name string) string {
+		p := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 64<<20); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	if err := os.Truncate(nvme, 64<<20); err != nil {
-		t.Fatal(err)
-	}
+	nvme, ata := blank("nvme.raw"), blank("ata.raw")
 	// 1 GiB: the kernel keeps about 55 MiB, within the memory check's
 	// default 10 % of it (of 512 MiB it would not be).
 	m := vm{name: name, mac: mac, tap: "tap0", qemuArgs: []string{"-m", "1024",
 		"-drive", "file=" + nvme + ",format=raw,if=none,id=nvm0",
 		"-device", "nvme,serial=anvil-nvme-0001,drive=nvm0",
+		// An ATA disk on the PIIX controller: libata translates ATA
+		// PASS-THROUGH, and QEMU's IDE answers SMART RETURN STATUS.
+		"-drive", "file=" + ata + ",format=raw,if=ide,index=0",
 	}}
 	run := runWorkflowOS(t, ns, a, "commission-"+name, biosOS, m, installTimeout, nil)
 	if run.success == 0 {
@@ -142,6 +150,8 @@ func TestCommission(t *testing.T) {
 	// QEMU's NVMe controller: no warning, no media error, nothing used.
 	want("smart/nvme0n1", "passed", map[string]string{"protocol": "nvme", "criticalWarning": "0x00", "mediaErrors": "0", "percentageUsed": "0"})
 	want("smart/vda", "unsupported", nil)
+	want("smart/sda", "passed", map[string]string{"protocol": "ata", "lbaMid": "0x4f", "lbaHigh": "0xc2"})
+	want("disk-read/sda", "passed", map[string]string{"bytesRead": "25165824", "sizeBytes": "67108864", "direct": "true"})
 	want("disk-read/nvme0n1", "passed", map[string]string{"bytesRead": "25165824", "sizeBytes": "67108864", "direct": "true"})
 	want("disk-read/vda", "passed", map[string]string{"bytesRead": "25165824", "sizeBytes": "67108864", "direct": "true"})
 	// -m 1024: SMBIOS's memory devices say 1 GiB installed.
