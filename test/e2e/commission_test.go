@@ -167,3 +167,103 @@ func TestCommission(t *testing.T) {
 		t.Logf("serial console:\n%s", tail(run.res.serial, 200))
 	}
 }
+
+// TestCommissionAtDiscovery: with --commission-template, a discovered
+// machine (its Hardware labelled so by hand here, with the inventory
+// discovery would have stored) first runs the commissioning workflow the
+// server made for it, and only once it passed gets its rule's workflow,
+// which the same boot of the agent picks up.
+func TestCommissionAtDiscovery(t *testing.T) {
+	requireLab(t)
+	prepareInstall(t)
+	ns := newNetns(t, "commission-discovery")
+	ns.bridge("br0", serverIP+"/24", "fd77::1/64")
+	ns.tap("br0", "tap0")
+	a := startAnvil(t, ns, serverIP, "--bootenv-dir", installLab.bootEnv, "--commission-template", "commission")
+	name, mac, ip := "discovery-qemu-0001", "52:54:00:77:0c:02", "10.77.0.121"
+	tpl, err := os.ReadFile(filepath.Join(repoRoot, "examples", "commissioning", "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.apply(t, string(tpl)+strings.NewReplacer("NAME", name, "MAC", mac, "IP", ip, "SERVER", serverIP).Replace(`---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata:
+  name: off
+spec:
+  data: |
+    version: "0.1"
+    name: off
+    tasks:
+      - name: off
+        worker: "{{.device_1}}"
+        actions:
+          - name: off
+            image: poweroff
+            timeout: 30
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: WorkflowRuleSet
+metadata:
+  name: qemu
+spec:
+  rules:
+    - '{"product": {"vendor": ["QEMU"]}}'
+  workflow:
+    template:
+      ref: off
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Hardware
+metadata:
+  name: NAME
+  labels:
+    anvil.io/discovered: "true"
+spec:
+  interfaces:
+    - dhcp:
+        mac: MAC
+        hostname: NAME
+        arch: x86_64
+        ip: {address: IP, netmask: 255.255.255.0, gateway: SERVER}
+      netboot:
+        allowPXE: true
+        allowWorkflow: true
+status:
+  attributes:
+    product: {vendor: QEMU}
+`))
+	// Before the machine boots: commissioning, not enrolment.
+	deadline := time.Now().Add(30 * time.Second)
+	for workflowState(a, "commission-"+name) == "" && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if dry := a.cli(t, "enroll", "--dry-run"); !strings.Contains(dry, "commissioning") {
+		t.Fatalf("enroll --dry-run before commissioning:\n%s", dry)
+	}
+	// 1 GiB, as TestCommission's: of 512 MiB the kernel keeps more than
+	// the memory check allows, and the machine is (rightly) never enrolled.
+	m := vm{name: name, mac: mac, tap: "tap0", qemuArgs: []string{"-m", "1024"}}
+	run := runWorkflowOS(t, ns, a, "enroll-"+name, biosOS, m, installTimeout, nil)
+	if run.success == 0 {
+		t.Fatalf("workflow enroll-%s did not end SUCCESS (%v):\n%s\nserial tail:\n%s", name, run.res.err,
+			a.cli(t, "get", "workflows"), tail(run.res.serial, 80))
+	}
+	if state := workflowState(a, "commission-"+name); state != "SUCCESS" {
+		t.Errorf("commissioning workflow %s", state)
+	}
+	var hw storedCommissioning
+	if err := json.Unmarshal([]byte(a.cli(t, "get", "hardware", name, "-o", "json")), &hw); err != nil {
+		t.Fatal(err)
+	}
+	if hw.Metadata.Labels["anvil.io/commissioning"] != "passed" || hw.Status.Commissioning.Workflow != "default/commission-"+name {
+		t.Errorf("label %q, commissioning by %q", hw.Metadata.Labels["anvil.io/commissioning"], hw.Status.Commissioning.Workflow)
+	}
+	// The commissioning ran before the enrolment: the agent's console
+	// says so in order.
+	c, e := strings.Index(run.res.serial, "commission-"+name+" ended SUCCESS"), strings.Index(run.res.serial, "enroll-"+name+" ended SUCCESS")
+	if c < 0 || e < 0 || c > e {
+		t.Errorf("the console does not show commissioning then enrolment ending (%d, %d):\n%s", c, e, tail(run.res.serial, 40))
+	}
+	t.Logf("anvil get workflows:\n%s", a.cli(t, "get", "workflows"))
+}
