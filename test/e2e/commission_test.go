@@ -10,15 +10,14 @@ import (
 )
 
 // commissionYAML is a Hardware, the example commissioning Template
-// (examples/commissioning) with a power-off at its end (the VM then
-// exits), and a workflow of it.
+// (examples/commissioning) with a power-off for its final reboot (the VM
+// then exits), and a workflow of it.
 func commissionYAML(t *testing.T, name, mac, ip string) string {
 	t.Helper()
 	tpl, err := os.ReadFile(filepath.Join(repoRoot, "examples", "commissioning", "template.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := "          - name: off\n            image: poweroff\n            timeout: 30\n"
 	return strings.NewReplacer("NAME", name, "MAC", mac, "IP", ip, "SERVER", serverIP).Replace(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
 metadata:
@@ -44,7 +43,7 @@ spec:
   hardwareMap:
     device_1: MAC
 ---
-`) + string(tpl) + off
+`) + strings.Replace(string(tpl), "image: reboot", "image: poweroff", 1)
 }
 
 // storedCommissioning is the part of a Hardware the commissioning test
@@ -172,7 +171,7 @@ func TestCommission(t *testing.T) {
 // machine (its Hardware labelled so by hand here, with the inventory
 // discovery would have stored) first runs the commissioning workflow the
 // server made for it, and only once it passed gets its rule's workflow,
-// which the same boot of the agent picks up.
+// which it netboots into after the commissioning Template's reboot.
 func TestCommissionAtDiscovery(t *testing.T) {
 	requireLab(t)
 	prepareInstall(t)
