@@ -27,6 +27,11 @@ FUZZ_TARGETS := \
 	./internal/actions:FuzzParseChecksum \
 	./internal/actions:FuzzParseMode \
 	./internal/actions:FuzzGrubDefault \
+	./internal/actions:FuzzParseNVMeHealth \
+	./internal/actions:FuzzParseATAStatus \
+	./internal/actions:FuzzParseDMIMemoryDevice \
+	./internal/actions:FuzzParseSMBIOSMemory \
+	./internal/actions:FuzzParseSize \
 	./internal/agentcmdline:FuzzParse \
 	./internal/agentcmdline:FuzzBuild \
 	./internal/macaddr:FuzzParse \

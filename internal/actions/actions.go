@@ -1,7 +1,9 @@
 // Package actions runs Tinkerbell's actions natively, without a container
 // runtime: image2disk, archive2disk, writefile, cexec, kexec (with
 // upstream's grub.cfg detection), reboot, poweroff and waitdaemon (its
-// IMAGE natively or in a container), selected by Tinkerbell's image name
+// IMAGE natively or in a container), and Anvil's commissioning checks
+// (commission-smart, commission-disk-read, commission-memory,
+// commission-nic-link, whose results travel in Result.Checks), selected by Tinkerbell's image name
 // (quay.io/tinkerbell/actions/image2disk:v1.0.0) or by a short name
 // ("image2disk"), configured by the same environment variables.
 //
@@ -93,6 +95,10 @@ const (
 // install is never left RUNNING. Then does not return when it succeeds.
 type Result struct {
 	Then func() error
+	// Checks are the results of a commissioning action's checks
+	// (commission.go), also when it fails: the agent sends them with the
+	// action's end report.
+	Checks []Check
 }
 
 // Runner runs one action. It never takes the machine down itself: what
@@ -162,6 +168,21 @@ type Config struct {
 	// an image without a native implementation fails.
 	Images     *oci.Puller
 	Containers *container.Runtime
+	// SysRoot is where the commissioning actions find the machine's
+	// /sys, /proc and /dev. If "", "/".
+	SysRoot string
+	// NVMeLog reads an NVMe log page of the device open as f into buf
+	// (the NVME_IOCTL_ADMIN_CMD ioctl, Get Log Page); an error wrapping
+	// errNotSupported means the device has no such command. If nil, the
+	// ioctl.
+	NVMeLog func(f *os.File, id uint8, buf []byte) error
+	// SGIO sends a non-data SCSI command to the device open as f (the
+	// SG_IO ioctl) and returns how many bytes of sense it wrote. If nil,
+	// the ioctl.
+	SGIO func(f *os.File, cdb, sense []byte) (int, error)
+	// OpenDisk opens a disk for commission-disk-read with flags
+	// (O_RDONLY, O_DIRECT). If nil, os.OpenFile.
+	OpenDisk func(path string, flags int) (DiskReader, error)
 }
 
 // Catalog is the set of native actions, configured once. It is safe for
@@ -207,6 +228,18 @@ func New(cfg Config) *Catalog {
 	if cfg.WriteBuffer <= 0 {
 		cfg.WriteBuffer = DefaultWriteBuffer
 	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = "/"
+	}
+	if cfg.NVMeLog == nil {
+		cfg.NVMeLog = nvmeLog
+	}
+	if cfg.SGIO == nil {
+		cfg.SGIO = sgIO
+	}
+	if cfg.OpenDisk == nil {
+		cfg.OpenDisk = openDisk
+	}
 	c := &Catalog{cfg: cfg}
 	c.runners = map[string]Runner{
 		NameImage2Disk:   c.image2disk,
@@ -217,6 +250,11 @@ func New(cfg Config) *Catalog {
 		NameReboot:       c.power(NameReboot),
 		NamePowerOff:     c.power(NamePowerOff),
 		NameWaitDaemon:   c.waitdaemon,
+
+		NameCommissionSmart:    c.smart,
+		NameCommissionDiskRead: c.diskRead,
+		NameCommissionMemory:   c.memory,
+		NameCommissionNICLink:  c.nicLink,
 	}
 	return c
 }

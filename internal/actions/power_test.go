@@ -50,7 +50,7 @@ func TestLookup(t *testing.T) {
 			if r != nil || !errors.Is(err, ErrUnknownImage) {
 				t.Fatalf("Lookup(%q) = %v, %v; want an error wrapping ErrUnknownImage", image, r, err)
 			}
-			for _, want := range []string{`"` + image + `"`, "native actions: archive2disk, cexec, image2disk, kexec, poweroff"} {
+			for _, want := range []string{`"` + image + `"`, "native actions: archive2disk, cexec, commission-disk-read, commission-memory, commission-nic-link, commission-smart, image2disk, kexec, poweroff"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q lacks %q", err, want)
 				}

@@ -429,6 +429,9 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 	end.ExecutionStop = timestamppb.New(stop)
 	end.ExecutionDuration = durationpb.New(stop.Sub(start))
 	end.Progress = out.lastProgress()
+	// A commissioning action's checks go with its end report, passed or
+	// failed: the failed ones are why the machine is marked.
+	end.Checks = checksToProto(result.Checks)
 	if runErr != nil {
 		end.Message = failureMessage(runErr, out.tail())
 		a.actionLogf(act, "anvil agent: %s: %s after %s: %v", name, shortState(state), stop.Sub(start).Round(time.Millisecond), runErr)
@@ -451,6 +454,17 @@ func (a *Agent) runAction(ctx context.Context, act *v1.GetActionResponse) (actio
 		o.then = result.Then
 	}
 	return o, nil
+}
+
+// checksToProto is an action's commissioning checks as the wire carries
+// them.
+func checksToProto(checks []actions.Check) []*v1.CommissioningCheck {
+	var out []*v1.CommissioningCheck
+	for _, c := range checks {
+		out = append(out, &v1.CommissioningCheck{Name: c.Name, Result: c.Result, Detail: c.Detail,
+			Values: c.Values, Time: timestamppb.New(c.Time)})
+	}
+	return out
 }
 
 func shortState(s v1.ActionState) string {

@@ -164,6 +164,13 @@ func Boot(ctx context.Context, cfg BootConfig) error {
 		Verbose:      params.Debug,
 		ConsoleStamp: uptimeStamp,
 		BeforeAction: func(ctx context.Context, s actions.Spec) {
+			if actions.ScansDevices(s) {
+				// A check of every disk or NIC: all of them first.
+				select {
+				case <-allDrivers:
+				case <-ctx.Done():
+				}
+			}
 			waitForDevice(ctx, actionDevice(s), allDrivers)
 			if drv != nil {
 				drv.prepareFS(s.Env[envFSType], con.printf)

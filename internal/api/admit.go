@@ -25,6 +25,9 @@ import (
 //   - A Workflow's workers must be machines of its own namespace
 //     (workflow.CheckWorkers), or one organisation could hand its actions
 //     to another's machine, and keep that machine from its own work.
+//   - A new Workflow may not target a machine that failed commissioning
+//     (label anvil.io/commissioning=failed): it could not be trusted with
+//     the work (docs/commissioning.md).
 //
 // Refusals never name another organisation's objects.
 
@@ -63,6 +66,11 @@ func (s *Services) admit(ctx context.Context, docs []model.Document) (unlock fun
 			found, err = checkClaims(ctx, ov, &docs[i], o)
 		case *model.Workflow:
 			found, err = checkWorkers(ctx, ov, &docs[i], o)
+			if err == nil {
+				var more model.ErrorList
+				more, err = s.checkCommissioned(ctx, ov, &docs[i], o)
+				found = append(found, more...)
+			}
 		}
 		if err != nil {
 			unlock()
@@ -155,4 +163,54 @@ func workerPath(wf *model.Workflow, e *workflow.WorkerError) string {
 		}
 	}
 	return "spec.templateRef"
+}
+
+// checkCommissioned refuses a new workflow whose machine failed
+// commissioning: its spec.hardwareRef, and the machine each hardwareMap
+// value names (a MAC or agent ID), in its namespace. A workflow already
+// stored may still be changed (disabled, annotated, deleted) as long as it
+// targets the same machines; retargeted, it is checked as a new one.
+func (s *Services) checkCommissioned(ctx context.Context, ov *store.Overlay, d *model.Document, wf *model.Workflow) (model.ErrorList, error) {
+	if obj, err := s.cfg.Store.Get(ctx, model.KindWorkflow, wf.Namespace, wf.Name); err == nil {
+		if old := obj.(*model.Workflow); old.Spec.HardwareRef == wf.Spec.HardwareRef && maps.Equal(old.Spec.HardwareMap, wf.Spec.HardwareMap) {
+			return nil, nil // the same machines as before: a change, not a new target
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	refused := map[string]bool{}
+	var errs model.ErrorList
+	refuse := func(path string, hw *model.Hardware) {
+		if hw.Namespace != wf.Namespace || !hw.CommissioningFailed() || refused[hw.Name] {
+			return
+		}
+		refused[hw.Name] = true
+		why := ""
+		if c := hw.Status.Commissioning; c != nil && c.Message != "" {
+			why = " (" + c.Message + ")"
+		}
+		errs = append(errs, fieldError(d, path, fmt.Sprintf(
+			"Hardware %s failed commissioning%s and is labelled %s=%s: no workflow may target it. "+
+				"Replace what failed and re-commission it (delete its commissioning workflow and remove the label), "+
+				"or remove the label to use it as it is (docs/commissioning.md)",
+			hw.Key(), why, model.LabelCommissioning, model.CommissioningFailed)))
+	}
+	if ref := wf.Spec.HardwareRef; ref != "" {
+		obj, err := ov.Get(ctx, model.KindHardware, wf.Namespace, ref)
+		if err == nil {
+			refuse("spec.hardwareRef", obj.(*model.Hardware))
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(wf.Spec.HardwareMap)) {
+		hws, err := workflow.AgentHardware(ctx, ov, workflow.ParseAgentName(wf.Spec.HardwareMap[k]))
+		if err != nil {
+			return nil, err
+		}
+		for _, hw := range hws {
+			refuse("spec.hardwareMap."+k, hw)
+		}
+	}
+	return errs, nil
 }

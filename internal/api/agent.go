@@ -152,6 +152,7 @@ func (a agentService) ReportActionStatus(ctx context.Context, req *connect.Reque
 	if err != nil {
 		return nil, s.toConnect(fmt.Errorf("report on workflow %s action %q: %w", r.WorkflowID, r.ActionName, err))
 	}
+	s.recordCommissioning(ctx, agent, r.WorkflowID, m.GetChecks(), wfState)
 	return connect.NewResponse(&v1.ReportActionStatusResponse{WorkflowState: string(wfState)}), nil
 }
 

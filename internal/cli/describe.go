@@ -293,10 +293,36 @@ func describeHardware(w io.Writer, h *model.Hardware, wfs []model.Object, now ti
 	if h.Status.Attributes != nil {
 		describeInventory(w, h.Status.Attributes)
 	}
+	if c := h.Status.Commissioning; c != nil {
+		describeCommissioning(w, c, now)
+	}
 	if len(wfs) > 0 {
 		fmt.Fprintln(w, "Workflows:")
 		printObjectsIndented(w, wfs, now)
 	}
+}
+
+// describeCommissioning shows the machine's commissioning checks, one a
+// line (their values: get -o yaml).
+func describeCommissioning(w io.Writer, c *model.Commissioning, now time.Time) {
+	result := c.Result
+	if result == "" {
+		result = "running"
+	}
+	fmt.Fprintf(w, "Commissioning: %s, by workflow %s", result, orDash(c.Workflow))
+	if c.UpdatedAt != nil {
+		fmt.Fprintf(w, ", %s ago", humanAge(c.UpdatedAt, now))
+	}
+	fmt.Fprintln(w)
+	if c.Message != "" {
+		fmt.Fprintf(w, "  %s\n", c.Message)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CHECK\tRESULT\tDETAIL")
+	for _, ch := range c.Checks {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", ch.Name, ch.Result, orDash(ch.Detail))
+	}
+	tw.Flush()
 }
 
 func printObjectsIndented(w io.Writer, objs []model.Object, now time.Time) {

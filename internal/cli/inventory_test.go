@@ -70,3 +70,29 @@ func TestDescribeInventory(t *testing.T) {
 		t.Errorf("a Hardware without attributes shows an inventory:\n%s", out.String())
 	}
 }
+
+// describe hardware lists the commissioning checks, one a line, with the
+// result and why.
+func TestDescribeCommissioning(t *testing.T) {
+	now := time.Date(2026, 11, 28, 9, 10, 0, 0, time.UTC)
+	at := now.Add(-2 * time.Minute)
+	h := &model.Hardware{ObjectMeta: model.ObjectMeta{Name: "m", Namespace: "default",
+		Labels: map[string]string{model.LabelCommissioning: model.CommissioningFailed}}}
+	h.Status.Commissioning = &model.Commissioning{Result: "failed", Workflow: "default/commission-m", Message: "failed: smart/nvme0n1", UpdatedAt: &at,
+		Checks: []model.CommissioningCheck{
+			{Name: "smart/nvme0n1", Result: "failed", Detail: "critical warning 0x04 (reliability degraded by media or internal errors)"},
+			{Name: "smart/vda", Result: "unsupported", Detail: "neither NVMe nor SCSI"},
+		}}
+	var out bytes.Buffer
+	describeHardware(&out, h, nil, now)
+	for _, want := range []string{
+		"Labels:      anvil.io/commissioning=failed\n",
+		"Commissioning: failed, by workflow default/commission-m, 2m ago\n  failed: smart/nvme0n1\n",
+		"  smart/nvme0n1  failed       critical warning 0x04 (reliability degraded by media or internal errors)\n",
+		"  smart/vda      unsupported  neither NVMe nor SCSI\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("describe lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -96,6 +96,19 @@ func (c *Controller) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// With commissioning, a deleted commissioning workflow (to
+	// re-commission its machine) is followed by a new one: watch
+	// workflows then, and only then (their status changes are many).
+	var wfs <-chan store.Event
+	if c.e.cfg.CommissionTemplate != "" {
+		_, rv, err = st.List(ctx, model.KindWorkflow, store.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if wfs, err = st.Watch(ctx, model.KindWorkflow, store.WatchOptions{ResourceVersion: rv}); err != nil {
+			return err
+		}
+	}
 	// Changes from here on arrive on the watches; the pass sees at least
 	// everything before them.
 	if err := c.pass(ctx); err != nil {
@@ -145,8 +158,42 @@ func (c *Controller) follow(ctx context.Context) error {
 			if _, err := c.e.One(ctx, hw); err != nil {
 				return fmt.Errorf("enrol hardware %s: %w", hw.Key(), err)
 			}
+		case ev, ok := <-wfs:
+			if !ok {
+				return errors.New("workflow watch closed")
+			}
+			if ev.Type == store.Error {
+				return ev.Err
+			}
+			if err := c.commissionDeleted(ctx, ev); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// commissionDeleted considers again the machine whose commissioning
+// workflow ev deleted, so that it gets a new one (a re-commissioning).
+func (c *Controller) commissionDeleted(ctx context.Context, ev store.Event) error {
+	wf, ok := ev.Object.(*model.Workflow)
+	if !ok || ev.Type != store.Deleted || wf.Spec.HardwareRef == "" {
+		return nil
+	}
+	obj, err := c.e.cfg.Store.Get(ctx, model.KindHardware, wf.Namespace, wf.Spec.HardwareRef)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	hw := obj.(*model.Hardware)
+	if wf.Name != CommissionWorkflowName(hw) || hw.Labels[model.LabelDiscovered] != "true" || !due(hw) {
+		return nil
+	}
+	if _, err := c.e.One(ctx, hw); err != nil {
+		return fmt.Errorf("commission hardware %s: %w", hw.Key(), err)
+	}
+	return nil
 }
 
 // due reports whether hw may need enrolling, before any store read: it

@@ -33,6 +33,13 @@ const (
 	NoAttributes = "no-attributes"
 	// Failed: the rule matched but the Workflow could not be made.
 	Failed = "failed"
+	// Commissioning: with Config.CommissionTemplate, the machine's
+	// commissioning workflow was made (or would be, in a dry run) or has
+	// not passed yet; it is enrolled once it passes.
+	Commissioning = "commissioning"
+	// CommissioningFailed: the machine failed commissioning (label
+	// anvil.io/commissioning=failed); no rule enrols it.
+	CommissioningFailed = "commissioning-failed"
 )
 
 // Result is what a pass did, or would do, for one discovered Hardware.
@@ -57,6 +64,13 @@ type Config struct {
 	// Events gets an event per enrolment, in the machine's record. If
 	// nil, machinelog.Discard.
 	Events machinelog.Sink
+	// CommissionTemplate, when set, names a Template (of the machine's
+	// namespace) of commissioning actions: a discovered machine first
+	// gets Workflow commission-<hardware> from it, and is enrolled by the
+	// rules only once commissioning passed (label
+	// anvil.io/commissioning=passed). Empty: machines are enrolled as
+	// they are discovered.
+	CommissionTemplate string
 }
 
 // Enroller matches discovered Hardware to rules and creates their
@@ -134,18 +148,31 @@ func (e *Enroller) book(ctx context.Context, ns string) (*Book, error) {
 // or, when that is longer than a name may be, a prefix of it and a hash
 // of the whole, so two machines never share one.
 func WorkflowName(hw *model.Hardware) string {
+	return derivedName("enroll-", hw)
+}
+
+// CommissionWorkflowName is the name of hw's commissioning Workflow:
+// "commission-<name>", shortened as WorkflowName is.
+func CommissionWorkflowName(hw *model.Hardware) string {
+	return derivedName("commission-", hw)
+}
+
+// derivedName is prefix+hw.Name, or, when that is longer than a name may
+// be, a prefix of it and a hash of the whole, so two machines never share
+// one.
+func derivedName(prefix string, hw *model.Hardware) string {
 	const maxName = 253
-	n := "enroll-" + hw.Name
+	n := prefix + hw.Name
 	if len(n) <= maxName {
 		return n
 	}
 	sum := sha256.Sum256([]byte(hw.Name))
 	h := hex.EncodeToString(sum[:])[:16]
-	prefix := n[:maxName-len(h)-1]
-	for prefix[len(prefix)-1] == '-' || prefix[len(prefix)-1] == '.' {
-		prefix = prefix[:len(prefix)-1]
+	head := n[:maxName-len(h)-1]
+	for head[len(head)-1] == '-' || head[len(head)-1] == '.' {
+		head = head[:len(head)-1]
 	}
-	return prefix + "-" + h
+	return head + "-" + h
 }
 
 func (e *Enroller) one(ctx context.Context, book *Book, hw *model.Hardware, dryRun bool) Result {
@@ -163,15 +190,27 @@ func (e *Enroller) one(ctx context.Context, book *Book, hw *model.Hardware, dryR
 		r.Outcome, r.Message = NoAttributes, "its agent has not reported an inventory (status.attributes) yet"
 		return r
 	}
+	if hw.CommissioningFailed() {
+		r.Outcome = CommissioningFailed
+		r.Message = fmt.Sprintf("it failed commissioning (%s=%s): no rule enrols it until the label is removed", model.LabelCommissioning, model.CommissioningFailed)
+		return r
+	}
 	wfs, err := e.cfg.Store.ByIndex(ctx, model.KindWorkflow, store.IndexHardwareRef, hw.Name)
 	if err != nil {
 		r.Outcome, r.Message = Failed, fmt.Sprintf("find workflows of hardware %s: %v", hw.Key(), err)
 		return r
 	}
+	commissioned := hw.Labels[model.LabelCommissioning] == model.CommissioningPassed
+	if e.cfg.CommissionTemplate != "" && !commissioned {
+		return e.commission(ctx, hw, wfs, r, dryRun)
+	}
 	for _, o := range wfs {
 		wf, ok := o.(*model.Workflow)
 		if !ok || wf.Namespace != hw.Namespace {
 			continue
+		}
+		if commissioned && wf.Name == CommissionWorkflowName(hw) {
+			continue // it passed: what it leaves is no work of the machine's
 		}
 		if by := wf.Annotations[model.AnnotationEnrolledBy]; by != "" && wf.Name == r.Workflow && !dryRun {
 			// A pass made it and stopped before marking the Hardware

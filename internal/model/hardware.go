@@ -45,6 +45,10 @@ type HardwareStatus struct {
 	// (Anvil's agent on each boot, or a tink-agent), in Tinkerbell's
 	// shape. Written by the server, never by hand.
 	Attributes *Attributes `json:"attributes,omitempty"`
+	// Commissioning is what the machine's commissioning checks found
+	// (docs/commissioning.md). Written by the server, never by hand.
+	// Anvil's.
+	Commissioning *Commissioning `json:"commissioning,omitempty"`
 }
 
 // LocalObjectReference names another object in the same namespace.

@@ -159,8 +159,14 @@ func enrollComponents(cfg Config, st store.Store, events machinelog.Sink) []supe
 	if cfg.DisableEnroll {
 		return nil
 	}
-	c := enroll.NewController(enroll.ControllerConfig{Config: enroll.Config{Store: st, Logger: cfg.Logger, Events: events}})
+	c := enroll.NewController(enroll.ControllerConfig{Config: enrollConfig(cfg, st, events)})
 	return []supervise.Component{{Name: "enrolment controller", Run: bestEffort(cfg.Logger, "enrolment controller stopped", c.Run)}}
+}
+
+// enrollConfig is the enrolment's configuration, the same for the
+// controller and for `anvil enroll`'s passes through the API.
+func enrollConfig(cfg Config, st store.Store, events machinelog.Sink) enroll.Config {
+	return enroll.Config{Store: st, Logger: cfg.Logger, Events: events, CommissionTemplate: cfg.CommissionTemplate}
 }
 
 // bmcComponents are the BMC job executor, which runs Rufio-shaped Jobs

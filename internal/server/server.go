@@ -216,6 +216,11 @@ type Config struct {
 	// Hardware gets workflows from WorkflowRuleSets only when `anvil
 	// enroll` asks.
 	DisableEnroll bool
+	// CommissionTemplate names a Template of commissioning actions that a
+	// discovered machine runs (Workflow commission-<hardware>) before any
+	// rule enrols it; a failed machine is never enrolled
+	// (docs/commissioning.md). Empty: no commissioning.
+	CommissionTemplate string
 	// BMCCAFile is a PEM file of the CAs that sign BMCs' HTTPS
 	// certificates (Redfish, Intel AMT over TLS). If empty, the system's CAs; a Machine with
 	// insecureTLS verifies nothing.
@@ -471,7 +476,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Authenticate: sec.authenticate, AgentKey: sec.agentKey, Audit: sec.audit, Secrets: secretStore, Sealer: sealer,
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: set.registries, BootISO: boot.isoURL != nil,
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP,
-		Enroller: enroll.New(enroll.Config{Store: st, Logger: log, Events: recorder})})
+		Enroller: enroll.New(enrollConfig(cfg, st, recorder))})
 	h := newHandlers(cfg, set, services, boot, secretStore, sup.Ready)
 	sup.Stage("boot policy", boot.policyComponent())
 	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, services.Stop)...)...)

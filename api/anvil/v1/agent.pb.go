@@ -782,8 +782,13 @@ type ReportActionStatusRequest struct {
 	ExecutionDuration *durationpb.Duration   `protobuf:"bytes,9,opt,name=execution_duration,json=executionDuration,proto3" json:"execution_duration,omitempty"`
 	Message           string                 `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
 	Progress          *Progress              `protobuf:"bytes,11,opt,name=progress,proto3" json:"progress,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// checks are the results of the commissioning checks the action ran
+	// (internal/actions' smart, disk-read, memory, nic-link), sent with its
+	// end report, passed or failed. The server keeps them on the agent's
+	// Hardware as status.commissioning (docs/commissioning.md).
+	Checks        []*CommissioningCheck `protobuf:"bytes,12,rep,name=checks,proto3" json:"checks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportActionStatusRequest) Reset() {
@@ -893,6 +898,94 @@ func (x *ReportActionStatusRequest) GetProgress() *Progress {
 	return nil
 }
 
+func (x *ReportActionStatusRequest) GetChecks() []*CommissioningCheck {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+// CommissioningCheck is the result of one commissioning check on one
+// device (internal/model.CommissioningCheck).
+type CommissioningCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the check and the device: "smart/nvme0n1", "memory".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// result is "passed", "failed" or "unsupported".
+	Result string `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// values are the measurements, by name ("mediaErrors": "0").
+	Values        map[string]string      `protobuf:"bytes,4,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommissioningCheck) Reset() {
+	*x = CommissioningCheck{}
+	mi := &file_anvil_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommissioningCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommissioningCheck) ProtoMessage() {}
+
+func (x *CommissioningCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommissioningCheck.ProtoReflect.Descriptor instead.
+func (*CommissioningCheck) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CommissioningCheck) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CommissioningCheck) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *CommissioningCheck) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *CommissioningCheck) GetValues() map[string]string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *CommissioningCheck) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 type ReportActionStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The workflow's state after the report.
@@ -903,7 +996,7 @@ type ReportActionStatusResponse struct {
 
 func (x *ReportActionStatusResponse) Reset() {
 	*x = ReportActionStatusResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[9]
+	mi := &file_anvil_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1008,7 @@ func (x *ReportActionStatusResponse) String() string {
 func (*ReportActionStatusResponse) ProtoMessage() {}
 
 func (x *ReportActionStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[9]
+	mi := &file_anvil_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1021,7 @@ func (x *ReportActionStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportActionStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportActionStatusResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportActionStatusResponse) GetWorkflowState() string {
@@ -961,7 +1054,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[10]
+	mi := &file_anvil_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1066,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[10]
+	mi := &file_anvil_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1079,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogLine) GetWorkflowId() string {
@@ -1061,7 +1154,7 @@ type StreamLogsResponse struct {
 
 func (x *StreamLogsResponse) Reset() {
 	*x = StreamLogsResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[11]
+	mi := &file_anvil_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1166,7 @@ func (x *StreamLogsResponse) String() string {
 func (*StreamLogsResponse) ProtoMessage() {}
 
 func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[11]
+	mi := &file_anvil_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1179,7 @@ func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamLogsResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamLogsResponse) GetLinesAccepted() int64 {
@@ -1127,7 +1220,7 @@ type GetLogsRequest struct {
 
 func (x *GetLogsRequest) Reset() {
 	*x = GetLogsRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[12]
+	mi := &file_anvil_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1232,7 @@ func (x *GetLogsRequest) String() string {
 func (*GetLogsRequest) ProtoMessage() {}
 
 func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[12]
+	mi := &file_anvil_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1245,7 @@ func (x *GetLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetLogsRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetLogsRequest) GetWorkflowId() string {
@@ -1223,7 +1316,7 @@ type GetLogsResponse struct {
 
 func (x *GetLogsResponse) Reset() {
 	*x = GetLogsResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[13]
+	mi := &file_anvil_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1328,7 @@ func (x *GetLogsResponse) String() string {
 func (*GetLogsResponse) ProtoMessage() {}
 
 func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[13]
+	mi := &file_anvil_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1341,7 @@ func (x *GetLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetLogsResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetLogsResponse) GetLines() []*LogLine {
@@ -1275,7 +1368,7 @@ type ListUnknownMachinesRequest struct {
 
 func (x *ListUnknownMachinesRequest) Reset() {
 	*x = ListUnknownMachinesRequest{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[14]
+	mi := &file_anvil_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1380,7 @@ func (x *ListUnknownMachinesRequest) String() string {
 func (*ListUnknownMachinesRequest) ProtoMessage() {}
 
 func (x *ListUnknownMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[14]
+	mi := &file_anvil_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1393,7 @@ func (x *ListUnknownMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUnknownMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListUnknownMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListUnknownMachinesRequest) GetLimit() int32 {
@@ -1322,7 +1415,7 @@ type UnknownMachine struct {
 
 func (x *UnknownMachine) Reset() {
 	*x = UnknownMachine{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[15]
+	mi := &file_anvil_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1427,7 @@ func (x *UnknownMachine) String() string {
 func (*UnknownMachine) ProtoMessage() {}
 
 func (x *UnknownMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[15]
+	mi := &file_anvil_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1440,7 @@ func (x *UnknownMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnknownMachine.ProtoReflect.Descriptor instead.
 func (*UnknownMachine) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UnknownMachine) GetMachine() string {
@@ -1373,7 +1466,7 @@ type ListUnknownMachinesResponse struct {
 
 func (x *ListUnknownMachinesResponse) Reset() {
 	*x = ListUnknownMachinesResponse{}
-	mi := &file_anvil_v1_agent_proto_msgTypes[16]
+	mi := &file_anvil_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1478,7 @@ func (x *ListUnknownMachinesResponse) String() string {
 func (*ListUnknownMachinesResponse) ProtoMessage() {}
 
 func (x *ListUnknownMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_agent_proto_msgTypes[16]
+	mi := &file_anvil_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1491,7 @@ func (x *ListUnknownMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUnknownMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListUnknownMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_anvil_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListUnknownMachinesResponse) GetMachines() []*UnknownMachine {
@@ -1477,7 +1570,7 @@ const file_anvil_v1_agent_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x02 \x01(\x03R\n" +
 	"totalBytes\x12\"\n" +
 	"\rbytes_per_sec\x18\x03 \x01(\x01R\vbytesPerSec\x12\x18\n" +
-	"\apercent\x18\x04 \x01(\x01R\apercent\"\x84\x04\n" +
+	"\apercent\x18\x04 \x01(\x01R\apercent\"\xba\x04\n" +
 	"\x19ReportActionStatusRequest\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12\x19\n" +
@@ -1492,7 +1585,17 @@ const file_anvil_v1_agent_proto_rawDesc = "" +
 	"\x12execution_duration\x18\t \x01(\v2\x19.google.protobuf.DurationR\x11executionDuration\x12\x18\n" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x12.\n" +
-	"\bprogress\x18\v \x01(\v2\x12.anvil.v1.ProgressR\bprogress\"C\n" +
+	"\bprogress\x18\v \x01(\v2\x12.anvil.v1.ProgressR\bprogress\x124\n" +
+	"\x06checks\x18\f \x03(\v2\x1c.anvil.v1.CommissioningCheckR\x06checks\"\x85\x02\n" +
+	"\x12CommissioningCheck\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\tR\x06result\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12@\n" +
+	"\x06values\x18\x04 \x03(\v2(.anvil.v1.CommissioningCheck.ValuesEntryR\x06values\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x1a9\n" +
+	"\vValuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
 	"\x1aReportActionStatusResponse\x12%\n" +
 	"\x0eworkflow_state\x18\x01 \x01(\tR\rworkflowState\"\x95\x02\n" +
 	"\aLogLine\x12\x1f\n" +
@@ -1560,7 +1663,7 @@ func file_anvil_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_anvil_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_anvil_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_anvil_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_anvil_v1_agent_proto_goTypes = []any{
 	(ActionState)(0),                    // 0: anvil.v1.ActionState
 	(*DiscoverRequest)(nil),             // 1: anvil.v1.DiscoverRequest
@@ -1572,55 +1675,60 @@ var file_anvil_v1_agent_proto_goTypes = []any{
 	(*RegistryCredentials)(nil),         // 7: anvil.v1.RegistryCredentials
 	(*Progress)(nil),                    // 8: anvil.v1.Progress
 	(*ReportActionStatusRequest)(nil),   // 9: anvil.v1.ReportActionStatusRequest
-	(*ReportActionStatusResponse)(nil),  // 10: anvil.v1.ReportActionStatusResponse
-	(*LogLine)(nil),                     // 11: anvil.v1.LogLine
-	(*StreamLogsResponse)(nil),          // 12: anvil.v1.StreamLogsResponse
-	(*GetLogsRequest)(nil),              // 13: anvil.v1.GetLogsRequest
-	(*GetLogsResponse)(nil),             // 14: anvil.v1.GetLogsResponse
-	(*ListUnknownMachinesRequest)(nil),  // 15: anvil.v1.ListUnknownMachinesRequest
-	(*UnknownMachine)(nil),              // 16: anvil.v1.UnknownMachine
-	(*ListUnknownMachinesResponse)(nil), // 17: anvil.v1.ListUnknownMachinesResponse
-	nil,                                 // 18: anvil.v1.AgentAttributes.ExtraEntry
-	nil,                                 // 19: anvil.v1.GetActionResponse.EnvironmentEntry
-	(*durationpb.Duration)(nil),         // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 21: google.protobuf.Timestamp
+	(*CommissioningCheck)(nil),          // 10: anvil.v1.CommissioningCheck
+	(*ReportActionStatusResponse)(nil),  // 11: anvil.v1.ReportActionStatusResponse
+	(*LogLine)(nil),                     // 12: anvil.v1.LogLine
+	(*StreamLogsResponse)(nil),          // 13: anvil.v1.StreamLogsResponse
+	(*GetLogsRequest)(nil),              // 14: anvil.v1.GetLogsRequest
+	(*GetLogsResponse)(nil),             // 15: anvil.v1.GetLogsResponse
+	(*ListUnknownMachinesRequest)(nil),  // 16: anvil.v1.ListUnknownMachinesRequest
+	(*UnknownMachine)(nil),              // 17: anvil.v1.UnknownMachine
+	(*ListUnknownMachinesResponse)(nil), // 18: anvil.v1.ListUnknownMachinesResponse
+	nil,                                 // 19: anvil.v1.AgentAttributes.ExtraEntry
+	nil,                                 // 20: anvil.v1.GetActionResponse.EnvironmentEntry
+	nil,                                 // 21: anvil.v1.CommissioningCheck.ValuesEntry
+	(*durationpb.Duration)(nil),         // 22: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
 }
 var file_anvil_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: anvil.v1.DiscoverRequest.agent_attributes:type_name -> anvil.v1.AgentAttributes
-	20, // 1: anvil.v1.DiscoverRequest.wait:type_name -> google.protobuf.Duration
-	18, // 2: anvil.v1.AgentAttributes.extra:type_name -> anvil.v1.AgentAttributes.ExtraEntry
+	22, // 1: anvil.v1.DiscoverRequest.wait:type_name -> google.protobuf.Duration
+	19, // 2: anvil.v1.AgentAttributes.extra:type_name -> anvil.v1.AgentAttributes.ExtraEntry
 	3,  // 3: anvil.v1.GetActionRequest.agent_attributes:type_name -> anvil.v1.AgentAttributes
-	20, // 4: anvil.v1.GetActionRequest.wait:type_name -> google.protobuf.Duration
-	19, // 5: anvil.v1.GetActionResponse.environment:type_name -> anvil.v1.GetActionResponse.EnvironmentEntry
+	22, // 4: anvil.v1.GetActionRequest.wait:type_name -> google.protobuf.Duration
+	20, // 5: anvil.v1.GetActionResponse.environment:type_name -> anvil.v1.GetActionResponse.EnvironmentEntry
 	6,  // 6: anvil.v1.GetActionResponse.images:type_name -> anvil.v1.ImageSource
 	7,  // 7: anvil.v1.ImageSource.credentials:type_name -> anvil.v1.RegistryCredentials
 	0,  // 8: anvil.v1.ReportActionStatusRequest.action_state:type_name -> anvil.v1.ActionState
-	21, // 9: anvil.v1.ReportActionStatusRequest.execution_start:type_name -> google.protobuf.Timestamp
-	21, // 10: anvil.v1.ReportActionStatusRequest.execution_stop:type_name -> google.protobuf.Timestamp
-	20, // 11: anvil.v1.ReportActionStatusRequest.execution_duration:type_name -> google.protobuf.Duration
+	23, // 9: anvil.v1.ReportActionStatusRequest.execution_start:type_name -> google.protobuf.Timestamp
+	23, // 10: anvil.v1.ReportActionStatusRequest.execution_stop:type_name -> google.protobuf.Timestamp
+	22, // 11: anvil.v1.ReportActionStatusRequest.execution_duration:type_name -> google.protobuf.Duration
 	8,  // 12: anvil.v1.ReportActionStatusRequest.progress:type_name -> anvil.v1.Progress
-	21, // 13: anvil.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	21, // 14: anvil.v1.GetLogsRequest.since:type_name -> google.protobuf.Timestamp
-	11, // 15: anvil.v1.GetLogsResponse.lines:type_name -> anvil.v1.LogLine
-	11, // 16: anvil.v1.UnknownMachine.last:type_name -> anvil.v1.LogLine
-	16, // 17: anvil.v1.ListUnknownMachinesResponse.machines:type_name -> anvil.v1.UnknownMachine
-	4,  // 18: anvil.v1.AgentService.GetAction:input_type -> anvil.v1.GetActionRequest
-	9,  // 19: anvil.v1.AgentService.ReportActionStatus:input_type -> anvil.v1.ReportActionStatusRequest
-	11, // 20: anvil.v1.AgentService.StreamLogs:input_type -> anvil.v1.LogLine
-	1,  // 21: anvil.v1.AgentService.Discover:input_type -> anvil.v1.DiscoverRequest
-	13, // 22: anvil.v1.LogService.GetLogs:input_type -> anvil.v1.GetLogsRequest
-	15, // 23: anvil.v1.LogService.ListUnknownMachines:input_type -> anvil.v1.ListUnknownMachinesRequest
-	5,  // 24: anvil.v1.AgentService.GetAction:output_type -> anvil.v1.GetActionResponse
-	10, // 25: anvil.v1.AgentService.ReportActionStatus:output_type -> anvil.v1.ReportActionStatusResponse
-	12, // 26: anvil.v1.AgentService.StreamLogs:output_type -> anvil.v1.StreamLogsResponse
-	2,  // 27: anvil.v1.AgentService.Discover:output_type -> anvil.v1.DiscoverResponse
-	14, // 28: anvil.v1.LogService.GetLogs:output_type -> anvil.v1.GetLogsResponse
-	17, // 29: anvil.v1.LogService.ListUnknownMachines:output_type -> anvil.v1.ListUnknownMachinesResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	10, // 13: anvil.v1.ReportActionStatusRequest.checks:type_name -> anvil.v1.CommissioningCheck
+	21, // 14: anvil.v1.CommissioningCheck.values:type_name -> anvil.v1.CommissioningCheck.ValuesEntry
+	23, // 15: anvil.v1.CommissioningCheck.time:type_name -> google.protobuf.Timestamp
+	23, // 16: anvil.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	23, // 17: anvil.v1.GetLogsRequest.since:type_name -> google.protobuf.Timestamp
+	12, // 18: anvil.v1.GetLogsResponse.lines:type_name -> anvil.v1.LogLine
+	12, // 19: anvil.v1.UnknownMachine.last:type_name -> anvil.v1.LogLine
+	17, // 20: anvil.v1.ListUnknownMachinesResponse.machines:type_name -> anvil.v1.UnknownMachine
+	4,  // 21: anvil.v1.AgentService.GetAction:input_type -> anvil.v1.GetActionRequest
+	9,  // 22: anvil.v1.AgentService.ReportActionStatus:input_type -> anvil.v1.ReportActionStatusRequest
+	12, // 23: anvil.v1.AgentService.StreamLogs:input_type -> anvil.v1.LogLine
+	1,  // 24: anvil.v1.AgentService.Discover:input_type -> anvil.v1.DiscoverRequest
+	14, // 25: anvil.v1.LogService.GetLogs:input_type -> anvil.v1.GetLogsRequest
+	16, // 26: anvil.v1.LogService.ListUnknownMachines:input_type -> anvil.v1.ListUnknownMachinesRequest
+	5,  // 27: anvil.v1.AgentService.GetAction:output_type -> anvil.v1.GetActionResponse
+	11, // 28: anvil.v1.AgentService.ReportActionStatus:output_type -> anvil.v1.ReportActionStatusResponse
+	13, // 29: anvil.v1.AgentService.StreamLogs:output_type -> anvil.v1.StreamLogsResponse
+	2,  // 30: anvil.v1.AgentService.Discover:output_type -> anvil.v1.DiscoverResponse
+	15, // 31: anvil.v1.LogService.GetLogs:output_type -> anvil.v1.GetLogsResponse
+	18, // 32: anvil.v1.LogService.ListUnknownMachines:output_type -> anvil.v1.ListUnknownMachinesResponse
+	27, // [27:33] is the sub-list for method output_type
+	21, // [21:27] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_anvil_v1_agent_proto_init() }
@@ -1634,7 +1742,7 @@ func file_anvil_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_anvil_v1_agent_proto_rawDesc), len(file_anvil_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
