@@ -12,32 +12,8 @@ import (
 	"github.com/anvilproj/anvil/test/redfishsim"
 )
 
-// r640 is a server as its BMC describes it: two sockets, three DIMMs and
-// an empty slot, two drives, two NICs (one without a link).
-func r640() *redfishsim.Inventory {
-	return &redfishsim.Inventory{
-		Manufacturer: "Dell Inc.", Model: "PowerEdge R640", SerialNumber: "7XK2Q53",
-		UUID: "4C4C4544-0058-4B10-8032-B7C04F513533", SKU: "7XK2Q53", BiosVersion: "2.19.1",
-		Processors: []redfishsim.Processor{
-			{Socket: "CPU.Socket.1", Manufacturer: "Intel", Model: "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz", Cores: 20, Threads: 40},
-			{Socket: "CPU.Socket.2", Manufacturer: "Intel", Model: "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz", Cores: 20, Threads: 40},
-		},
-		DIMMs: []redfishsim.DIMM{
-			{Locator: "A1", Type: "DDR4", Manufacturer: "Hynix", PartNumber: "HMA84GR7CJR4N-XN", SerialNumber: "3A1F22C1", CapacityMiB: 32768, SpeedMHz: 2933},
-			{Locator: "A2", Type: "DDR4", Manufacturer: "Hynix", PartNumber: "HMA84GR7CJR4N-XN", SerialNumber: "3A1F22C2", CapacityMiB: 32768, SpeedMHz: 2933},
-			{Locator: "A3"},
-			{Locator: "B1", Type: "DDR4", Manufacturer: "Hynix", PartNumber: "HMA84GR7CJR4N-XN", SerialNumber: "3A1F22C3", CapacityMiB: 32768, SpeedMHz: 2933},
-		},
-		Drives: []redfishsim.Drive{
-			{Model: "MZ7KH480HAHQ0D3", SerialNumber: "S47MNY0M123456", MediaType: "SSD", CapacityBytes: 480103981056},
-			{Model: "ST2000NM0055", SerialNumber: "ZC20ABCD", MediaType: "HDD", CapacityBytes: 2000398934016},
-		},
-		NICs: []redfishsim.NIC{
-			{MAC: "E4:43:4B:1A:2B:3C", LinkStatus: "LinkUp", SpeedMbps: 10000},
-			{MAC: "E4:43:4B:1A:2B:3D", LinkStatus: "LinkDown"},
-		},
-	}
-}
+// r640 is the simulator's example server.
+func r640() *redfishsim.Inventory { return redfishsim.ExampleInventory() }
 
 // wantR640 is r640 as the provider reads it (no Source: the poller's).
 func wantR640() *model.OutOfBand {
