@@ -129,7 +129,7 @@ func describeOutOfBand(w io.Writer, a *model.Attributes) {
 	o := a.OutOfBand
 	src := joinNonEmpty(", ", "Machine "+o.Source.Machine, o.Source.Provider)
 	if !o.Source.ReadAt.IsZero() {
-		src = joinNonEmpty(", ", src, "read "+o.Source.ReadAt.UTC().Format(time.RFC3339))
+		src = joinNonEmpty(", ", src, "read "+o.Source.ReadAt.UTC().Truncate(time.Second).Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "Out-of-band: (the BMC's: %s; all of it: get -o yaml, status.attributes.outOfBand)\n", src)
 	fmt.Fprintf(w, "  System:    %s\n", orDash(joinNonEmpty(", ", joinNonEmpty(" ", o.Manufacturer, o.Model),
@@ -154,9 +154,9 @@ func describeOutOfBand(w io.Writer, a *model.Attributes) {
 		for _, m := range o.Memory {
 			dimms = append(dimms, joinNonEmpty(" ", hwinfo.HumanBytes(m.CapacityMiB<<20), m.Type, speed(m.SpeedMHz, "MHz"), m.Manufacturer))
 		}
-		total := "-"
-		if s := o.MemorySummary; s != nil {
-			total = strconv.FormatFloat(s.TotalGiB, 'f', -1, 64) + " GiB"
+		total := "-" // in the agent's units (hwinfo.HumanBytes), to compare
+		if s := o.MemorySummary; s != nil && s.TotalGiB > 0 && s.TotalGiB < 1<<33 {
+			total = hwinfo.HumanBytes(uint64(s.TotalGiB * (1 << 30)))
 		}
 		fmt.Fprintf(w, "  Memory:    %s\n", joinNonEmpty(": ", total, countSame(dimms)))
 	}
