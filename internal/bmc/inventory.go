@@ -9,15 +9,11 @@ import (
 )
 
 // inventoryTargets returns the Hardware of m's namespace whose
-// spec.bmcRef names m: where its inventory goes. Nil on an error (logged):
-// the inventory waits for the next poll.
-func (p *Poller) inventoryTargets(ctx context.Context, m *model.Machine) []*model.Hardware {
+// spec.bmcRef names m: where its inventory goes.
+func (p *Poller) inventoryTargets(ctx context.Context, m *model.Machine) ([]*model.Hardware, error) {
 	objs, _, err := p.e.cfg.Store.List(ctx, model.KindHardware, store.ListOptions{Namespace: m.Namespace})
 	if err != nil {
-		if ctx.Err() == nil {
-			p.e.log.Warn("bmc poll: cannot list the machine's hardware", "machine", m.Key(), "err", err)
-		}
-		return nil
+		return nil, err
 	}
 	var out []*model.Hardware
 	for _, o := range objs {
@@ -26,7 +22,7 @@ func (p *Poller) inventoryTargets(ctx context.Context, m *model.Machine) []*mode
 			out = append(out, h)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // recordInventory writes inv as status.attributes.outOfBand of each

@@ -9,6 +9,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/bmc"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/testtool"
 	"github.com/anvilproj/anvil/test/redfishsim"
 )
 
@@ -234,4 +235,32 @@ func TestPollInventoryUnsupported(t *testing.T) {
 	if a := w.hardware(t, "node07").Status.Attributes; a != nil {
 		t.Errorf("attributes written without an inventory: %+v", a)
 	}
+}
+
+// TestPollInventoryHardwareLater: a Hardware that comes to name a Machine
+// already polled — applied after it, or re-pointed by its bmcRef — gets
+// the inventory at once, not at the Machine's next inventory time (a day
+// away here, and an hour for the power state).
+func TestPollInventoryHardwareLater(t *testing.T) {
+	sim, _ := inventorySystem(t, r640())
+	w := newPollWorld(t, bmc.PollConfig{Interval: time.Hour, Jitter: -1, InventoryInterval: 24 * time.Hour}, false,
+		bmc.Redfish{RootCAs: caPool(t, sim), Timeout: 5 * time.Second})
+	w.run(t, w.poller.Run)
+	opts := &model.ProviderOptions{PreferredOrder: []string{model.ProviderRedfish}}
+	w.put(t, secret("rf-auth", map[string]string{"username": rfUser, "password": rfPassword}),
+		machine("rf", "rf-auth", sim.Port, opts), machine("rf2", "rf-auth", sim.Port, opts))
+	testtool.WaitFor(t, "both machines to be polled", func() bool {
+		return w.machine(t, "rf").Status.PowerState == model.PowerOff && w.machine(t, "rf2").Status.PowerState == model.PowerOff
+	})
+	source := func() string {
+		a := w.hardware(t, "node07").Status.Attributes
+		if a == nil || a.OutOfBand == nil {
+			return ""
+		}
+		return a.OutOfBand.Source.Machine
+	}
+	w.put(t, hardwareFor("node07", "rf"))
+	testtool.WaitFor(t, "the new Hardware to get rf's inventory", func() bool { return source() == "rf" })
+	w.put(t, hardwareFor("node07", "rf2"))
+	testtool.WaitFor(t, "the re-pointed Hardware to get rf2's inventory", func() bool { return source() == "rf2" })
 }

@@ -124,6 +124,8 @@ type pollState struct {
 	// the next); invAsked is the ReadInventoryAnnotation value obeyed.
 	invNext  time.Time
 	invAsked string
+	// invNone: its last session had no inventory (IPMI, AMT).
+	invNone bool
 }
 
 // pollResult is what one poll came to.
@@ -188,7 +190,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	defer wg.Wait()
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	for _, kind := range []string{model.KindMachine, model.KindSecret} {
+	for _, kind := range []string{model.KindMachine, model.KindSecret, model.KindHardware} {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.watch(wctx, kind) }()
 	}
@@ -266,6 +268,24 @@ func (p *Poller) changed(o model.Object) bool {
 		// A status write (a poll's, a Job's) leaves the generation alone.
 		s := p.sched[o.Key()]
 		return s == nil || s.gen != o.Generation || o.Annotations[ReadInventoryAnnotation] != s.invAsked
+	case *model.Hardware:
+		// A Hardware that names a Machine whose inventory it lacks (new,
+		// or re-pointed by its bmcRef) gets it at once, not at the
+		// Machine's next inventory time — unless the Machine has none
+		// to give or is backing off.
+		if o.Spec.BMCRef == nil || p.cfg.InventoryInterval <= 0 {
+			return false
+		}
+		a := o.Status.Attributes
+		if a != nil && a.OutOfBand != nil && a.OutOfBand.Source.Machine == o.Spec.BMCRef.Name {
+			return false
+		}
+		s := p.sched[o.Namespace+"/"+o.Spec.BMCRef.Name]
+		if s == nil || s.invNone || s.failures > 0 || s.invNext.IsZero() {
+			return false // unknown yet, none, failing, or due already
+		}
+		s.invNext, s.next = time.Time{}, time.Time{}
+		return true
 	case *model.Secret:
 		hit := false
 		for _, s := range p.sched {
@@ -339,8 +359,8 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				r, read := p.poll(ctx, m, inv[i])
-				p.reschedule(m.Key(), r, read)
+				r, io := p.poll(ctx, m, inv[i])
+				p.reschedule(m.Key(), r, io)
 			}()
 		}
 		wg.Wait()
@@ -367,7 +387,7 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 
 // reschedule sets when the Machine is next due after a poll, and its
 // inventory when the poll read it (or its provider has none to read).
-func (p *Poller) reschedule(key string, r pollResult, invRead bool) {
+func (p *Poller) reschedule(key string, r pollResult, inv invOutcome) {
 	if r == pollCanceled {
 		return
 	}
@@ -383,8 +403,9 @@ func (p *Poller) reschedule(key string, r pollResult, invRead bool) {
 	case pollOK:
 		s.failures = 0
 		s.next = now.Add(p.jitter(p.cfg.Interval))
-		if invRead {
+		if inv != invPending {
 			s.invNext = now.Add(p.jitter(p.cfg.InventoryInterval))
+			s.invNone = inv == invNone
 		}
 	case pollFailed:
 		s.failures++
@@ -415,12 +436,20 @@ func (p *Poller) jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 + p.cfg.Jitter*(2*p.cfg.Rand()-1)))
 }
 
+// invOutcome is what a poll did about the Machine's inventory.
+type invOutcome int
+
+const (
+	invPending invOutcome = iota // not read, or not recorded: at the next poll
+	invDone                      // read and recorded, or nowhere to record it
+	invNone                      // the provider has none
+)
+
 // poll reads one Machine's power state in a session of its own and
 // records it, and, when withInventory and the session can, the
-// machine's inventory (recorded on its Hardware). It says whether the
-// inventory is done with until its next time: read and recorded, or not
-// to be had from this provider.
-func (p *Poller) poll(ctx context.Context, m *model.Machine, withInventory bool) (pollResult, bool) {
+// machine's inventory (recorded on its Hardware). It says what came of
+// the inventory.
+func (p *Poller) poll(ctx context.Context, m *model.Machine, withInventory bool) (pollResult, invOutcome) {
 	e := p.e
 	get := func(kind, ns, name string) (model.Object, error) { return e.cfg.Store.Get(ctx, kind, ns, name) }
 	prov, conn, err := e.connect(m, get, "")
@@ -432,25 +461,31 @@ func (p *Poller) poll(ctx context.Context, m *model.Machine, withInventory bool)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return pollCanceled, false
+			return pollCanceled, invPending
 		}
 		p.record(ctx, m, model.PowerUnknown, false, scrub(err.Error()))
-		return pollFailed, false
+		return pollFailed, invPending
 	}
 	l := e.bmcLock(conn.Host)
 	select {
 	case l <- struct{}{}:
 	default:
-		return pollBusy, false
+		return pollBusy, invPending
 	}
 	defer func() { <-l }()
 
 	var hws []*model.Hardware
+	noTargets := false
 	if withInventory {
 		// No Hardware names the Machine (yet): not worth the BMC's
-		// time; looked for again at each poll.
-		hws = p.inventoryTargets(ctx, m)
-		withInventory = len(hws) > 0
+		// time. One that comes to name it is seen by the watch. On an
+		// error, the inventory waits for the next poll.
+		var err error
+		hws, err = p.inventoryTargets(ctx, m)
+		if err != nil && ctx.Err() == nil {
+			p.e.log.Warn("bmc poll: cannot list the machine's hardware", "machine", m.Key(), "err", err)
+		}
+		withInventory, noTargets = len(hws) > 0, err == nil && len(hws) == 0
 	}
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
@@ -460,31 +495,37 @@ func (p *Poller) poll(ctx context.Context, m *model.Machine, withInventory bool)
 	}
 	st, err := p.read(pctx, prov, conn, &inv)
 	if ctx.Err() != nil {
-		return pollCanceled, false
+		return pollCanceled, invPending
 	}
 	if err != nil {
 		if pctx.Err() != nil {
 			err = fmt.Errorf("%w (a poll's limit is %s)", err, p.cfg.Timeout)
 		}
 		p.record(ctx, m, model.PowerUnknown, false, fmt.Sprintf("provider %s: %s", prov.Name(), scrub(err.Error())))
-		return pollFailed, false
+		return pollFailed, invPending
 	}
 	p.record(ctx, m, st, true, "")
+	if noTargets {
+		return pollOK, invDone
+	}
 	if !withInventory {
-		return pollOK, false
+		return pollOK, invPending
 	}
 	switch {
 	case !inv.supported:
-		return pollOK, true // nothing to read: not asked again until its time
+		return pollOK, invNone // nothing to read: not asked again until its time
 	case inv.err != nil:
 		// The power state stands; the inventory is tried again at the
 		// next poll, and the last one read stays on the Hardware.
 		p.e.log.Warn("bmc poll: cannot read the machine's inventory", "machine", m.Key(), "provider", prov.Name(), "err", scrub(inv.err.Error()))
-		return pollOK, false
+		return pollOK, invPending
 	}
 	inv.got.Source = model.OutOfBandSource{Machine: m.Name, Provider: prov.Name(), ReadAt: p.cfg.Clock.Now().UTC()}
 	inv.got.Bound()
-	return pollOK, p.recordInventory(ctx, m, hws, inv.got)
+	if !p.recordInventory(ctx, m, hws, inv.got) {
+		return pollOK, invPending
+	}
+	return pollOK, invDone
 }
 
 // inventoryRead asks read for the inventory (timeout > 0) and holds what
