@@ -184,7 +184,8 @@ func (e *Executor) Poller(cfg PollConfig) *Poller {
 // wait until the next is due or a Machine appears or changes (its spec:
 // it is polled at once, its failures forgotten), or a Secret changes (the
 // Machines using it are polled at once: a fixed password need not wait
-// out the back-off, a wrong one shows at once).
+// out the back-off, a wrong one shows at once), or a Hardware comes to
+// name a Machine whose inventory it lacks (read at once).
 func (p *Poller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
