@@ -99,7 +99,9 @@ type PollConfig struct {
 // interval and writes it, with the Contactable condition, to the
 // Machine's status as Rufio's machine controller does: powerState on or
 // off and Contactable True, or powerState unknown and Contactable False
-// with the cause. It writes only what changed. It takes the Executor's
+// with the cause. It writes only what changed. Now and then it also reads
+// the machine's inventory in the same session (InventorySession) into the
+// status.attributes.outOfBand of the Hardware naming the Machine. It takes the Executor's
 // per-BMC lock for each poll, so a poll never overlaps a Job's session on
 // the same BMC, and it skips (and comes back to) a BMC a Job holds.
 type Poller struct {
