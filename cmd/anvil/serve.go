@@ -169,6 +169,7 @@ instead of --bind and the ports.`,
 	f.IntVar(&cfg.ConsolePort, "console-port", console.DefaultPort, "SSH port of the serial console: 'ssh -p PORT HARDWARE@anvil' attaches to the machine's IPMI Serial over LAN, logging in with a key of its spec.metadata.instance.ssh_keys (0: off)")
 	f.BoolVar(&noConsole, "no-console", false, "do not serve the serial console (same as --console-port 0)")
 	f.StringVar(&cfg.ConsoleHostKeyFile, "console-host-key", "", "the serial console's SSH host key, made when missing (default DATA_DIR/console/ssh_host_ed25519_key)")
+	f.DurationVar(&cfg.BMCInventoryInterval, "bmc-inventory-interval", server.DefaultBMCInventoryInterval, "how often the power-state poller also reads each machine's inventory from a Redfish BMC into the status.attributes.outOfBand of the Hardware naming its Machine; it is read at the first contact and when the Machine changes too (0: never)")
 	f.IntVar(&cfg.BMCPollConcurrency, "bmc-poll-concurrency", server.DefaultBMCPollConcurrency, "BMC sessions the power-state poller holds at once (each BMC still gets one at a time)")
 	// HTTP: proxies, ingress, the boot path's limits (docs/ingress.md).
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of proxies whose X-Forwarded-For is believed on every listener (metadata, boot scripts, per-client limits), e.g. 10.0.0.0/24,192.0.2.9 (default none: the TCP peer is the caller)")

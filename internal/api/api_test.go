@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -859,6 +861,57 @@ func TestAgentInventory(t *testing.T) {
 		getAction(bad)
 		if got := stored(); got == nil || got.Product == nil || got.Product.SerialNumber != "anvil-qemu-0001" {
 			t.Errorf("after an inventory of %d bytes that is not kept, status.attributes = %+v; want the last good one", len(bad), got)
+		}
+	}
+}
+
+// The agent's inventory replaces the attributes but outOfBand, which the
+// BMC poller wrote: it survives each report, and an outOfBand the agent
+// sends (it has no say there) is dropped.
+func TestAgentInventoryKeepsOutOfBand(t *testing.T) {
+	e := newEnv(t, envOptions{engine: true})
+	ctx := context.Background()
+	if _, err := apply(e, manifest, false); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	const agent = "3c:ec:ef:00:00:01"
+	hardware := func() *model.Hardware {
+		t.Helper()
+		obj, err := e.st.Get(ctx, model.KindHardware, "default", "node1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*model.Hardware)
+	}
+	oob := &model.OutOfBand{Source: model.OutOfBandSource{Machine: "bmc-node1", Provider: model.ProviderRedfish,
+		ReadAt: time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)}, SerialNumber: "anvil-qemu-0001", Model: "PowerEdge R640"}
+	hw := hardware()
+	hw.Status.Attributes = &model.Attributes{Product: &model.Product{Name: "old"}, OutOfBand: oob}
+	if _, err := e.st.Update(ctx, hw); err != nil {
+		t.Fatal(err)
+	}
+	inventory, err := os.ReadFile("../hwinfo/testdata/qemu-q35.golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Replace(inventory, []byte("{"), []byte(`{"outOfBand": {"source": {"machine": "forged"}, "serialNumber": "forged"},`), 1)
+	for _, inv := range [][]byte{inventory, forged} {
+		for range 20 { // the engine renders the workflow asynchronously
+			_, err = e.ag.GetAction(ctx, connect.NewRequest(&v1.GetActionRequest{AgentId: agent,
+				AgentAttributes: &v1.AgentAttributes{Inventory: inv}, Wait: durationpb.New(5 * time.Second)}))
+			if connect.CodeOf(err) != connect.CodeNotFound {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("GetAction: %v", err)
+		}
+		a := hardware().Status.Attributes
+		if a == nil || a.Product == nil || a.Product.SerialNumber != "anvil-qemu-0001" {
+			t.Fatalf("the agent's report not kept: %+v", a)
+		}
+		if !reflect.DeepEqual(a.OutOfBand, oob) {
+			t.Errorf("outOfBand after the agent's report = %+v; want the BMC's %+v", a.OutOfBand, oob)
 		}
 	}
 }

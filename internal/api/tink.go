@@ -223,7 +223,8 @@ func (s *Services) recordAttributes(ctx context.Context, hw *model.Hardware, att
 }
 
 // storeAttributes keeps attributes (JSON in Tinkerbell's shape,
-// model.Attributes) as hw's status.attributes, and as its annotation
+// model.Attributes) as hw's status.attributes but for outOfBand (the
+// BMC's, kept as it is), and as its annotation
 // model.AgentAttributesAnnotation too when annotate, if they changed.
 // Attributes over maxAttributesBytes or that are not a JSON object are
 // not kept; either way the outcome is logged and counted.
@@ -239,14 +240,24 @@ func (s *Services) storeAttributes(ctx context.Context, hw *model.Hardware, b []
 		s.log.Warn("agent attributes not recorded: not a JSON object in Tinkerbell's attributes shape", "hardware", hw.Key(), "err", err)
 		return
 	}
-	want, err := json.Marshal(&attrs) // what is kept, to compare with what is
-	if err != nil {
-		agentAttributes.WithLabelValues("error").Inc()
-		s.log.Error("agent attributes not recorded", "hardware", hw.Key(), "err", err)
-		return
-	}
+	// The agent owns the attributes but outOfBand, which the BMC poller
+	// writes (internal/bmc): whatever the report says there is dropped,
+	// and what the Hardware holds there is kept.
 	for attempt := 0; ; attempt++ {
-		have, _ := json.Marshal(hw.Status.Attributes)
+		attrs.OutOfBand = nil
+		if hw.Status.Attributes != nil {
+			attrs.OutOfBand = hw.Status.Attributes.OutOfBand
+		}
+		have, err := json.Marshal(hw.Status.Attributes)
+		var want []byte
+		if err == nil {
+			want, err = json.Marshal(&attrs) // what is kept, to compare with what is
+		}
+		if err != nil {
+			agentAttributes.WithLabelValues("error").Inc()
+			s.log.Error("agent attributes not recorded", "hardware", hw.Key(), "err", err)
+			return
+		}
 		if bytes.Equal(have, want) && (!annotate || hw.Annotations[model.AgentAttributesAnnotation] == string(b)) {
 			agentAttributes.WithLabelValues("unchanged").Inc()
 			return
@@ -257,8 +268,9 @@ func (s *Services) storeAttributes(ctx context.Context, hw *model.Hardware, b []
 			}
 			hw.Annotations[model.AgentAttributesAnnotation] = string(b)
 		}
-		hw.Status.Attributes = &attrs
-		_, err := s.cfg.Store.Update(ctx, hw)
+		kept := attrs
+		hw.Status.Attributes = &kept
+		_, err = s.cfg.Store.Update(ctx, hw)
 		if err == nil {
 			agentAttributes.WithLabelValues("stored").Inc()
 			return

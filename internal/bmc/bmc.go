@@ -3,7 +3,9 @@
 // 2.0 over LAN, Redfish over HTTPS, Intel AMT's WS-Management), and the executor that runs Rufio-shaped Jobs
 // (bmc.tinkerbell.org/v1alpha1) task by task, writing Task objects, Job
 // conditions and the Machine's power state as Rufio does, and the Poller
-// that keeps every Machine's power state current between Jobs.
+// that keeps every Machine's power state current between Jobs and, now and
+// then, reads the machine's inventory as the BMC sees it into the
+// status.attributes.outOfBand of the Hardware that name the Machine.
 //
 // BMCs are slow and fragile: every session is bounded in time, closed
 // whatever happens, and a BMC never sees two sessions from Anvil at once.
@@ -21,6 +23,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/model"
 )
 
 // Conn is what a provider needs to reach one BMC.
@@ -72,6 +76,20 @@ type MediaSession interface {
 	// EjectMedia detaches the virtual media of kind; media already out is
 	// no error.
 	EjectMedia(ctx context.Context, kind string) error
+}
+
+// InventorySession is a Session that can say what machine its BMC
+// manages: the system's identity, processors, memory, drives and NICs as
+// the BMC sees them. Redfish sessions are (a ComputerSystem and its
+// collections); IPMI's and Intel AMT's are not: IPMI has only FRU records
+// (a vendor's, uneven) and AMT's CIM inventory is not read by Anvil.
+// The Poller reads it now and then and keeps it as the Hardware's
+// status.attributes.outOfBand.
+type InventorySession interface {
+	Session
+	// Inventory reads the system. What it returns may exceed the caps
+	// of model.OutOfBand; the caller bounds it and fills in Source.
+	Inventory(ctx context.Context) (*model.OutOfBand, error)
 }
 
 // MediaProvider is a Provider whose sessions are MediaSessions; the

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/anvilproj/anvil/internal/model"
 )
 
 // Per-provider metrics of every call to a BMC, labelled by provider
@@ -41,6 +43,7 @@ const (
 	opInsertMedia   = "insert_media"
 	opEjectMedia    = "eject_media"
 	opActivateSOL   = "activate_sol"
+	opInventory     = "inventory"
 )
 
 // observe runs one call to a BMC and records it.
@@ -76,6 +79,30 @@ func (m measured) SetBootDevice(ctx context.Context, device string, efi, persist
 
 func (m measured) Close(ctx context.Context) error {
 	return observe(m.provider, opClose, func() error { return m.s.Close(ctx) })
+}
+
+// inventory returns the wrapped session as an InventorySession whose
+// Inventory is observed, if it is one.
+func (m measured) inventory() (func(context.Context) (*model.OutOfBand, error), bool) {
+	is, ok := m.s.(InventorySession)
+	if !ok {
+		return nil, false
+	}
+	return func(ctx context.Context) (o *model.OutOfBand, err error) {
+		err = observe(m.provider, opInventory, func() error { o, err = is.Inventory(ctx); return err })
+		return o, err
+	}, true
+}
+
+// inventoryOf is inventory of a session openMeasured returned.
+func inventoryOf(s Session) (func(context.Context) (*model.OutOfBand, error), bool) {
+	switch m := s.(type) {
+	case measured:
+		return m.inventory()
+	case measuredMedia:
+		return m.inventory()
+	}
+	return nil, false
 }
 
 // measuredMedia is measured for a session with virtual media.

@@ -37,7 +37,24 @@ const (
 	// Machines applied together are not all polled in the same second
 	// forever after.
 	DefaultPollJitter = 0.1
+	// DefaultInventoryInterval is how often a machine's inventory is
+	// read from its BMC (besides at the first contact, when the
+	// Machine's spec changes, and when asked by ReadInventoryAnnotation).
+	// Hardware changes when someone opens the case, rarely; an
+	// inventory is a few dozen requests a BMC answers slowly, under the
+	// lock Jobs wait for. Once a day finds a swapped disk the same day.
+	DefaultInventoryInterval = 24 * time.Hour
+	// DefaultInventoryTimeout bounds reading one inventory: up to a few
+	// hundred requests (the caps of model.OutOfBand), each a fraction of
+	// a second on a BMC that answers.
+	DefaultInventoryTimeout = 2 * time.Minute
 )
+
+// ReadInventoryAnnotation on a Machine asks the Poller to read the
+// machine's inventory at once: each new value is one read (the value is
+// anything, e.g. the date). Rufio has no such request; this is Anvil's,
+// as cheap as `anvil apply` of the annotated Machine.
+const ReadInventoryAnnotation = "bmc.anvil.dev/read-inventory"
 
 // PollConfig configures a Poller.
 type PollConfig struct {
@@ -63,6 +80,13 @@ type PollConfig struct {
 	// Jitter is the fraction by which every wait is spread, up or down.
 	// If 0, uses DefaultPollJitter; negative means none.
 	Jitter float64
+	// InventoryInterval is the time between two reads of a machine's
+	// inventory (InventorySession). If 0, uses DefaultInventoryInterval;
+	// negative: never read.
+	InventoryInterval time.Duration
+	// InventoryTimeout bounds one inventory read. If 0, uses
+	// DefaultInventoryTimeout.
+	InventoryTimeout time.Duration
 	// Clock schedules polls and stamps conditions. If nil, uses the
 	// Executor's.
 	Clock clock.Clock
@@ -75,7 +99,9 @@ type PollConfig struct {
 // interval and writes it, with the Contactable condition, to the
 // Machine's status as Rufio's machine controller does: powerState on or
 // off and Contactable True, or powerState unknown and Contactable False
-// with the cause. It writes only what changed. It takes the Executor's
+// with the cause. It writes only what changed. Now and then it also reads
+// the machine's inventory in the same session (InventorySession) into the
+// status.attributes.outOfBand of the Hardware naming the Machine. It takes the Executor's
 // per-BMC lock for each poll, so a poll never overlaps a Job's session on
 // the same BMC, and it skips (and comes back to) a BMC a Job holds.
 type Poller struct {
@@ -96,6 +122,12 @@ type pollState struct {
 	// again: its Secret changed while it was being polled, with the old
 	// one perhaps: poll it again at once, whatever this poll found.
 	again bool
+	// invNext is when its inventory is next read, at a poll (zero: at
+	// the next); invAsked is the ReadInventoryAnnotation value obeyed.
+	invNext  time.Time
+	invAsked string
+	// invNone: its last session had no inventory (IPMI, AMT).
+	invNone bool
 }
 
 // pollResult is what one poll came to.
@@ -135,6 +167,12 @@ func (e *Executor) Poller(cfg PollConfig) *Poller {
 	case cfg.Jitter < 0:
 		cfg.Jitter = 0
 	}
+	if cfg.InventoryInterval == 0 {
+		cfg.InventoryInterval = DefaultInventoryInterval
+	}
+	if cfg.InventoryTimeout <= 0 {
+		cfg.InventoryTimeout = DefaultInventoryTimeout
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = e.cfg.Clock
 	}
@@ -148,13 +186,14 @@ func (e *Executor) Poller(cfg PollConfig) *Poller {
 // wait until the next is due or a Machine appears or changes (its spec:
 // it is polled at once, its failures forgotten), or a Secret changes (the
 // Machines using it are polled at once: a fixed password need not wait
-// out the back-off, a wrong one shows at once).
+// out the back-off, a wrong one shows at once), or a Hardware comes to
+// name a Machine whose inventory it lacks (read at once).
 func (p *Poller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	for _, kind := range []string{model.KindMachine, model.KindSecret} {
+	for _, kind := range []string{model.KindMachine, model.KindSecret, model.KindHardware} {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.watch(wctx, kind) }()
 	}
@@ -231,7 +270,25 @@ func (p *Poller) changed(o model.Object) bool {
 	case *model.Machine:
 		// A status write (a poll's, a Job's) leaves the generation alone.
 		s := p.sched[o.Key()]
-		return s == nil || s.gen != o.Generation
+		return s == nil || s.gen != o.Generation || o.Annotations[ReadInventoryAnnotation] != s.invAsked
+	case *model.Hardware:
+		// A Hardware that names a Machine whose inventory it lacks (new,
+		// or re-pointed by its bmcRef) gets it at once, not at the
+		// Machine's next inventory time — unless the Machine has none
+		// to give or is backing off.
+		if o.Spec.BMCRef == nil || p.cfg.InventoryInterval <= 0 {
+			return false
+		}
+		a := o.Status.Attributes
+		if a != nil && a.OutOfBand != nil && a.OutOfBand.Source.Machine == o.Spec.BMCRef.Name {
+			return false
+		}
+		s := p.sched[o.Namespace+"/"+o.Spec.BMCRef.Name]
+		if s == nil || s.invNone || s.failures > 0 || s.invNext.IsZero() {
+			return false // unknown yet, none, failing, or due already
+		}
+		s.invNext, s.next = time.Time{}, time.Time{}
+		return true
 	case *model.Secret:
 		hit := false
 		for _, s := range p.sched {
@@ -260,6 +317,7 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 	// would list the store N times a round.
 	horizon := now.Add(min(time.Second, p.cfg.Interval/20))
 	var due []*model.Machine
+	var inv []bool // due[i]'s inventory is due too
 	p.mu.Lock()
 	seen := make(map[string]bool, len(objs))
 	for _, o := range objs {
@@ -268,12 +326,18 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 		seen[key] = true
 		s := p.sched[key]
 		if s == nil || s.gen != m.Generation {
-			s = &pollState{gen: m.Generation, secret: secretKey(m)}
+			// New, or re-specified (perhaps another BMC): its
+			// inventory is read at this poll too.
+			s = &pollState{gen: m.Generation, secret: secretKey(m), invAsked: m.Annotations[ReadInventoryAnnotation]}
 			p.sched[key] = s
+		}
+		if ask := m.Annotations[ReadInventoryAnnotation]; ask != s.invAsked {
+			s.invAsked, s.invNext, s.next = ask, time.Time{}, time.Time{}
 		}
 		if !s.next.After(horizon) {
 			s.again = false
 			due = append(due, m)
+			inv = append(inv, p.cfg.InventoryInterval > 0 && !s.invNext.After(horizon))
 		}
 	}
 	for key := range p.sched {
@@ -288,7 +352,7 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 		sem := make(chan struct{}, p.cfg.Concurrency)
 		var wg sync.WaitGroup
 	loop:
-		for _, m := range due {
+		for i, m := range due {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -298,7 +362,8 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				p.reschedule(m.Key(), p.poll(ctx, m))
+				r, io := p.poll(ctx, m, inv[i])
+				p.reschedule(m.Key(), r, io)
 			}()
 		}
 		wg.Wait()
@@ -323,8 +388,9 @@ func (p *Poller) Sweep(ctx context.Context) (time.Time, error) {
 	return next, nil
 }
 
-// reschedule sets when the Machine is next due after a poll.
-func (p *Poller) reschedule(key string, r pollResult) {
+// reschedule sets when the Machine is next due after a poll, and its
+// inventory when the poll read it (or its provider has none to read).
+func (p *Poller) reschedule(key string, r pollResult, inv invOutcome) {
 	if r == pollCanceled {
 		return
 	}
@@ -340,6 +406,10 @@ func (p *Poller) reschedule(key string, r pollResult) {
 	case pollOK:
 		s.failures = 0
 		s.next = now.Add(p.jitter(p.cfg.Interval))
+		if inv != invPending {
+			s.invNext = now.Add(p.jitter(p.cfg.InventoryInterval))
+			s.invNone = inv == invNone
+		}
 	case pollFailed:
 		s.failures++
 		s.next = now.Add(p.jitter(p.backoff(s.failures)))
@@ -369,9 +439,20 @@ func (p *Poller) jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 + p.cfg.Jitter*(2*p.cfg.Rand()-1)))
 }
 
+// invOutcome is what a poll did about the Machine's inventory.
+type invOutcome int
+
+const (
+	invPending invOutcome = iota // not read, or not recorded: at the next poll
+	invDone                      // read and recorded, or nowhere to record it
+	invNone                      // the provider has none
+)
+
 // poll reads one Machine's power state in a session of its own and
-// records it.
-func (p *Poller) poll(ctx context.Context, m *model.Machine) pollResult {
+// records it, and, when withInventory and the session can, the
+// machine's inventory (recorded on its Hardware). It says what came of
+// the inventory.
+func (p *Poller) poll(ctx context.Context, m *model.Machine, withInventory bool) (pollResult, invOutcome) {
 	e := p.e
 	get := func(kind, ns, name string) (model.Object, error) { return e.cfg.Store.Get(ctx, kind, ns, name) }
 	prov, conn, err := e.connect(m, get, "")
@@ -383,39 +464,87 @@ func (p *Poller) poll(ctx context.Context, m *model.Machine) pollResult {
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return pollCanceled
+			return pollCanceled, invPending
 		}
 		p.record(ctx, m, model.PowerUnknown, false, scrub(err.Error()))
-		return pollFailed
+		return pollFailed, invPending
 	}
 	l := e.bmcLock(conn.Host)
 	select {
 	case l <- struct{}{}:
 	default:
-		return pollBusy
+		return pollBusy, invPending
 	}
 	defer func() { <-l }()
 
+	var hws []*model.Hardware
+	noTargets := false
+	if withInventory {
+		// No Hardware names the Machine (yet): not worth the BMC's
+		// time. One that comes to name it is seen by the watch. On an
+		// error, the inventory waits for the next poll.
+		var err error
+		hws, err = p.inventoryTargets(ctx, m)
+		if err != nil && ctx.Err() == nil {
+			p.e.log.Warn("bmc poll: cannot list the machine's hardware", "machine", m.Key(), "err", err)
+		}
+		withInventory, noTargets = len(hws) > 0, err == nil && len(hws) == 0
+	}
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	st, err := p.read(pctx, prov, conn)
+	var inv inventoryRead
+	if withInventory {
+		inv.timeout = p.cfg.InventoryTimeout
+	}
+	st, err := p.read(pctx, prov, conn, &inv)
 	if ctx.Err() != nil {
-		return pollCanceled
+		return pollCanceled, invPending
 	}
 	if err != nil {
 		if pctx.Err() != nil {
 			err = fmt.Errorf("%w (a poll's limit is %s)", err, p.cfg.Timeout)
 		}
 		p.record(ctx, m, model.PowerUnknown, false, fmt.Sprintf("provider %s: %s", prov.Name(), scrub(err.Error())))
-		return pollFailed
+		return pollFailed, invPending
 	}
 	p.record(ctx, m, st, true, "")
-	return pollOK
+	if noTargets {
+		return pollOK, invDone
+	}
+	if !withInventory {
+		return pollOK, invPending
+	}
+	switch {
+	case !inv.supported:
+		return pollOK, invNone // nothing to read: not asked again until its time
+	case inv.err != nil:
+		// The power state stands; the inventory is tried again at the
+		// next poll, and the last one read stays on the Hardware.
+		p.e.log.Warn("bmc poll: cannot read the machine's inventory", "machine", m.Key(), "provider", prov.Name(), "err", scrub(inv.err.Error()))
+		return pollOK, invPending
+	}
+	inv.got.Source = model.OutOfBandSource{Machine: m.Name, Provider: prov.Name(), ReadAt: p.cfg.Clock.Now().UTC()}
+	inv.got.Bound()
+	if !p.recordInventory(ctx, m, hws, inv.got) {
+		return pollOK, invPending
+	}
+	return pollOK, invDone
 }
 
-// read opens a session, reads the power state and closes the session
-// whatever happened (on a fresh context: the poll's may have expired).
-func (p *Poller) read(ctx context.Context, prov Provider, conn Conn) (string, error) {
+// inventoryRead asks read for the inventory (timeout > 0) and holds what
+// came of it.
+type inventoryRead struct {
+	timeout   time.Duration
+	supported bool
+	got       *model.OutOfBand
+	err       error
+}
+
+// read opens a session, reads the power state (and the inventory, when
+// inv asks and the session can) and closes the session whatever happened
+// (on a fresh context: the poll's may have expired). The inventory has a
+// time limit of its own, from the poll's parent: it takes many requests.
+func (p *Poller) read(ctx context.Context, prov Provider, conn Conn, inv *inventoryRead) (string, error) {
 	s, err := openMeasured(ctx, prov, conn)
 	if err != nil {
 		return "", err
@@ -430,6 +559,18 @@ func (p *Poller) read(ctx context.Context, prov Provider, conn Conn) (string, er
 	st, err := s.PowerState(ctx)
 	if err != nil {
 		return "", fmt.Errorf("get power state: %w", err)
+	}
+	if read, ok := inventoryOf(s); ok && inv.timeout > 0 {
+		inv.supported = true
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inv.timeout)
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() {
+			if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+				cancel() // the poller stops: so does the read
+			}
+		})
+		defer stop()
+		inv.got, inv.err = read(ictx)
 	}
 	return st, nil
 }

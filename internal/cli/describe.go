@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -290,8 +291,15 @@ func describeHardware(w io.Writer, h *model.Hardware, wfs []model.Object, now ti
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", mac, ip, host, pxe, wf, dhcp)
 	}
 	tw.Flush()
-	if h.Status.Attributes != nil {
-		describeInventory(w, h.Status.Attributes)
+	if a := h.Status.Attributes; a != nil {
+		agent := *a
+		agent.OutOfBand = nil
+		if !reflect.ValueOf(agent).IsZero() { // the agent has reported
+			describeInventory(w, a)
+		}
+		if a.OutOfBand != nil {
+			describeOutOfBand(w, a)
+		}
 	}
 	if c := h.Status.Commissioning; c != nil {
 		describeCommissioning(w, c, now)

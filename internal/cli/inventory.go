@@ -3,9 +3,12 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/anvilproj/anvil/internal/hwinfo"
 	"github.com/anvilproj/anvil/internal/model"
 )
 
@@ -117,4 +120,80 @@ func countSame(items []string) string {
 		i = j
 	}
 	return strings.Join(out, ", ")
+}
+
+// describeOutOfBand writes what the machine's BMC says of it
+// (status.attributes.outOfBand), then any difference between the BMC's
+// and the agent's identity of the machine: a wrong spec.bmcRef.
+func describeOutOfBand(w io.Writer, a *model.Attributes) {
+	o := a.OutOfBand
+	src := joinNonEmpty(", ", "Machine "+o.Source.Machine, o.Source.Provider)
+	if !o.Source.ReadAt.IsZero() {
+		src = joinNonEmpty(", ", src, "read "+o.Source.ReadAt.UTC().Truncate(time.Second).Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "Out-of-band: (the BMC's: %s; all of it: get -o yaml, status.attributes.outOfBand)\n", src)
+	fmt.Fprintf(w, "  System:    %s\n", orDash(joinNonEmpty(", ", joinNonEmpty(" ", o.Manufacturer, o.Model),
+		labelled("serial", o.SerialNumber), labelled("UUID", o.UUID), labelled("SKU", o.SKU))))
+	if o.BIOSVersion != "" {
+		fmt.Fprintf(w, "  BIOS:      %s\n", o.BIOSVersion)
+	}
+	if o.PowerState != "" {
+		fmt.Fprintf(w, "  Power:     %s (when read)\n", o.PowerState)
+	}
+	if len(o.Processors) > 0 {
+		var procs []string
+		for _, p := range o.Processors {
+			procs = append(procs, joinNonEmpty(" ", p.Model, parenthesised(fmt.Sprintf("%d cores, %d threads", p.Cores, p.Threads))))
+		}
+		fmt.Fprintf(w, "  CPU:       %s\n", countSame(procs))
+	} else if s := o.ProcessorSummary; s != nil {
+		fmt.Fprintf(w, "  CPU:       %d x %s\n", s.Count, orDash(s.Model))
+	}
+	if o.MemorySummary != nil || len(o.Memory) > 0 {
+		var dimms []string
+		for _, m := range o.Memory {
+			dimms = append(dimms, joinNonEmpty(" ", hwinfo.HumanBytes(m.CapacityMiB<<20), m.Type, speed(m.SpeedMHz, "MHz"), m.Manufacturer))
+		}
+		total := "-" // in the agent's units (hwinfo.HumanBytes), to compare
+		if s := o.MemorySummary; s != nil && s.TotalGiB > 0 && s.TotalGiB < 1<<33 {
+			total = hwinfo.HumanBytes(uint64(s.TotalGiB * (1 << 30)))
+		}
+		fmt.Fprintf(w, "  Memory:    %s\n", joinNonEmpty(": ", total, countSame(dimms)))
+	}
+	if len(o.Drives) > 0 {
+		fmt.Fprintln(w, "  Drives:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "    TYPE\tSIZE\tMODEL\tSERIAL")
+		for _, d := range o.Drives {
+			size := "-"
+			if d.CapacityBytes > 0 {
+				size = hwinfo.HumanBytes(d.CapacityBytes)
+			}
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\n", orDash(d.MediaType), size, orDash(d.Model), orDash(d.SerialNumber))
+		}
+		tw.Flush()
+	}
+	if len(o.EthernetInterfaces) > 0 {
+		fmt.Fprintln(w, "  NICs:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "    ID\tMAC\tSPEED\tLINK")
+		for _, n := range o.EthernetInterfaces {
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\n", orDash(n.ID), orDash(n.MAC), orDash(speed(n.SpeedMbps, "Mb/s")), orDash(n.LinkStatus))
+		}
+		tw.Flush()
+	}
+	if len(o.Truncated) > 0 {
+		fmt.Fprintf(w, "  Truncated: %s (over Anvil's caps)\n", strings.Join(o.Truncated, ", "))
+	}
+	for _, d := range a.IdentityMismatch() {
+		fmt.Fprintf(w, "  Mismatch:  %s: spec.bmcRef may name another machine's BMC\n", d)
+	}
+}
+
+// speed is "n unit", or "" when n is 0 (unknown, or no link).
+func speed(n uint32, unit string) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.FormatUint(uint64(n), 10) + unit
 }

@@ -96,3 +96,83 @@ func TestDescribeCommissioning(t *testing.T) {
 		}
 	}
 }
+
+// describeLines is describe hardware's output for h, its runs of spaces
+// as one (the tables' column widths are tabwriter's).
+func describeLines(h *model.Hardware) (string, []string) {
+	var out bytes.Buffer
+	describeHardware(&out, h, nil, time.Now())
+	var lines []string
+	for l := range strings.Lines(out.String()) {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	return out.String(), lines
+}
+
+// describe hardware shows the BMC's inventory (as the poller stored it
+// from the simulator's R640) in a section of its own: with no agent
+// report, alone; beside the agent's report of another machine (the
+// R610), with a line for each identity that differs; beside the agent's
+// report of the same machine, with none.
+func TestDescribeOutOfBand(t *testing.T) {
+	b, err := os.ReadFile("testdata/outofband-r640.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oob model.OutOfBand
+	if err := json.Unmarshal(b, &oob); err != nil {
+		t.Fatal(err)
+	}
+	section := []string{
+		"Out-of-band: (the BMC's: Machine bmc-node08, redfish, read 2026-11-28T09:35:15Z; all of it: get -o yaml, status.attributes.outOfBand)",
+		"  System:    Dell Inc. PowerEdge R640, serial 7XK2Q53, UUID 4c4c4544-0058-4b10-8032-b7c04f513533, SKU 7XK2Q53",
+		"  BIOS:      2.19.1",
+		"  Power:     Off (when read)",
+		"  CPU:       2 x Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz (20 cores, 40 threads)",
+		"  Memory:    96GB: 3 x 32GB DDR4 2933MHz Hynix",
+		"    SSD   447GB  MZ7KH480HAHQ0D3  S47MNY0M123456",
+		"    HDD   2TB    ST2000NM0055     ZC20ABCD",
+		"    1   e4:43:4b:1a:2b:3c  10000Mb/s  LinkUp",
+		"    2   e4:43:4b:1a:2b:3d  -          LinkDown",
+	}
+	mismatch := []string{
+		`  Mismatch:  serial number: agent "ANV0R61", BMC "7XK2Q53": spec.bmcRef may name another machine's BMC`,
+		`  Mismatch:  UUID: agent "4c4c4544-004e-5610-8030-c1c04f523631", BMC "4c4c4544-0058-4b10-8032-b7c04f513533": spec.bmcRef may name another machine's BMC`,
+	}
+	has := func(lines []string, want string) bool {
+		return slices.Contains(lines, strings.Join(strings.Fields(want), " "))
+	}
+
+	h := &model.Hardware{ObjectMeta: model.ObjectMeta{Name: "node08", Namespace: "default"},
+		Status: model.HardwareStatus{Attributes: &model.Attributes{OutOfBand: &oob}}}
+	out, lines := describeLines(h)
+	for _, w := range section {
+		if !has(lines, w) {
+			t.Errorf("describe output lacks the line %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "Inventory:") || strings.Contains(out, "Mismatch") {
+		t.Errorf("an out-of-band inventory alone shows an agent's section or a mismatch:\n%s", out)
+	}
+
+	r610, err := os.ReadFile("../hwinfo/testdata/dell-r610.golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(r610, &h.Status.Attributes); err != nil {
+		t.Fatal(err)
+	}
+	h.Status.Attributes.OutOfBand = &oob
+	out, lines = describeLines(h)
+	for _, w := range append(append([]string{"  Product:   Dell Inc. PowerEdge R610, serial ANV0R61, UUID 4c4c4544-004e-5610-8030-c1c04f523631"}, section...), mismatch...) {
+		if !has(lines, w) {
+			t.Errorf("describe output lacks the line %q:\n%s", w, out)
+		}
+	}
+
+	h.Status.Attributes.Product.SerialNumber = "7xk2q53" // case aside, the same
+	h.Status.Attributes.Anvil.UUID = oob.UUID
+	if out, _ = describeLines(h); strings.Contains(out, "Mismatch") {
+		t.Errorf("the same machine shows a mismatch:\n%s", out)
+	}
+}

@@ -7,7 +7,8 @@ package model
 // baseboard, product), so that tools and templates written for Tinkerbell
 // read it here too. What Tinkerbell's shape has no field for (firmware
 // mode, Secure Boot, TPM, the system UUID, exact sizes, NIC drivers and
-// link state) is under Anvil alone, never added to Tinkerbell's objects.
+// link state) is under Anvil alone, never added to Tinkerbell's objects;
+// what the BMC says (OutOfBand) is beside it.
 type Attributes struct {
 	CPU               *CPUAttributes     `json:"cpu,omitempty"`
 	Memory            *MemoryAttributes  `json:"memory,omitempty"`
@@ -21,6 +22,10 @@ type Attributes struct {
 	Product           *Product           `json:"product,omitempty"`
 	// Anvil holds Anvil's additions. Anvil's.
 	Anvil *AnvilAttributes `json:"anvil,omitempty"`
+	// OutOfBand is what the machine's BMC says of it, read by the BMC
+	// poller through the Hardware's spec.bmcRef. Anvil's; the one part
+	// of the attributes the agent's report does not write.
+	OutOfBand *OutOfBand `json:"outOfBand,omitempty"`
 }
 
 // CPUAttributes sums the machine's processors (packages).

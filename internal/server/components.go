@@ -196,7 +196,12 @@ func bmcComponents(cfg Config, st store.Store, sealer *secrets.Sealer, events ma
 	if cfg.BMCPollInterval > 0 {
 		// The poller shares the executor's per-BMC locks: a poll never
 		// overlaps a Job's session on the same BMC.
-		poller := executor.Poller(bmc.PollConfig{Interval: cfg.BMCPollInterval, Concurrency: cfg.BMCPollConcurrency})
+		inventory := cfg.BMCInventoryInterval
+		if inventory <= 0 {
+			inventory = -1 // none: the poller's 0 is its default
+		}
+		poller := executor.Poller(bmc.PollConfig{Interval: cfg.BMCPollInterval, Concurrency: cfg.BMCPollConcurrency,
+			InventoryInterval: inventory})
 		leaderOnly = append(leaderOnly, supervise.Component{Name: "bmc power-state poller", Run: bestEffort(log, "bmc power-state poller stopped", poller.Run)})
 	}
 	if cfg.ConsolePort != 0 {

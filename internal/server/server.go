@@ -229,6 +229,12 @@ type Config struct {
 	// DefaultBMCPollInterval) is how often every Machine's power state is read
 	// (docs/bmc.md); 0 reads none.
 	BMCPollInterval time.Duration
+	// BMCInventoryInterval (`anvil serve --bmc-inventory-interval`,
+	// default DefaultBMCInventoryInterval) is how often the poller reads
+	// each machine's inventory from a BMC that has one (Redfish) into
+	// its Hardware's status.attributes.outOfBand, besides at its first
+	// contact and when asked (docs/bmc.md); 0 reads none.
+	BMCInventoryInterval time.Duration
 	// BMCPollConcurrency bounds the power-state polls at once; 0 uses
 	// bmc.DefaultPollConcurrency.
 	BMCPollConcurrency int
@@ -621,6 +627,7 @@ func logHandles() int {
 
 // Defaults of `anvil serve`'s power-state poller (docs/bmc.md).
 const (
-	DefaultBMCPollInterval    = bmc.DefaultPowerPollInterval
-	DefaultBMCPollConcurrency = bmc.DefaultPollConcurrency
+	DefaultBMCPollInterval      = bmc.DefaultPowerPollInterval
+	DefaultBMCPollConcurrency   = bmc.DefaultPollConcurrency
+	DefaultBMCInventoryInterval = bmc.DefaultInventoryInterval
 )

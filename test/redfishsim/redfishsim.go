@@ -1,6 +1,8 @@
 // Package redfishsim is a Redfish service for tests: a BMC that speaks
 // DMTF Redfish over TLS (ServiceRoot, the Systems collection,
-// ComputerSystem with PowerState, Boot and #ComputerSystem.Reset,
+// ComputerSystem with PowerState, Boot and #ComputerSystem.Reset, the
+// system's inventory (identity, Processors, Memory, Storage with Drives,
+// EthernetInterfaces: inventory.go),
 // Managers/{id}/VirtualMedia with #VirtualMedia.InsertMedia and
 // #VirtualMedia.EjectMedia, SessionService/Sessions with X-Auth-Token, and
 // basic auth) in front of machines it powers through the Machine interface:
@@ -73,6 +75,10 @@ type System struct {
 	// ResetTypes are its ResetType@Redfish.AllowableValues; if nil,
 	// DefaultResetTypes.
 	ResetTypes []string
+	// Inventory is what the BMC says of the machine's hardware; if nil,
+	// the system has no identity properties and no Processors, Memory,
+	// Storage or EthernetInterfaces (as before inventory was simulated).
+	Inventory *Inventory
 }
 
 // DefaultResetTypes are the ResetType values a system allows unless told.
@@ -473,6 +479,11 @@ func (s *Server) systemRoute(w http.ResponseWriter, r *http.Request, parts []str
 		s.patchSystem(w, r, sys)
 	case len(parts) == 3 && parts[1] == "Actions" && parts[2] == "ComputerSystem.Reset" && r.Method == http.MethodPost:
 		s.reset(w, r, sys)
+	case len(parts) >= 2 && slices.Contains([]string{"Processors", "Memory", "Storage", "EthernetInterfaces"}, parts[1]):
+		s.mu.Lock()
+		inv := sys.Inventory
+		s.mu.Unlock()
+		inventoryRoute(w, r, sys.ID, inv, parts[1:])
 	default:
 		redfishError(w, http.StatusMethodNotAllowed, "OperationNotAllowed", "The operation is not allowed on this resource.")
 	}
@@ -492,8 +503,9 @@ func (s *Server) getSystem(w http.ResponseWriter, sys *system) {
 	s.mu.Lock()
 	boot := map[string]any{"BootSourceOverrideTarget": sys.target, "BootSourceOverrideEnabled": sys.enabled,
 		"BootSourceOverrideMode": sys.mode, "BootSourceOverrideTarget@Redfish.AllowableValues": bootTargets}
+	inv := sys.Inventory
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{
+	body := map[string]any{
 		"@odata.id": uri, "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
 		"Id": sys.ID, "Name": sys.Name, "SystemType": "Physical", "PowerState": state,
 		"Status": map[string]string{"State": "Enabled", "Health": "OK"},
@@ -501,7 +513,19 @@ func (s *Server) getSystem(w http.ResponseWriter, sys *system) {
 		"Actions": map[string]any{"#ComputerSystem.Reset": map[string]any{
 			"target": uri + "/Actions/ComputerSystem.Reset", "ResetType@Redfish.AllowableValues": sys.ResetTypes}},
 		"Links": map[string]any{"ManagedBy": []map[string]string{link(root + "/Managers/BMC-" + sys.ID)}},
-	})
+	}
+	if inv != nil {
+		inventoryFields(body, uri, inv)
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// SetInventory replaces what system id's BMC says of its hardware (a
+// disk swapped, a DIMM added).
+func (s *Server) SetInventory(id string, inv *Inventory) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.systems[id].Inventory = inv
 }
 
 func (s *Server) patchSystem(w http.ResponseWriter, r *http.Request, sys *system) {

@@ -23,6 +23,7 @@ func main() {
 	dir := flag.String("dir", "", "directory for the CA file, fetched images and QEMU's socket (required)")
 	accel := flag.String("accel", "", "the QEMU VM's accelerators, e.g. tcg (default kvm:tcg when /dev/kvm opens, else tcg)")
 	memory := flag.String("memory", "", "the QEMU VM's memory, QEMU's -m (default 128)")
+	inventory := flag.Bool("inventory", false, "system 1 describes its hardware (identity, Processors, Memory, Storage, EthernetInterfaces) as redfishsim.ExampleInventory, a PowerEdge R640")
 	var extra []string
 	flag.Func("qemu-arg", "an argument added to every QEMU launch, e.g. a NIC (repeatable, in order)", func(v string) error {
 		extra = append(extra, v)
@@ -39,8 +40,12 @@ func main() {
 		defer vm.Close()
 		m = vm
 	}
+	sys := redfishsim.System{ID: "1", Machine: m}
+	if *inventory {
+		sys.Inventory = redfishsim.ExampleInventory()
+	}
 	s, err := redfishsim.New(redfishsim.Config{Username: *user, Password: *password, Listen: *listen,
-		Systems: []redfishsim.System{{ID: "1", Machine: m}}}, *dir)
+		Systems: []redfishsim.System{sys}}, *dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redfishsim:", err)
 		os.Exit(1)
