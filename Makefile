@@ -9,6 +9,9 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X github.com/anvilproj/anvil/internal/version.Version=$(VERSION) \
            -X github.com/anvilproj/anvil/internal/version.Commit=$(COMMIT)
 BIN     := bin/anvil
+# The boot environment's /init (cmd/anvil-agent: the agent without the
+# server), next to anvil, where `anvil bootenv build` looks for it.
+AGENT_BIN := $(dir $(BIN))anvil-agent
 
 # The container image (`make image`, docs/kubernetes.md): its reference, the
 # commit in its revision label, and its one time, the last commit's, so that
@@ -101,10 +104,12 @@ kube:
 build: deps
 	@$(MAKE) --no-print-directory binary
 
-# binary: the static anvil binary alone, without installing anything first
-# (the Dockerfile's build stage runs this).
+# binary: the static anvil binary and the boot environment's anvil-agent
+# next to it, without installing anything first (the Dockerfile's build
+# stage runs this).
 binary:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/anvil
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(AGENT_BIN) ./cmd/anvil-agent
 
 # image: the container image without a container engine, from the static
 # binary (internal/tools/ociimage): an OCI layout in bin/image (crane push

@@ -2,7 +2,7 @@
 # demo.sh: start Anvil with its embedded store in a private network namespace
 # and provision a QEMU machine end to end: the blank machine PXE boots from
 # Anvil (DHCP -> iPXE -> its script), boots Anvil's boot environment (Debian's
-# kernel, anvil itself as /init), the agent runs the workflow in
+# kernel, bin/anvil-agent as /init), the agent runs the workflow in
 # examples/demo/ (stream a disk image, write the boot config, fetch its own
 # metadata, reboot), and the machine then boots the OS on its disk.
 #

@@ -6,8 +6,9 @@
 //
 // Each initramfs is what `anvil bootenv build` makes from Debian's kernel
 // with the default module selection, with test/bootenvinit as /init and a
-// stand-in for the anvil binary next to it (default: cmd/anvil built with
-// -s -w, about 20 MB, so that it compresses like the real one). QEMU runs
+// stand-in for the boot environment's binary next to it (default:
+// cmd/anvil-agent built with -s -w, as make build builds it, so that it
+// compresses like the real one). QEMU runs
 // `-accel tcg -m 512 -nographic -no-reboot -nic none -kernel … -initrd …
 // -append "console=ttyS0 quiet bootenvinit.coldplug=0"`; the time is
 // from starting QEMU to /init's first line on the serial console, and
@@ -64,7 +65,7 @@ func main() {
 	var (
 		kernel  = flag.String("kernel", ".cache/kernel/vmlinuz", "kernel image")
 		modules = flag.String("modules", ".cache/kernel/modules", "modules (as anvil bootenv build --modules)")
-		standin = flag.String("standin", "", "file standing in for the anvil binary (default: build cmd/anvil with -s -w)")
+		standin = flag.String("standin", "", "file standing in for the boot environment's binary (default: build cmd/anvil-agent with -s -w)")
 		comps   = flag.String("compress", defaultComps, "compressions to compare, comma-separated")
 		runs    = flag.Int("runs", 5, "boots per compression")
 		workDir = flag.String("work", "", "directory for the builds (default: a temporary one, removed)")
@@ -103,7 +104,7 @@ func run(kernel, modules, standin string, comps []string, runs int, work string,
 	}
 	if standin == "" {
 		standin = filepath.Join(work, "anvil-standin")
-		if err := goBuild(standin, "./cmd/anvil", "-ldflags=-s -w"); err != nil {
+		if err := goBuild(standin, "./cmd/anvil-agent", "-ldflags=-s -w"); err != nil {
 			return nil, err
 		}
 	}
@@ -111,7 +112,7 @@ func run(kernel, modules, standin string, comps []string, runs int, work string,
 	if err != nil {
 		return nil, err
 	}
-	fmt.Printf("stand-in for anvil: %s (%.1f MiB)\n", standin, float64(fi.Size())/mib)
+	fmt.Printf("stand-in for anvil-agent: %s (%.1f MiB)\n", standin, float64(fi.Size())/mib)
 
 	rows := make([]*row, len(comps))
 	for i, c := range comps {

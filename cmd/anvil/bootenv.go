@@ -25,8 +25,10 @@ func newBootenvBuildCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "build --kernel FILE --modules DIR|DEB --out DIR",
 		Short: "Build vmlinuz-ARCH and initramfs-ARCH into a directory (nothing to do when up to date)",
-		Long: `build writes OUT/vmlinuz-ARCH (the kernel) and OUT/initramfs-ARCH: this anvil
-binary as /init, the kernel modules a machine needs for its network and disks
+		Long: `build writes OUT/vmlinuz-ARCH (the kernel) and OUT/initramfs-ARCH: anvil-agent
+(the agent without the server; make build puts it next to anvil, else this
+anvil binary is used, with a note) as /init, the kernel modules a machine
+needs for its network and disks
 (with their dependencies and modules.dep/modules.alias), /dev/console, and a
 static busybox at /bin/busybox when /bin/busybox is one (Debian's
 busybox-static). A second build with the same inputs does nothing.
@@ -65,7 +67,7 @@ Module patterns: with a '/' they match the path below kernel/
 	f.StringVar(&cfg.Modules, "modules", "", "module directory, root directory containing lib/modules/RELEASE, or linux-image .deb (required)")
 	f.StringVar(&cfg.OutDir, "out", "", "output directory, e.g. the server's --bootenv-dir (required)")
 	f.StringVar(&cfg.Arch, "arch", bootenv.ArchX86_64, "architecture: x86_64 or aarch64 (amd64, arm64)")
-	f.StringVar(&cfg.Anvil, "anvil", "", "anvil binary to use as /init (default: this one); must be static")
+	f.StringVar(&cfg.Anvil, "anvil", "", "binary to use as /init (default: anvil-agent next to this binary, else this one); must be static")
 	f.StringVar(&cfg.Busybox, "busybox", bootenv.BusyboxAuto, "static busybox for a debug shell: FILE, auto ("+bootenv.DefaultBusybox+" if static) or none")
 	f.StringArrayVar(&cfg.Include, "modules-include", nil, "also include modules matching GLOB (repeatable)")
 	f.StringArrayVar(&cfg.Exclude, "modules-exclude", nil, "leave out modules matching GLOB and those needing them (repeatable)")

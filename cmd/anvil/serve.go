@@ -128,7 +128,7 @@ instead of --bind and the ports.`,
 	f.StringVar(&cfg.BootEnvDir, "bootenv-dir", "", "directory of the boot environment files served at /bootenv/ (vmlinuz-x86_64, initramfs-x86_64, …) (default DATA_DIR/bootenv)")
 	f.StringVar(&cfg.BootEnvModules, "bootenv-modules", "", "build the boot environment into --bootenv-dir at start from these kernel modules: a /lib/modules/RELEASE directory, a root containing one, or a linux-image .deb (skipped when up to date)")
 	f.StringVar(&cfg.BootEnvKernel, "bootenv-kernel", "", "kernel image for --bootenv-modules (default: the .deb's)")
-	f.StringVar(&cfg.BootEnvAnvil, "bootenv-anvil", "", "static anvil binary to put in the boot environment as /init (default: this one)")
+	f.StringVar(&cfg.BootEnvAnvil, "bootenv-anvil", "", "static binary to put in the boot environment as /init (default: anvil-agent next to this binary, else this one)")
 	// Authentication.
 	f.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "switch authentication off: every management call is an anonymous admin and agent calls are not checked (labs only; logged loudly)")
 	f.StringVar(&cfg.Auth.JWKSURL, "auth-jwks-url", "", "identity provider's JWKS URL (https, or http on loopback); keys are cached, refreshed periodically and on an unknown kid (default: the local issuer in DATA_DIR/auth)")

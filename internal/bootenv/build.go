@@ -35,6 +35,13 @@ const (
 	BusyboxNone = "none"
 )
 
+// AgentBinary is the file name of the boot environment's own binary
+// (cmd/anvil-agent: the agent without the server, the store, the
+// Kubernetes and BMC clients or the management CLI). When Config.Anvil is
+// empty, Build looks for it next to the running executable, where `make
+// build` puts it.
+const AgentBinary = "anvil-agent"
+
 // DefaultBusybox is where BusyboxAuto looks: Debian's busybox-static
 // installs a static busybox there (its busybox package a dynamic one,
 // which is skipped).
@@ -65,8 +72,10 @@ type Config struct {
 	// directory containing one (lib/modules/RELEASE), or a Debian
 	// linux-image .deb. Required.
 	Modules string
-	// Anvil is the binary that becomes /init. If empty, uses the running
-	// executable. It must be static and built for Arch.
+	// Anvil is the binary that becomes /init: anvil-agent, or a whole
+	// anvil. If empty, uses AgentBinary next to the running executable,
+	// or the running executable itself when there is none (Result.InitNote
+	// says which). It must be static and built for Arch.
 	Anvil string
 	// Busybox is a static busybox for a debug shell at /bin/busybox and
 	// /bin/sh, BusyboxNone for none, or BusyboxAuto: DefaultBusybox if it
@@ -115,6 +124,9 @@ type Result struct {
 	Dropped []string
 	// Compression is the initramfs's compression.
 	Compression string
+	// Init is the binary that became /init, InitNote what it is and, when
+	// it is a whole anvil by default, why.
+	Init, InitNote string
 	// Busybox is the busybox copied in ("" for none), BusyboxNote what it
 	// is or why there is none.
 	Busybox, BusyboxNote string
@@ -130,6 +142,9 @@ func (r *Result) Summary() string {
 	}
 	s := fmt.Sprintf("boot environment %s: %s (%s), %s (%s, %s, %d modules of %s)",
 		state, r.Kernel, mib(r.KernelSize), r.Initramfs, mib(r.InitramfsSize), r.Compression, r.Modules, r.KernelRelease)
+	if r.InitNote != "" {
+		s += ", /init " + r.InitNote
+	}
 	if r.Busybox != "" {
 		s += ", busybox " + r.BusyboxNote
 	} else if r.BusyboxNote != "" {
@@ -184,14 +199,15 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("no kernel: give --kernel (%s has no boot/vmlinuz-RELEASE)", cfg.Modules)
 		}
 	}
-	anvil := cfg.Anvil
-	if anvil == "" {
-		if anvil, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("anvil binary: %w", err)
-		}
-	}
-	if err := checkStatic(anvil, arch, "anvil binary"); err != nil {
+	anvil, initNote, whole, err := findInit(cfg.Anvil)
+	if err != nil {
 		return nil, err
+	}
+	if err := checkStatic(anvil, arch, "/init binary"); err != nil {
+		return nil, err
+	}
+	if whole {
+		log.Warn("the boot environment's /init is the whole anvil binary, server and all", "init", initNote)
 	}
 	busybox, busyboxNote, err := findBusybox(cfg.Busybox, arch)
 	if err != nil {
@@ -256,7 +272,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return &Result{UpToDate: true, Kernel: kernelOut, Initramfs: initrdOut,
 			KernelSize: m.Outputs[0].Size, InitramfsSize: m.Outputs[1].Size, ContentBytes: m.ContentBytes,
 			KernelRelease: m.KernelRelease, Modules: m.Modules, Compression: comp.String(),
-			Busybox: m.Busybox, BusyboxNote: m.BusyboxNote, Elapsed: time.Since(start)}, nil
+			Init: anvil, InitNote: initNote, Busybox: m.Busybox, BusyboxNote: m.BusyboxNote, Elapsed: time.Since(start)}, nil
 	}
 
 	// A package is unpacked first: its modules are read twice (modinfo,
@@ -303,7 +319,8 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	res := &Result{Kernel: kernelOut, Initramfs: initrdOut, KernelRelease: tree.release, Modules: len(sel.mods),
-		Dropped: sel.dropped, Compression: comp.String(), Busybox: busybox, BusyboxNote: busyboxNote,
+		Dropped: sel.dropped, Compression: comp.String(), Init: anvil, InitNote: initNote,
+		Busybox: busybox, BusyboxNote: busyboxNote,
 		ContentBytes: a.contentSize()}
 	m := &manifest{Key: key, KernelRelease: tree.release, Modules: len(sel.mods), Busybox: busybox,
 		BusyboxNote: busyboxNote, ContentBytes: res.ContentBytes}
@@ -378,7 +395,7 @@ func layout(ctx context.Context, tree *moduleTree, sel selection, anvil, busybox
 		return nil, err
 	}
 	if err := a.file(initPath, anvil, 0o755); err != nil {
-		return nil, fmt.Errorf("anvil binary: %w", err)
+		return nil, fmt.Errorf("/init binary: %w", err)
 	}
 	// The kernel runs /sbin/modprobe for modules it wants by name (a
 	// filesystem at mount, a crypto algorithm, a PHY driver): anvil
@@ -449,6 +466,42 @@ func layout(ctx context.Context, tree *moduleTree, sel selection, anvil, busybox
 		}
 	}
 	return a, nil
+}
+
+// findInit resolves Config.Anvil to the binary that becomes /init and a
+// note saying what it is: the file given, else chooseInit's for the
+// running executable.
+func findInit(spec string) (path, note string, whole bool, err error) {
+	if spec != "" {
+		return spec, describeInit(spec, "given"), false, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", "", false, fmt.Errorf("/init binary: %w", err)
+	}
+	path, note, whole = chooseInit(exe)
+	return path, note, whole, nil
+}
+
+// chooseInit is the /init binary when none is given, for the running
+// executable exe, and a note saying why: AgentBinary in exe's directory
+// if it is a regular file, else exe itself (whole).
+func chooseInit(exe string) (path, note string, whole bool) {
+	agent := filepath.Join(filepath.Dir(exe), AgentBinary)
+	if fi, err := os.Stat(agent); err == nil && fi.Mode().IsRegular() {
+		return agent, describeInit(agent, "next to "+filepath.Base(exe)), false
+	}
+	return exe, describeInit(exe, fmt.Sprintf("the whole anvil: no %s next to it; `make build` builds both", AgentBinary)), true
+}
+
+// describeInit is Result.InitNote: the binary's path and size, and why it
+// was chosen.
+func describeInit(path, why string) string {
+	size := ""
+	if fi, err := os.Stat(path); err == nil {
+		size = mib(fi.Size()) + ", "
+	}
+	return fmt.Sprintf("%s (%s%s)", path, size, why)
 }
 
 // findBusybox resolves Config.Busybox to a file ("" for none) and a note

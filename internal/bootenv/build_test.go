@@ -239,6 +239,11 @@ func TestBuildUpToDate(t *testing.T) {
 	if !strings.Contains(second.Summary(), "up to date") || !strings.Contains(first.Summary(), "built") {
 		t.Errorf("summaries %q / %q", first.Summary(), second.Summary())
 	}
+	for _, res := range []*Result{first, second} {
+		if want := "/init " + f.anvil + " ("; res.Init != f.anvil || !strings.Contains(res.Summary(), want) {
+			t.Errorf("Result.Init = %q, summary %q; want %s and %q in the summary", res.Init, res.Summary(), f.anvil, want)
+		}
+	}
 
 	later := time.Now().Add(time.Minute)
 	changes := []struct {
@@ -246,6 +251,17 @@ func TestBuildUpToDate(t *testing.T) {
 		change func()
 	}{
 		{"anvil binary rebuilt", func() { must(os.Chtimes(f.anvil, later, later)) }},
+		// The same bytes and times under another name: the /init
+		// binary is keyed by its path too, so switching from a whole
+		// anvil to anvil-agent rebuilds even when they look alike.
+		{"another /init binary", func() {
+			agent := filepath.Join(filepath.Dir(f.anvil), AgentBinary)
+			data, err := os.ReadFile(f.anvil)
+			must(err)
+			must(os.WriteFile(agent, data, 0o755))
+			must(os.Chtimes(agent, later, later))
+			cfg.Anvil = agent
+		}},
 		{"a module changed", func() {
 			p := filepath.Join(f.modDir, "kernel/fs/fat/vfat.ko")
 			must(os.Chtimes(p, later, later))
@@ -532,5 +548,44 @@ func TestBuildModuleCompression(t *testing.T) {
 		if p := idx.Path(m); !strings.HasSuffix(p, ".ko.zst") {
 			t.Errorf("index path of %s = %q; want the stored .ko.zst", m, p)
 		}
+	}
+}
+
+// TestChooseInit: without Config.Anvil, /init is anvil-agent when it lies
+// next to the running executable, else the executable itself, and the
+// note says which and why.
+func TestChooseInit(t *testing.T) {
+	tests := []struct {
+		name      string
+		agent     func(dir string) // puts (or not) something at dir/anvil-agent
+		wantAgent bool
+		wantNote  string
+	}{
+		{"agent next to anvil", func(dir string) {
+			must(os.WriteFile(filepath.Join(dir, AgentBinary), []byte("agent"), 0o755))
+		}, true, "next to anvil"},
+		{"no agent", func(string) {}, false, "the whole anvil: no anvil-agent next to it; `make build` builds both"},
+		{"a directory named like the agent", func(dir string) {
+			must(os.Mkdir(filepath.Join(dir, AgentBinary), 0o755))
+		}, false, "the whole anvil"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			exe := filepath.Join(dir, "anvil")
+			must(os.WriteFile(exe, []byte("anvil"), 0o755))
+			tc.agent(dir)
+			got, note, whole := chooseInit(exe)
+			want := exe
+			if tc.wantAgent {
+				want = filepath.Join(dir, AgentBinary)
+			}
+			if got != want || whole == tc.wantAgent {
+				t.Errorf("chooseInit(%s) = %s, whole %v; want %s, whole %v", exe, got, whole, want, !tc.wantAgent)
+			}
+			if !strings.HasPrefix(note, want+" (0.0 MiB, ") || !strings.Contains(note, tc.wantNote) {
+				t.Errorf("chooseInit(%s) note = %q; want %s, its size and %q", exe, note, want, tc.wantNote)
+			}
+		})
 	}
 }

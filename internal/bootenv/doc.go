@@ -1,8 +1,9 @@
 // Package bootenv builds the boot environment: the kernel and initramfs a
 // machine netboots into to run its workflow (Tinkerbell's "Hook"). The
-// initramfs is a compressed newc cpio whose /init is the anvil binary
-// itself; running as PID 1, anvil becomes the agent and loads the
-// machine's drivers with internal/kmod from the modules inside.
+// initramfs is a compressed newc cpio whose /init is anvil-agent (the
+// agent without the server: cmd/anvil-agent, found next to the running
+// anvil, else anvil itself); running as PID 1, it becomes the agent and
+// loads the machine's drivers with internal/kmod from the modules inside.
 //
 // Build takes Debian's kernel (or any distribution's: a kernel image and
 // a module tree, or a linux-image .deb), chooses the modules a machine

@@ -24,11 +24,12 @@ import (
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 	"github.com/anvilproj/anvil/internal/clientheader"
+	"github.com/anvilproj/anvil/internal/cmdbase"
 )
 
 // EnvServer names the environment variable that sets the server address when
-// --server is not given.
-const EnvServer = "ANVIL_SERVER"
+// --server is not given (cmdbase decides it for every binary).
+const EnvServer = cmdbase.EnvServer
 
 // EnvCACert names the environment variable that sets --cacert when the flag
 // is not given.
@@ -46,7 +47,7 @@ const (
 )
 
 // DefaultServer is the address the client commands use by default.
-const DefaultServer = "http://127.0.0.1:7080"
+const DefaultServer = cmdbase.DefaultServer
 
 // Commands returns the client commands, for the root command to add. They
 // read the root's persistent --server flag.
@@ -71,14 +72,8 @@ func Commands() []*cobra.Command {
 }
 
 // ExitError carries a process exit code other than 1 (e.g. `workflow watch`
-// ending in FAILED); main uses it.
-type ExitError struct {
-	Code int
-	Err  error
-}
-
-func (e *ExitError) Error() string { return e.Err.Error() }
-func (e *ExitError) Unwrap() error { return e.Err }
+// ending in FAILED); cmdbase.Run turns it into the exit code.
+type ExitError = cmdbase.ExitError
 
 // clients bundles the API clients for one server.
 type clients struct {

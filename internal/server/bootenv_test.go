@@ -30,7 +30,7 @@ func TestRunBootEnvErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.BootEnvModules, c.BootEnvKernel, c.BootEnvAnvil = dir, filepath.Join(dir, "vmlinuz"), "/bin/ls"
-		}, "anvil binary /bin/ls: dynamically linked"},
+		}, "/init binary /bin/ls: dynamically linked"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

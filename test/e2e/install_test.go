@@ -23,7 +23,7 @@ import (
 
 // The install tests provision for real: a QEMU machine with a blank disk
 // PXE boots into the boot environment that `anvil bootenv build` made from
-// Debian's kernel (anvil itself as /init), the agent runs a workflow of
+// Debian's kernel (anvil-agent as /init), the agent runs a workflow of
 // native actions that streams a zstd disk image to /dev/vda, writes the
 // machine's hostname into its boot config, fetches its own metadata into
 // the installed OS and reboots; the next PXE boot is sent to the disk,
@@ -61,6 +61,12 @@ func prepareInstall(t *testing.T) {
 			return
 		}
 		t.Logf("boot environment built in %.1fs: %s", time.Since(start).Seconds(), strings.TrimSpace(string(out)))
+		// The machines boot what make build's machines boot: anvil-agent,
+		// not the whole anvil.
+		if agent := filepath.Join(filepath.Dir(assets.anvil), "anvil-agent"); !strings.Contains(string(out), "/init "+agent+" (") {
+			installLab.err = fmt.Errorf("anvil bootenv build did not take %s as /init:\n%s", agent, out)
+			return
+		}
 		for _, img := range []osImage{biosOS, uefiOS} {
 			args := append(append([]string{}, img.makeFlags...), installLab.images, assets.kernel, assets.initrd)
 			out, err = exec.Command(filepath.Join(repoRoot, "scripts", "make-os-image.sh"), args...).CombinedOutput()

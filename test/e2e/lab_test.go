@@ -80,15 +80,21 @@ func requireLab(t *testing.T) {
 // test initramfs into dir.
 func buildAssets(dir string) error {
 	anvil := filepath.Join(dir, "anvil")
-	// Built as `make build` builds it (stripped): it is also the boot
-	// environment's /init, and its size is part of every boot's time.
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", anvil, "./cmd/anvil")
-	cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build anvil: %v\n%s", err, out)
+	// Built as `make build` builds them (stripped), anvil-agent next to
+	// anvil: `anvil bootenv build` takes it from there as the boot
+	// environment's /init, whose size is part of every boot's time.
+	for _, b := range []struct{ out, pkg string }{
+		{anvil, "./cmd/anvil"},
+		{filepath.Join(dir, "anvil-agent"), "./cmd/anvil-agent"},
+	} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", b.out, b.pkg)
+		cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+		}
 	}
 	kdir := filepath.Join(repoRoot, ".cache", "kernel")
-	cmd = exec.Command(filepath.Join(repoRoot, "scripts", "fetch-kernel.sh"), kdir)
+	cmd := exec.Command(filepath.Join(repoRoot, "scripts", "fetch-kernel.sh"), kdir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("fetch kernel: %v\n%s", err, out)
 	}
