@@ -400,6 +400,15 @@ func TestDiscoverStorm(t *testing.T) {
 	if n := de.discovered(t); n != max {
 		t.Errorf("%d discovered Hardware in the store; want %d", n, max)
 	}
+	// Bounded memory: what the storm leaves live is the Hardware made
+	// (~33 KiB each, measured, with the test's clients), not a cost per
+	// call or per refused machine. 256 KiB a machine is far above the
+	// measure and far below what keeping every call's inventory would be.
+	const perMachine = 256 << 10
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > int64(max)*perMachine {
+		t.Errorf("live heap grew %d MiB for %d machines made (%d refused); want at most %d KiB a machine made",
+			grew>>20, max, machines-max, perMachine>>10)
+	}
 }
 
 // Tinkerbell's tink-agent, unknown to Anvil, gets its Hardware made of
