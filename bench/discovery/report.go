@@ -69,7 +69,7 @@ func (r *report) errs() []error {
 // to the end, nothing failed.
 func (p *phase) stormHeld() bool {
 	return p.HardwareMade == p.DiscoveryMax && p.Enrolled == p.DiscoveryMax &&
-		p.Waiting == p.Machines-p.DiscoveryMax && p.Failures == 0 && p.ServerResults["full"] > 0
+		p.Waiting == p.Machines-p.DiscoveryMax && p.Failures == 0 && p.ServerResults["full"] >= float64(p.Waiting)
 }
 
 // result is the run as a benchresult file. There is no peer (see the

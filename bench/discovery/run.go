@@ -163,7 +163,7 @@ func runPhase(ctx context.Context, o options, base *model.Attributes, name strin
 	dataDir := filepath.Join(srv.Dir, "data")
 	p.StoreBeforeBytes = dirBytes(dataDir)
 	p.RSSBeforeMiB = benchproc.MiB(benchproc.ProcStatusKB(srv.PID, "VmRSS"))
-	p.HeapBeforeMiB = benchproc.MiB(int64(value(m0, "go_memstats_heap_alloc_bytes")))
+	p.HeapBeforeMiB = benchproc.MiB(int64(value0(m0, "go_memstats_heap_alloc_bytes")))
 	cpu0, self0 := srv.CPU(), benchproc.SelfCPU()
 
 	// The API probe.
@@ -195,7 +195,15 @@ func runPhase(ctx context.Context, o options, base *model.Attributes, name strin
 	if max < n {
 		go func() {
 			defer close(monitorDone)
-			watchStorm(mctx, ccs, full, stopMachines)
+			fullAnswers := func() float64 {
+				m, err := benchproc.ScrapeMetrics(mctx, mhc, metricsURL)
+				if err != nil {
+					return 0
+				}
+				v, _ := m.Value("anvil_discovery_total", "result", "full")
+				return v - value0(m0, "anvil_discovery_total", "result", "full")
+			}
+			watchStorm(mctx, ccs, n-max, full, fullAnswers, stopMachines)
 		}()
 	} else {
 		close(monitorDone)
@@ -218,7 +226,7 @@ func runPhase(ctx context.Context, o options, base *model.Attributes, name strin
 	if err != nil {
 		return nil, err
 	}
-	p.HeapAfterMiB = benchproc.MiB(int64(value(m1, "go_memstats_heap_alloc_bytes")))
+	p.HeapAfterMiB = benchproc.MiB(int64(value0(m1, "go_memstats_heap_alloc_bytes")))
 	p.ServerResults = deltas(m0, m1, "anvil_discovery_total", "discovered", "refreshed", "known", "collision", "full", "busy", "bad-inventory")
 	p.Enrolments = deltas(m0, m1, "anvil_enrolments_total", "enrolled", "failed")
 	l, err := hwc.List(ctx, connect.NewRequest(&v1.ListRequest{Namespace: benchfleet.Namespace, LabelSelector: model.LabelDiscovered + "=true"}))
@@ -236,9 +244,11 @@ func runPhase(ctx context.Context, o options, base *model.Attributes, name strin
 }
 
 // watchStorm stops the machines (stop) once max of them have their
-// workflows (the time comes on full) and every other one has been
-// refused since: the cap held against each of them.
-func watchStorm(ctx context.Context, ccs []*countingClient, full <-chan time.Time, stop func()) {
+// workflows (the time comes on full), every other one has been refused
+// since, and the server has answered "full" (the cap, not only "busy")
+// at least once for each of the refused machines (fullAnswers, a count
+// since the phase began).
+func watchStorm(ctx context.Context, ccs []*countingClient, refused int, full <-chan time.Time, fullAnswers func() float64, stop func()) {
 	var at time.Time
 	select {
 	case at = <-full:
@@ -255,7 +265,7 @@ func watchStorm(ctx context.Context, ccs []*countingClient, full <-chan time.Tim
 				break
 			}
 		}
-		if all {
+		if all && fullAnswers() >= float64(refused) {
 			stop()
 			return
 		}
@@ -363,8 +373,9 @@ func deltas(m0, m1 benchproc.Metrics, name string, results ...string) map[string
 	return out
 }
 
-func value(m benchproc.Metrics, name string) float64 {
-	v, _ := m.Value(name)
+// value0 is a series' value, 0 when absent.
+func value0(m benchproc.Metrics, name string, labels ...string) float64 {
+	v, _ := m.Value(name, labels...)
 	return v
 }
 
