@@ -98,7 +98,7 @@ func (r *report) result(res *benchresult.Result, version string) {
 			Met: s.stormHeld(),
 		}
 		if !g.Met {
-			g.Reason = "docs/benchmarks.md#discovery-issue-19"
+			g.Reason = "docs/benchmarks.md#discovery-benchdiscovery"
 		}
 		res.Goals = append(res.Goals, g, benchresult.Goal{
 			Measure: "HardwareService.Get during the discovery storm",
