@@ -131,13 +131,13 @@ func progress(format string, args ...any) {
 	fmt.Fprintf(stderr, "discovery: "+format+"\n", args...)
 }
 
-// runPhase starts a server with --discovery --discovery-max max, gives it
-// the rule sets, and powers on n machines at once. With max < n (the
-// storm), it ends once max machines have their workflows and each of the
-// others has been refused since.
-func runPhase(ctx context.Context, o options, base *model.Attributes, name string, n, max int) (*phase, error) {
+// runPhase starts a server with --discovery --discovery-max limit, gives
+// it the rule sets, and powers on n machines at once. With limit < n (the
+// storm), it ends once limit machines have their workflows and each of
+// the others has been refused since.
+func runPhase(ctx context.Context, o options, base *model.Attributes, name string, n, limit int) (*phase, error) {
 	benchproc.RaiseNoFile()
-	args := []string{"--discovery", "--discovery-max", strconv.Itoa(max)}
+	args := []string{"--discovery", "--discovery-max", strconv.Itoa(limit)}
 	args = append(args, strings.Fields(o.serverArg)...)
 	srv, err := benchproc.Start(ctx, benchproc.Options{Binary: o.anvil, LogLevel: o.logLevel, Args: args, Progress: progress})
 	if err != nil {
@@ -145,7 +145,7 @@ func runPhase(ctx context.Context, o options, base *model.Attributes, name strin
 	}
 	defer srv.Cleanup(o.keep)
 	defer srv.Kill()
-	p := &phase{Name: name, Machines: n, DiscoveryMax: max, serverArgs: srv.Args()}
+	p := &phase{Name: name, Machines: n, DiscoveryMax: limit, serverArgs: srv.Args()}
 
 	admin := benchproc.NewH2CClient()
 	grpcURL := "http://" + srv.GRPCAddr
@@ -174,7 +174,7 @@ func runPhase(ctx context.Context, o options, base *model.Attributes, name strin
 		p.samples.APIMs, p.API.Errors = probeAPI(probeCtx, hwc, o.probe)
 	}()
 
-	progress("%s: %d machines at once, --discovery-max %d", name, n, max)
+	progress("%s: %d machines at once, --discovery-max %d", name, n, limit)
 	mctx, stopMachines := context.WithCancel(ctx)
 	defer stopMachines()
 	outs := make([]machineOut, n)
@@ -185,14 +185,14 @@ func runPhase(ctx context.Context, o options, base *model.Attributes, name strin
 		ccs[i] = &countingClient{AgentServiceClient: anvilv1connect.NewAgentServiceClient(hcs[i], grpcURL, connect.WithGRPC())}
 	}
 	var enrolled atomic.Int64
-	full := make(chan time.Time, 1) // when max machines had their workflows
+	full := make(chan time.Time, 1) // when limit machines had their workflows
 	ready := func() {
-		if enrolled.Add(1) == int64(max) {
+		if enrolled.Add(1) == int64(limit) {
 			full <- time.Now()
 		}
 	}
 	monitorDone := make(chan struct{})
-	if max < n {
+	if limit < n {
 		go func() {
 			defer close(monitorDone)
 			fullAnswers := func() float64 {
@@ -203,7 +203,7 @@ func runPhase(ctx context.Context, o options, base *model.Attributes, name strin
 				v, _ := m.Value("anvil_discovery_total", "result", "full")
 				return v - value0(m0, "anvil_discovery_total", "result", "full")
 			}
-			watchStorm(mctx, ccs, n-max, full, fullAnswers, stopMachines)
+			watchStorm(mctx, ccs, n-limit, full, fullAnswers, stopMachines)
 		}()
 	} else {
 		close(monitorDone)
