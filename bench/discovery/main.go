@@ -60,6 +60,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the data directories (and the server logs)")
 	flag.BoolVar(&o.jsonOut, "json", false, "also print the figures as one JSON line")
 	flag.StringVar(&o.variant, "variant", "", "result file suffix after discovery- (default: N)")
+	flag.StringVar(&o.peer, "peer", "", "the tinkerbell binary (xz -dc /work/shared/tinkerbell/tinkerbell.xz): run the same machines against its auto-discovery on an etcd and kube-apiserver (make kube); empty: no peer")
 	results := benchresult.DirFlag()
 	flag.Parse()
 	o.results = *results
@@ -110,6 +111,12 @@ func measure(ctx context.Context, o options) (*report, *benchresult.Result, erro
 	rep := &report{CPUs: res.Cores, Inventory: o.inventory, InvBytes: len(raw)}
 	if rep.Throughput, err = runPhase(ctx, o, base, "throughput", o.n, o.n); err != nil {
 		return nil, nil, fmt.Errorf("throughput phase: %w", err)
+	}
+	if o.peer != "" {
+		if rep.peer, err = runPeer(ctx, o, base, o.n); err != nil {
+			return nil, nil, fmt.Errorf("peer: %w", err)
+		}
+		rep.Peer = rep.peer.phase
 	}
 	if o.stormMax > 0 {
 		if rep.Storm, err = runPhase(ctx, o, base, "storm", o.n, o.stormMax); err != nil {

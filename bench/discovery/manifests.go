@@ -57,6 +57,7 @@ spec:
   workflow:
     template:
       ref: %[2]s
+      agentValue: device_1
       kvs: {role: compute}
 ---
 apiVersion: tinkerbell.org/v1alpha1
@@ -70,6 +71,7 @@ spec:
   workflow:
     template:
       ref: %[2]s
+      agentValue: device_1
       kvs: {role: general}
 ---
 apiVersion: tinkerbell.org/v1alpha1

@@ -17,13 +17,17 @@ type report struct {
 	InvBytes   int    `json:"inventory_bytes"` // machine 0's, as sent
 	Throughput *phase `json:"throughput"`
 	Storm      *phase `json:"storm,omitempty"`
+	// Peer is Tinkerbell's run of the same machines (-peer).
+	Peer *phase `json:"peer,omitempty"`
+
+	peer *peerRun
 }
 
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "discovery bench: %d CPUs, inventory %s (%d bytes each)\n", r.CPUs, r.Inventory, r.InvBytes)
 	fmt.Fprintln(tw, "phase\tmachines\tmax\tenrolled\twaiting\tmade\twall s\t/s\tp50 s\tp99 s\trefusals\tbusy\tfull\tCPU s\tCPU/machine ms\tpeak RSS MiB\tRSS/machine KiB\theap/machine KiB\tstore/machine KiB\tGet p50/p99 ms\tfailures")
-	for _, p := range []*phase{r.Throughput, r.Storm} {
+	for _, p := range []*phase{r.Throughput, r.Peer, r.Storm} {
 		if p == nil {
 			continue
 		}
@@ -33,7 +37,7 @@ func (r *report) print(w io.Writer) {
 			p.RSSPerMachineKiB, p.HeapPerMachineKiB, p.StorePerMachineKiB, p.API.P50Ms, p.API.P99Ms, p.Failures)
 	}
 	tw.Flush()
-	for _, p := range []*phase{r.Throughput, r.Storm} {
+	for _, p := range []*phase{r.Throughput, r.Peer, r.Storm} {
 		if p != nil && p.FirstFailure != "" {
 			fmt.Fprintf(w, "%s: first failure: %s\n", p.Name, p.FirstFailure)
 		}
@@ -56,6 +60,10 @@ func (r *report) errs() []error {
 			errs = append(errs, fmt.Errorf("storm: %d machines against --discovery-max %d: %d Hardware made, %d enrolled, %d waiting, %d failed; first: %s",
 				p.Machines, p.DiscoveryMax, p.HardwareMade, p.Enrolled, p.Waiting, p.Failures, p.FirstFailure))
 		}
+	}
+	if p := r.Peer; p != nil && (p.Failures > 0 || p.Enrolled != p.Machines) {
+		errs = append(errs, fmt.Errorf("peer: %d of %d machines got an action from Tinkerbell, %d Hardware made, %d failed; first: %s",
+			p.Enrolled, p.Machines, p.HardwareMade, p.Failures, p.FirstFailure))
 	}
 	for _, p := range []*phase{r.Throughput, r.Storm} {
 		if p != nil && (p.API.Errors > 0 || p.API.Calls == 0) {
@@ -88,6 +96,11 @@ func (r *report) result(res *benchresult.Result, version string) {
 			Met:    true},
 		{Measure: "server CPU per discovered machine, " + scale, Target: "report",
 			Result: fmt.Sprintf("%.2f ms", t.CPUPerMachineMs), Met: true},
+	}
+	if p := r.Peer; p != nil && r.peer != nil {
+		res.Peers = []benchresult.Program{r.peer.program}
+		res.Goals[0].Peer = fmt.Sprintf("Tinkerbell %.0f machines/s (%.2f s)", p.PerSecond, p.WallS)
+		res.Goals[2].Peer = fmt.Sprintf("Tinkerbell + kube-apiserver + etcd %.2f ms", p.CPUPerMachineMs)
 	}
 	if s := r.Storm; s != nil {
 		g := benchresult.Goal{

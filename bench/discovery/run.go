@@ -38,6 +38,7 @@ type options struct {
 	jsonOut   bool
 	results   string
 	variant   string
+	peer      string // the tinkerbell binary; "": no peer
 }
 
 func (o *options) check() error {
