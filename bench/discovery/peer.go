@@ -147,7 +147,7 @@ func runPeer(ctx context.Context, o options, base *model.Attributes, n int) (*pe
 	}
 	wg.Wait()
 	p.ServerCPUS = cpu() - cpu0
-	p.PeakRSSMiB = benchproc.MiB(rss("VmHWM"))
+	p.PeakRSSMiB = benchproc.MiB(rss("VmHWM")) // each one's peak, summed
 	p.RSSAfterMiB = benchproc.MiB(rss("VmRSS"))
 	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // ctx may have ended
 	defer cancel()

@@ -100,6 +100,7 @@ func (r *report) result(res *benchresult.Result, version string) {
 	if p := r.Peer; p != nil && r.peer != nil {
 		res.Peers = []benchresult.Program{r.peer.program}
 		res.Goals[0].Peer = fmt.Sprintf("Tinkerbell %.0f machines/s (%.2f s)", p.PerSecond, p.WallS)
+		res.Goals[1].Peer = fmt.Sprintf("Tinkerbell + kube-apiserver + etcd %.0f KiB RSS (peaks %.0f MiB together)", p.RSSPerMachineKiB, p.PeakRSSMiB)
 		res.Goals[2].Peer = fmt.Sprintf("Tinkerbell + kube-apiserver + etcd %.2f ms", p.CPUPerMachineMs)
 	}
 	if s := r.Storm; s != nil {
