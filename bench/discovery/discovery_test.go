@@ -141,3 +141,31 @@ func TestOptionsCheck(t *testing.T) {
 		}
 	}
 }
+
+// The peer's machines send the same inventory in Tinkerbell's message,
+// and its objects are the Template and the rule set that matches every
+// machine, with the namespace Tinkerbell needs.
+func TestPeerInputs(t *testing.T) {
+	base, err := loadFixture(filepath.Join(testtool.ModuleRoot(t), "internal/hwinfo/testdata/dell-r610.golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, mac, err := inventory(base, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a model.Attributes
+	if err := json.Unmarshal(raw, &a); err != nil {
+		t.Fatal(err)
+	}
+	ta := tinkAttributes(&a)
+	if ta.GetCpu().GetProcessors()[0].GetVendor() != "GenuineIntel" || ta.GetMemory().GetTotal() != a.Memory.Total ||
+		ta.GetNetwork()[0].GetMac() != mac || len(ta.GetBlock()) != len(a.BlockDevices) || ta.GetProduct().GetSerialNumber() != a.Product.SerialNumber {
+		t.Errorf("Tinkerbell's attributes %v do not carry the inventory %s", ta, raw)
+	}
+	objs := peerObjects()
+	if len(objs) != 2 || objs[0].resource != "templates" || objs[1].resource != "workflowrulesets" ||
+		!strings.Contains(objs[1].yaml, "namespace: default") || !strings.Contains(objs[1].yaml, "agentValue: device_1") {
+		t.Errorf("peer objects: %+v", objs)
+	}
+}

@@ -24,10 +24,12 @@
 // M Hardware must have been made, the rest refused, and the API must have
 // answered throughout.
 //
-// There is no peer: Tinkerbell's auto-discovery runs in its Kubernetes
-// stack (see docs/benchmarks.md).
+// With -peer, the same machines run against Tinkerbell's own
+// auto-discovery and auto-enrolment (the tinkerbell binary on an etcd and
+// kube-apiserver it starts: peer.go), between the two phases.
 //
 //	go run ./bench/discovery -n 1000
+//	go run ./bench/discovery -n 1000 -peer bench/out/tinkerbell
 package main
 
 import (

@@ -80,9 +80,9 @@ func (p *phase) stormHeld() bool {
 		p.Waiting == p.Machines-p.DiscoveryMax && p.Failures == 0 && p.ServerResults["full"] >= float64(p.Waiting)
 }
 
-// result is the run as a benchresult file. There is no peer (see the
-// command's doc and docs/benchmarks.md): the goals are the issue's
-// figures, reported, and the storm's bound, judged.
+// result is the run as a benchresult file: the goals are the issue's
+// figures, reported (with Tinkerbell's beside them when -peer ran it), and
+// the storm's bound, judged.
 func (r *report) result(res *benchresult.Result, version string) {
 	t := r.Throughput
 	res.Server = benchresult.AnvilServer(version, t.serverArgs)
