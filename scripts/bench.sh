@@ -30,6 +30,10 @@
 #   HTTP_ARGS    extra flags for bench/http (e.g. "-conns 1,8 -runs 5 -duration 10s")
 #   STORM_N      machines of the boot storm (default 1000)
 #   STORM_ARGS   extra flags for bench/storm (e.g. "-bootenv sized -floor=false")
+#   DISCOVERY_N  unknown machines of the discovery bench (default 1000)
+#   DISCOVERY_ARGS extra flags for bench/discovery (e.g. "-storm-max 0 -get-action=false")
+#   DISCOVERY_PEER the tinkerbell binary the discovery bench runs as its peer
+#                (default $BENCH_OUT/tinkerbell when present; needs make kube)
 #   INSTALL_RUNS how many end-to-end installs the install section times (default 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +45,7 @@ FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 BENCH_RESULTS=${BENCH_RESULTS:-bench/results}
 
-SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll storm)
+SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll storm discovery)
 
 say() { echo "bench: $*" >&2; }
 
@@ -201,6 +205,31 @@ section_storm() {
     2> >(tee "$BENCH_OUT/storm-$n.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/storm-$n.txt"
   grep '^{' "$BENCH_OUT/storm-$n.txt" >"$BENCH_OUT/storm-$n.json" || true
+  return $rc
+}
+
+# discovery: DISCOVERY_N unknown machines at once against anvil serve
+# --discovery with WorkflowRuleSets that match them (bench/discovery): each
+# runs the agent's Discover until it has its workflow's token, then its
+# first GetAction; machines enrolled per second, server CPU, RSS, heap and
+# store per machine. Then the storm bound: the same machines against
+# --discovery-max 4/5 N, exactly that many made, the rest refused, the API
+# answering. With a tinkerbell binary (DISCOVERY_PEER), the same machines
+# against Tinkerbell's auto-discovery on etcd and kube-apiserver. Writes
+# bench/results/discovery-N.json. No root.
+section_discovery() {
+  go build -o "$BENCH_OUT/discoverybench" ./bench/discovery || return 1
+  local rc=0 n=${DISCOVERY_N:-1000} peer=${DISCOVERY_PEER:-$BENCH_OUT/tinkerbell} args=()
+  if [ -x "$peer" ]; then
+    args+=(-peer "$peer")
+  else
+    say "discovery: no tinkerbell binary at $peer: running without the peer"
+  fi
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/discoverybench" -results "$BENCH_RESULTS" -n "$n" -anvil "$ANVIL" -json "${args[@]}" ${DISCOVERY_ARGS:-} >"$BENCH_OUT/discovery-$n.txt" \
+    2> >(tee "$BENCH_OUT/discovery-$n.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/discovery-$n.txt"
+  grep '^{' "$BENCH_OUT/discovery-$n.txt" >"$BENCH_OUT/discovery-$n.json" || true
   return $rc
 }
 

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/anvilproj/anvil/internal/benchproc"
 )
 
 // inFlightSeries is the server's gauge of admitted boot path requests being
@@ -22,8 +21,10 @@ func peakInFlight(ctx context.Context, metricsURL string) float64 {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if v, ok := scrape(ctx, hc, metricsURL, inFlightSeries); ok && v > peak {
-			peak = v
+		if m, err := benchproc.ScrapeMetrics(ctx, hc, metricsURL); err == nil {
+			if v, ok := m.Value(inFlightSeries); ok && v > peak {
+				peak = v
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -31,26 +32,4 @@ func peakInFlight(ctx context.Context, metricsURL string) float64 {
 		case <-t.C:
 		}
 	}
-}
-
-// scrape reads one unlabelled series from a Prometheus text page.
-func scrape(ctx context.Context, hc *http.Client, url, series string) (float64, bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, false
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
 }

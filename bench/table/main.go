@@ -37,9 +37,9 @@ const (
 )
 
 // order is the order of the benchmarks in the table, that of
-// scripts/bench.sh's sections (storm after fleet: both are the agent
-// path); a bench not named here comes after them, by name.
-var order = []string{"fleet", "storm", "dhcp", "dhcprates", "tftp", "http", "image2disk", "bootenv", "install", "apiauth", "ocirun", "bmcpoll"}
+// scripts/bench.sh's sections (storm and discovery after fleet: all are
+// the agent path); a bench not named here comes after them, by name.
+var order = []string{"fleet", "storm", "discovery", "dhcp", "dhcprates", "tftp", "http", "image2disk", "bootenv", "install", "apiauth", "ocirun", "bmcpoll"}
 
 func main() {
 	dir := flag.String("results", benchresult.DefaultDir, "the result files' directory")

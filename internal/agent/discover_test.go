@@ -86,3 +86,26 @@ func TestDiscover(t *testing.T) {
 		t.Errorf("the Hardware is announced more than once:\n%s", console)
 	}
 }
+
+// A busy server's refusals are asked again after waits spread over
+// [d/2, d], not all after d: a storm's machines do not come back in
+// lockstep.
+func TestSpread(t *testing.T) {
+	d := 4 * time.Second
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		w := spread(d)
+		if w < d/2 || w > d {
+			t.Fatalf("spread(%s) = %s; want within [%s, %s]", d, w, d/2, d)
+		}
+		seen[w] = true
+	}
+	if len(seen) < 100 {
+		t.Errorf("spread(%s) gave %d distinct waits in 200 draws; want them spread", d, len(seen))
+	}
+	for _, d := range []time.Duration{0, 1} {
+		if w := spread(d); w != d {
+			t.Errorf("spread(%s) = %s", d, w)
+		}
+	}
+}

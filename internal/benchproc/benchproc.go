@@ -1,8 +1,8 @@
 // Package benchproc runs `anvil serve` as a child process, so that the
 // server's CPU and memory are measured alone and it can be killed like a
-// real one, and measures processes (CPU time, peak and sampled RSS). The
-// fleet and BMC polling benchmarks and the replica test (test/replicas)
-// share it. It owns those child processes, not what they store.
+// real one, measures processes (CPU time, peak and sampled RSS) and reads
+// a server's /metrics. The fleet, storm, discovery and BMC polling
+// benchmarks and the replica test (test/replicas) share it. It owns those child processes, not what they store.
 package benchproc
 
 import (
