@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/internal/model"
-	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
 
@@ -51,25 +49,15 @@ func (s *Services) recordCommissioning(ctx context.Context, agent workflow.Agent
 		}
 		got = append(got, mc)
 	}
-	for attempt := 0; ; attempt++ {
+	written, err := s.updateHardware(ctx, hw, func(hw *model.Hardware) bool {
 		hw.RecordCommissioning(wfID, got, wfState, time.Now().UTC())
-		_, err := s.cfg.Store.Update(ctx, hw)
-		if err == nil {
-			if r := hw.Status.Commissioning.Result; r != "" {
-				s.log.Info("commissioning "+r, "hardware", hw.Key(), "workflow", wfID, "message", hw.Status.Commissioning.Message)
-			}
-			return
-		}
-		if errors.Is(err, store.ErrConflict) && attempt < 3 {
-			// Changed meanwhile (its inventory, a label): on top of it.
-			obj, gerr := s.cfg.Store.Get(ctx, model.KindHardware, hw.Namespace, hw.Name)
-			if gerr == nil {
-				hw = obj.(*model.Hardware)
-				continue
-			}
-			err = gerr
-		}
+		return true
+	})
+	if err != nil {
 		s.log.Error("commissioning not recorded", "hardware", hw.Key(), "workflow", wfID, "err", err)
 		return
+	}
+	if written && hw.Status.Commissioning != nil && hw.Status.Commissioning.Result != "" {
+		s.log.Info("commissioning "+hw.Status.Commissioning.Result, "hardware", hw.Key(), "workflow", wfID, "message", hw.Status.Commissioning.Message)
 	}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -243,7 +244,8 @@ func (s *Services) storeAttributes(ctx context.Context, hw *model.Hardware, b []
 	// The agent owns the attributes but outOfBand, which the BMC poller
 	// writes (internal/bmc): whatever the report says there is dropped,
 	// and what the Hardware holds there is kept.
-	for attempt := 0; ; attempt++ {
+	var encErr error
+	written, err := s.updateHardware(ctx, hw, func(hw *model.Hardware) bool {
 		attrs.OutOfBand = nil
 		if hw.Status.Attributes != nil {
 			attrs.OutOfBand = hw.Status.Attributes.OutOfBand
@@ -254,13 +256,11 @@ func (s *Services) storeAttributes(ctx context.Context, hw *model.Hardware, b []
 			want, err = json.Marshal(&attrs) // what is kept, to compare with what is
 		}
 		if err != nil {
-			agentAttributes.WithLabelValues("error").Inc()
-			s.log.Error("agent attributes not recorded", "hardware", hw.Key(), "err", err)
-			return
+			encErr = err
+			return false
 		}
 		if bytes.Equal(have, want) && (!annotate || hw.Annotations[model.AgentAttributesAnnotation] == string(b)) {
-			agentAttributes.WithLabelValues("unchanged").Inc()
-			return
+			return false
 		}
 		if annotate {
 			if hw.Annotations == nil {
@@ -270,23 +270,41 @@ func (s *Services) storeAttributes(ctx context.Context, hw *model.Hardware, b []
 		}
 		kept := attrs
 		hw.Status.Attributes = &kept
-		_, err = s.cfg.Store.Update(ctx, hw)
-		if err == nil {
-			agentAttributes.WithLabelValues("stored").Inc()
-			return
-		}
-		if errors.Is(err, store.ErrConflict) && attempt < 3 {
-			// Someone changed the Hardware meanwhile: on top of theirs.
-			obj, gerr := s.cfg.Store.Get(ctx, model.KindHardware, hw.Namespace, hw.Name)
-			if gerr == nil {
-				hw = obj.(*model.Hardware)
-				continue
-			}
-			err = gerr
-		}
+		return true
+	})
+	switch {
+	case encErr != nil || err != nil:
 		agentAttributes.WithLabelValues("error").Inc()
-		s.log.Error("agent attributes not recorded", "hardware", hw.Key(), "err", err)
-		return
+		s.log.Error("agent attributes not recorded", "hardware", hw.Key(), "err", cmp.Or(encErr, err))
+	case written:
+		agentAttributes.WithLabelValues("stored").Inc()
+	default:
+		agentAttributes.WithLabelValues("unchanged").Inc()
+	}
+}
+
+// updateHardware writes the change that change makes to hw (false: none
+// to make), and when someone changed the Hardware meanwhile (a conflict)
+// reads it again and makes the change on top of theirs, up to three times.
+// It reports whether a change was written. change may be called more than
+// once, each time on the Hardware as it is then.
+func (s *Services) updateHardware(ctx context.Context, hw *model.Hardware, change func(*model.Hardware) bool) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		if !change(hw) {
+			return false, nil
+		}
+		_, err := s.cfg.Store.Update(ctx, hw)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, store.ErrConflict) || attempt >= 3 {
+			return false, err
+		}
+		obj, err := s.cfg.Store.Get(ctx, model.KindHardware, hw.Namespace, hw.Name)
+		if err != nil {
+			return false, err
+		}
+		hw = obj.(*model.Hardware)
 	}
 }
 
