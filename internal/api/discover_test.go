@@ -439,3 +439,36 @@ func TestDiscoverTinkAgent(t *testing.T) {
 		t.Errorf("status.attributes %+v; want the agent's", a)
 	}
 }
+
+// At the cap a new machine is refused without listing the namespace again
+// at every call: a Hardware deleted meanwhile is seen once relistEvery
+// (1 s) has passed on the discovery clock, and then the machine is made.
+func TestDiscoverCapRecount(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	de := newDiscEnv(t, func(c *api.DiscoveryConfig) {
+		c.Max = 1
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	first, second := "52:54:00:00:00:01", "52:54:00:00:00:02"
+	if _, err := de.discover("10.0.0.101", first, inventory("", first), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := de.discover("10.0.0.102", second, inventory("", second), 0); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("second machine at the cap: %v; want RESOURCE_EXHAUSTED", err)
+	}
+	if err := de.st.Delete(context.Background(), model.KindHardware, "default", "discovery-525400000001", ""); err != nil {
+		t.Fatal(err)
+	}
+	// Within relistEvery of the last count: the deletion is not seen yet.
+	if _, err := de.discover("10.0.0.102", second, inventory("", second), 0); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("at once after the deletion: %v; want RESOURCE_EXHAUSTED (counted less than a second ago)", err)
+	}
+	mu.Lock()
+	now = now.Add(time.Second)
+	mu.Unlock()
+	resp, err := de.discover("10.0.0.102", second, inventory("", second), 0)
+	if err != nil || !resp.GetCreated() {
+		t.Fatalf("a second later: %v, %v; want the Hardware made", resp, err)
+	}
+}
