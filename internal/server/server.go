@@ -38,6 +38,7 @@ import (
 	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/store/backend"
 	"github.com/anvilproj/anvil/internal/supervise"
+	"github.com/anvilproj/anvil/internal/ui"
 	"github.com/anvilproj/anvil/internal/version"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -483,7 +484,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: set.registries, BootISO: boot.isoURL != nil,
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP,
 		Enroller: enroll.New(enrollConfig(cfg, st, recorder))})
-	h := newHandlers(cfg, set, services, boot, secretStore, sup.Ready)
+	h, err := newHandlers(cfg, set, services, boot, secretStore,
+		ui.Config{Store: st, Authenticate: sec.authenticate, Logger: log}, sup.Ready)
+	if err != nil {
+		return err
+	}
+	sup.Stage("web ui", supervise.Component{Name: "web ui view", Run: h.ui.Run})
 	sup.Stage("boot policy", boot.policyComponent())
 	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, services.Stop)...)...)
 	if registry != nil {
