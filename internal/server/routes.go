@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/httplimit"
 	"github.com/anvilproj/anvil/internal/render"
+	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/ui"
 )
 
@@ -275,6 +276,18 @@ func newHandlers(cfg Config, set settings, services *api.Services, boot *bootSer
 		grpc:     outer(apiMux),
 		ui:       web,
 	}, nil
+}
+
+// uiConfig is the web UI's configuration: the API's store and
+// authentication, and, with TLS on, the HTTPS port the plain HTTP port's
+// /ui/ requests are sent to (no token typed into a page sent in the
+// clear).
+func uiConfig(cfg Config, st store.Store, sec *security, log *slog.Logger) ui.Config {
+	c := ui.Config{Store: st, Authenticate: sec.authenticate, Logger: log}
+	if cfg.TLS {
+		c.HTTPSPort = cfg.HTTPSPort
+	}
+	return c
 }
 
 // requestClientIP is the API's view of who calls: set by each listener's

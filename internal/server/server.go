@@ -38,7 +38,6 @@ import (
 	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/store/backend"
 	"github.com/anvilproj/anvil/internal/supervise"
-	"github.com/anvilproj/anvil/internal/ui"
 	"github.com/anvilproj/anvil/internal/version"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -485,7 +484,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP,
 		Enroller: enroll.New(enrollConfig(cfg, st, recorder))})
 	h, err := newHandlers(cfg, set, services, boot, secretStore,
-		ui.Config{Store: st, Authenticate: sec.authenticate, Logger: log}, sup.Ready)
+		uiConfig(cfg, st, sec, log), sup.Ready)
 	if err != nil {
 		return err
 	}

@@ -27,8 +27,10 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/anvilproj/anvil/internal/auth"
@@ -75,6 +77,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock ends sessions. If nil, clock.Real.
 	Clock clock.Clock
+	// HTTPSPort, if set, is the port that serves the UI over TLS: a
+	// request that arrives without TLS is redirected there, so a token
+	// is never typed into a page sent in the clear. If 0, the UI answers
+	// on whatever port it is reached (the server without TLS).
+	HTTPSPort int
 }
 
 // UI serves the pages. It is safe for concurrent use.
@@ -147,6 +154,15 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
+	if u.cfg.HTTPSPort != 0 && r.TLS == nil {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		to := url.URL{Scheme: "https", Host: net.JoinHostPort(host, strconv.Itoa(u.cfg.HTTPSPort)), Path: r.URL.Path}
+		http.Redirect(w, r, to.String(), http.StatusSeeOther)
+		return
+	}
 	if r.URL.Path == "/ui" {
 		http.Redirect(w, r, basePath, http.StatusSeeOther)
 		return

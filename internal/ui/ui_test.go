@@ -54,7 +54,11 @@ type env struct {
 
 // newEnv serves the UI over the API's services on a store of its own,
 // with the view following the store.
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, false, nil) }
+
+// newEnvWith is newEnv over TLS when tls is set, with configure's
+// changes to the UI's configuration.
+func newEnvWith(t *testing.T, tls bool, configure func(*ui.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -69,14 +73,23 @@ func newEnv(t *testing.T) *env {
 	svc := api.New(api.Config{Store: st, Logger: log, Authenticate: testAuthenticate, Audit: al})
 	mux := http.NewServeMux()
 	svc.Mount(mux)
-	u, err := ui.New(ui.Config{Store: st, Authenticate: testAuthenticate, API: mux, Logger: log})
+	cfg := ui.Config{Store: st, Authenticate: testAuthenticate, API: mux, Logger: log}
+	if configure != nil {
+		configure(&cfg)
+	}
+	u, err := ui.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- u.Run(ctx) }()
-	srv := httptest.NewServer(u)
+	srv := httptest.NewUnstartedServer(u)
+	if tls {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(func() {
 		cancel()
 		srv.CloseClientConnections()
@@ -151,8 +164,10 @@ func (e *env) browser(t *testing.T) *browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &browser{t: t, base: e.srv.URL, c: &http.Client{Jar: jar,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	c := e.srv.Client()
+	c.Jar = jar
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &browser{t: t, base: e.srv.URL, c: c}
 }
 
 func (b *browser) do(method, path string, form url.Values) (*http.Response, string) {
@@ -282,6 +297,28 @@ func TestLoginSessionAndLogout(t *testing.T) {
 	}
 	if resp, _ := b.get("/ui/"); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("fleet page after logout = %d; want 303 to login", resp.StatusCode)
+	}
+}
+
+func TestSecureCookieOverTLS(t *testing.T) {
+	e := newEnvWith(t, true, nil)
+	b := e.browser(t)
+	resp, _ := b.do(http.MethodPost, "/ui/login", url.Values{"token": {"op-token"}})
+	cs := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || len(cs) != 1 || !cs[0].Secure {
+		t.Errorf("login over TLS = %d, cookies %v; want 303 and one Secure cookie", resp.StatusCode, cs)
+	}
+}
+
+func TestPlainHTTPSentToTLS(t *testing.T) {
+	e := newEnvWith(t, false, func(c *ui.Config) { c.HTTPSPort = 7443 })
+	b := e.browser(t)
+	resp, _ := b.do(http.MethodPost, "/ui/login", url.Values{"token": {"op-token"}})
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "https://127.0.0.1:7443/ui/login" {
+		t.Errorf("login over plain HTTP = %d to %q; want 303 to https://127.0.0.1:7443/ui/login", resp.StatusCode, loc)
+	}
+	if len(resp.Cookies()) != 0 {
+		t.Errorf("login over plain HTTP set cookies %v", resp.Cookies())
 	}
 }
 
