@@ -54,11 +54,11 @@ type env struct {
 
 // newEnv serves the UI over the API's services on a store of its own,
 // with the view following the store.
-func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, false, nil) }
+func newEnv(t testing.TB) *env { t.Helper(); return newEnvWith(t, false, nil) }
 
 // newEnvWith is newEnv over TLS when tls is set, with configure's
 // changes to the UI's configuration.
-func newEnvWith(t *testing.T, tls bool, configure func(*ui.Config)) *env {
+func newEnvWith(t testing.TB, tls bool, configure func(*ui.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -154,12 +154,12 @@ func workflow(ns, name, hw string, state model.State, msg string) *model.Workflo
 // browser is a client with a cookie jar that does not follow redirects
 // (the tests look at them).
 type browser struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 	c    *http.Client
 }
 
-func (e *env) browser(t *testing.T) *browser {
+func (e *env) browser(t testing.TB) *browser {
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +352,7 @@ func (e *env) workflowsOf(t *testing.T, hw string) []model.Object {
 }
 
 // waitPage waits until the view shows what want matches on path.
-func waitPage(t *testing.T, b *browser, path, want string) {
+func waitPage(t testing.TB, b *browser, path, want string) {
 	t.Helper()
 	testtool.WaitFor(t, path+" to show "+want, func() bool {
 		_, page := b.get(path)
