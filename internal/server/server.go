@@ -490,7 +490,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	sup.Stage("web ui", supervise.Component{Name: "web ui view", Run: h.ui.Run})
 	sup.Stage("boot policy", boot.policyComponent())
-	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, services.Stop)...)...)
+	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, func() { services.Stop(); h.ui.Stop() })...)...)
 	if registry != nil {
 		sup.Stage("replica registry", supervise.Component{Name: "replica registry", Run: registry.Run})
 	}

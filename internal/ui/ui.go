@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/clock"
@@ -92,7 +93,8 @@ type UI struct {
 	sessions sessions
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
-	stopped  chan struct{} // closed when Run returns: event streams end
+	stopped  chan struct{} // closed by Stop: event streams end
+	stopOnce sync.Once
 }
 
 // New returns the UI for cfg. Run must be running for its pages to show
@@ -132,9 +134,9 @@ func New(cfg Config) (*UI, error) {
 }
 
 // Run keeps the view of Hardware and Workflows current until ctx ends,
-// then ends the event streams. Call it once.
+// then ends the event streams (Stop). Call it once.
 func (u *UI) Run(ctx context.Context) error {
-	defer close(u.stopped)
+	defer u.Stop()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -144,6 +146,11 @@ func (u *UI) Run(ctx context.Context) error {
 	<-done
 	return nil
 }
+
+// Stop ends the live event streams, so that a graceful shutdown of the
+// HTTP server need not wait for browsers to go away. Pages are still
+// served. It is safe to call more than once.
+func (u *UI) Stop() { u.stopOnce.Do(func() { close(u.stopped) }) }
 
 // ServeHTTP serves /ui and everything under /ui/, with the security
 // headers on every answer.

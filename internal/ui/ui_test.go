@@ -47,6 +47,7 @@ func testAuthenticate(_ context.Context, h http.Header) (*auth.Principal, error)
 }
 
 type env struct {
+	ui    *ui.UI
 	st    *bolt.Store
 	audit *audit.Log
 	srv   *httptest.Server
@@ -101,7 +102,7 @@ func newEnvWith(t testing.TB, tls bool, configure func(*ui.Config)) *env {
 		al.Close()
 		st.Close()
 	})
-	return &env{st: st, audit: al, srv: srv}
+	return &env{ui: u, st: st, audit: al, srv: srv}
 }
 
 func (e *env) create(t *testing.T, obj model.Object) model.Object {
@@ -587,4 +588,14 @@ func TestWorkflowEvents(t *testing.T) {
 	if resp, _ := b.get("/ui/workflows/globex/gw/events"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("events of another organisation's workflow = %d; want 404", resp.StatusCode)
 	}
+
+	// Stop (the server shutting down) ends the stream.
+	e.ui.Stop()
+	ended := make(chan struct{})
+	go func() {
+		for range events {
+		}
+		close(ended)
+	}()
+	testtool.Receive(t, ended, "the event stream to end at Stop")
 }
