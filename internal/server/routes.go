@@ -278,12 +278,12 @@ func newHandlers(cfg Config, set settings, services *api.Services, boot *bootSer
 	}, nil
 }
 
-// uiConfig is the web UI's configuration: the API's store and
-// authentication, and, with TLS on, the HTTPS port the plain HTTP port's
+// uiConfig is the web UI's configuration: the API's store, machine
+// records and authentication, and, with TLS on, the HTTPS port the plain HTTP port's
 // /ui/ requests are sent to (no token typed into a page sent in the
 // clear).
-func uiConfig(cfg Config, st store.Store, sec *security, log *slog.Logger) ui.Config {
-	c := ui.Config{Store: st, Authenticate: sec.authenticate, Logger: log}
+func uiConfig(cfg Config, st store.Store, logs ui.RecordReader, sec *security, log *slog.Logger) ui.Config {
+	c := ui.Config{Store: st, Records: logs, Authenticate: sec.authenticate, Logger: log}
 	if cfg.TLS {
 		c.HTTPSPort = cfg.HTTPSPort
 	}

@@ -484,7 +484,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP,
 		Enroller: enroll.New(enrollConfig(cfg, st, recorder))})
 	h, err := newHandlers(cfg, set, services, boot, secretStore,
-		uiConfig(cfg, st, sec, log), sup.Ready)
+		uiConfig(cfg, st, logs, sec, log), sup.Ready)
 	if err != nil {
 		return err
 	}

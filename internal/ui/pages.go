@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -37,6 +38,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"bytes":      func(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) },
 		"stateClass": stateClass,
 		"join":       strings.Join,
+		"clock":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
@@ -195,7 +197,12 @@ type hardwareDetailData struct {
 	CanProvision bool
 	Templates    []string
 	CSRF         string // the session's, for the reprovision form
+	Record       []logstore.Line
+	RecordError  string
 }
+
+// recordLines is how much of a machine's record its page shows.
+const recordLines = 50
 
 func (u *UI) hardwareDetail(w http.ResponseWriter, r *request) {
 	ns, name := r.PathValue("ns"), r.PathValue("name")
@@ -215,6 +222,12 @@ func (u *UI) hardwareDetail(w http.ResponseWriter, r *request) {
 		}
 		for _, t := range tmpls {
 			d.Templates = append(d.Templates, t.GetObjectMeta().Name)
+		}
+	}
+	if u.cfg.Records != nil {
+		var err error
+		if d.Record, err = u.cfg.Records.ReadHardware(ns+"/"+name, recordLines); err != nil {
+			d.RecordError = err.Error()
 		}
 	}
 	u.render(w, r, http.StatusOK, "hardware_detail", "Hardware "+hw.Name, d)

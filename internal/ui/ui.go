@@ -36,6 +36,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/clock"
+	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 )
@@ -74,6 +75,9 @@ type Config struct {
 	// (api.Services.Mount): mutations are sent to it, through its gate
 	// and audit. Required.
 	API http.Handler
+	// Records reads a machine's record (its DHCP, TFTP, HTTP, syslog and
+	// agent lines), shown on its page. If nil, the page shows none.
+	Records RecordReader
 	// Logger receives the view's errors. If nil, slog.Default().
 	Logger *slog.Logger
 	// Clock ends sessions. If nil, clock.Real.
@@ -83,6 +87,13 @@ type Config struct {
 	// is never typed into a page sent in the clear. If 0, the UI answers
 	// on whatever port it is reached (the server without TLS).
 	HTTPSPort int
+}
+
+// RecordReader reads machine records. *logstore.Store implements it.
+type RecordReader interface {
+	// ReadHardware returns the last tail lines of the record of the
+	// Hardware "namespace/name", oldest first.
+	ReadHardware(hardwareID string, tail int) ([]logstore.Line, error)
 }
 
 // UI serves the pages. It is safe for concurrent use.

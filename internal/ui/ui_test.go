@@ -15,10 +15,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/audit"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/bolt"
@@ -48,6 +50,7 @@ func testAuthenticate(_ context.Context, h http.Header) (*auth.Principal, error)
 
 type env struct {
 	ui    *ui.UI
+	logs  *logstore.Store
 	st    *bolt.Store
 	audit *audit.Log
 	srv   *httptest.Server
@@ -71,10 +74,14 @@ func newEnvWith(t testing.TB, tls bool, configure func(*ui.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := api.New(api.Config{Store: st, Logger: log, Authenticate: testAuthenticate, Audit: al})
+	ls, err := logstore.Open(logstore.Config{Dir: filepath.Join(dir, "logs"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := api.New(api.Config{Store: st, Logs: ls, Logger: log, Authenticate: testAuthenticate, Audit: al})
 	mux := http.NewServeMux()
 	svc.Mount(mux)
-	cfg := ui.Config{Store: st, Authenticate: testAuthenticate, API: mux, Logger: log}
+	cfg := ui.Config{Store: st, Records: ls, Authenticate: testAuthenticate, API: mux, Logger: log}
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -100,9 +107,10 @@ func newEnvWith(t testing.TB, tls bool, configure func(*ui.Config)) *env {
 		}
 		svc.Stop()
 		al.Close()
+		ls.Close()
 		st.Close()
 	})
-	return &env{ui: u, st: st, audit: al, srv: srv}
+	return &env{ui: u, logs: ls, st: st, audit: al, srv: srv}
 }
 
 func (e *env) create(t *testing.T, obj model.Object) model.Object {
@@ -451,10 +459,17 @@ func TestHTMLEscaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.create(t, workflow("acme", "w1", "n1", model.StateFailed, "<script>alert(2)</script>"))
+	if err := e.logs.Append(logstore.Line{HardwareID: "acme/n1", Stream: "syslog", Time: time.Now(),
+		Line: `kernel: <iframe src="//evil.example">`}); err != nil {
+		t.Fatal(err)
+	}
 	b := e.browser(t)
 	b.login("admin-token")
 	waitPage(t, b, "/ui/hardware/acme/n1", "&lt;img src=x onerror=alert(1)&gt;")
 	waitPage(t, b, "/ui/workflows/acme/w1", "&lt;script&gt;alert(2)&lt;/script&gt;")
+	if _, page := b.get("/ui/hardware/acme/n1"); !strings.Contains(page, "kernel: &lt;iframe") || strings.Contains(page, "<iframe") {
+		t.Errorf("the machine's record line is not shown escaped")
+	}
 	for _, path := range []string{"/ui/hardware/acme/n1", "/ui/workflows/acme/w1", "/ui/"} {
 		_, page := b.get(path)
 		if strings.Contains(page, evil) || strings.Contains(page, "<script>alert") {
