@@ -145,13 +145,12 @@ func (u *UI) fleetPage(w http.ResponseWriter, r *request) {
 }
 
 type hardwareListData struct {
-	Filter   hwFilter
-	States   []string
-	Result   hwPage
-	Error    string
-	Prev     string // query of the previous page, "" on the first
-	Next     string
-	Filtered bool
+	Filter hwFilter
+	States []string
+	Result hwPage
+	Error  string
+	Prev   string // query of the previous page, "" on the first
+	Next   string
 }
 
 func (u *UI) hardwareList(w http.ResponseWriter, r *request) {
