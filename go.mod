@@ -7,6 +7,7 @@ require (
 	connectrpc.com/grpcreflect v1.3.1
 	github.com/Masterminds/sprig/v3 v3.3.0
 	github.com/bougou/go-ipmi v0.9.1
+	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/coreos/butane v0.22.0
 	github.com/coreos/ignition/v2 v2.18.0
@@ -51,7 +52,6 @@ require (
 	github.com/aws/aws-sdk-go v1.50.25 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/clarketm/json v1.17.1 // indirect
 	github.com/coreos/go-json v0.0.0-20230131223807-18775e0fb4fb // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
@@ -234,6 +235,32 @@ func TestOperatorWatchesInstallLive(t *testing.T) {
 	if err := testtool.Receive(t, agentDone, "the simulated agent to finish"); err != nil {
 		t.Errorf("agent: %v", err)
 	}
+
+	// At a phone's width, in the dark theme: the page follows the
+	// system's colour scheme and nothing but the tables' own scrolling
+	// boxes is wider than the screen.
+	if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	bg, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bg != "rgb(13, 17, 23)" {
+		t.Errorf("body background in the dark scheme = %s; want the dark theme's rgb(13, 17, 23)", bg)
+	}
+	overflow, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if overflow {
+		t.Errorf("the workflow page is wider than a 390 px screen")
+	}
+	screenshot(t, ctx, "workflow-phone-dark.png")
 }
 
 // TestViewerHasNoReprovision: a viewer of the same organisation sees the
