@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -45,5 +46,49 @@ func BenchmarkPages10k(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkWorkflowEvent measures a workflow change's way to an open
+// event stream: the store's write, its watch, the view, the rendering
+// of the fragment and the SSE write, as one op.
+func BenchmarkWorkflowEvent(b *testing.B) {
+	e := newEnv(b)
+	e.setupAcme(b)
+	e.create(b, workflow("acme", "w1", "n1", model.StateRunning, ""))
+	br := e.browser(b)
+	br.login("admin-token")
+	waitPage(b, br, "/ui/workflows/acme/w1", "RUNNING")
+	req, err := http.NewRequest(http.MethodGet, br.base+"/ui/workflows/acme/w1/events", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := br.c.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	next := func() {
+		for sc.Scan() {
+			if sc.Text() == "" {
+				return
+			}
+		}
+		b.Fatalf("event stream ended: %v", sc.Err())
+	}
+	next() // the first, current state
+	for i := 0; b.Loop(); i++ {
+		obj, err := e.st.Get(context.Background(), model.KindWorkflow, "acme", "w1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		wf := obj.(*model.Workflow)
+		wf.Status.Tasks[0].Actions[0].Message = fmt.Sprint("step ", i)
+		if _, err := e.st.Update(context.Background(), wf); err != nil {
+			b.Fatal(err)
+		}
+		next()
 	}
 }

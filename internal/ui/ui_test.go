@@ -113,7 +113,7 @@ func newEnvWith(t testing.TB, tls bool, configure func(*ui.Config)) *env {
 	return &env{ui: u, logs: ls, st: st, audit: al, srv: srv}
 }
 
-func (e *env) create(t *testing.T, obj model.Object) model.Object {
+func (e *env) create(t testing.TB, obj model.Object) model.Object {
 	t.Helper()
 	out, err := e.st.Create(context.Background(), obj)
 	if err != nil {
@@ -347,7 +347,7 @@ func TestCrossSiteLoginRefused(t *testing.T) {
 }
 
 // setupAcme makes machine n1 and template t1 in namespace acme.
-func (e *env) setupAcme(t *testing.T) {
+func (e *env) setupAcme(t testing.TB) {
 	e.create(t, hardware("acme", "n1", "52:54:00:0a:00:01", "10.0.1.11", nil))
 	e.create(t, template("acme"))
 }
