@@ -170,7 +170,10 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", contentSecurityPolicy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer a browser sends
+	// "Origin: null" with the UI's own forms, which sameOrigin would
+	// refuse. Other sites still get no referrer.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	if u.cfg.HTTPSPort != 0 && r.TLS == nil {
 		host := r.Host
@@ -192,14 +195,19 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mux.ServeHTTP(w, r)
 }
 
-// sameOrigin reports whether a POST came from a page of this server: its
-// Origin header, when the browser sent one, names this host. Login has
-// no session (so no CSRF token) yet: this is what keeps another site from
+// sameOrigin reports whether a POST came from a page of this server:
+// the browser's Sec-Fetch-Site says same-origin, or, from a browser
+// that sends none, its Origin names this host. A client that sends
+// neither (curl) is no browser another site can drive. Login has no
+// session (so no CSRF token) yet: this is what keeps another site from
 // logging a browser in with the attacker's token.
 func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
 	o := r.Header.Get("Origin")
 	if o == "" {
-		return r.Header.Get("Sec-Fetch-Site") == "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"
+		return true
 	}
 	ou, err := url.Parse(o)
 	return err == nil && ou.Host == r.Host

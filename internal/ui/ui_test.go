@@ -239,8 +239,8 @@ func TestSecurityHeaders(t *testing.T) {
 		if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
 			t.Errorf("GET %s: X-Content-Type-Options = %q; want nosniff", path, got)
 		}
-		if got := resp.Header.Get("Referrer-Policy"); got != "no-referrer" {
-			t.Errorf("GET %s: Referrer-Policy = %q; want no-referrer", path, got)
+		if got := resp.Header.Get("Referrer-Policy"); got != "same-origin" {
+			t.Errorf("GET %s: Referrer-Policy = %q; want same-origin", path, got)
 		}
 	}
 	// No page carries inline script: every <script> has a src of our own.
@@ -333,16 +333,32 @@ func TestPlainHTTPSentToTLS(t *testing.T) {
 
 func TestCrossSiteLoginRefused(t *testing.T) {
 	e := newEnv(t)
-	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/ui/login", strings.NewReader("token=op-token"))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", "https://evil.example")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || len(resp.Cookies()) != 0 {
-		t.Errorf("login posted from another origin = %d with cookies %v; want 403, none", resp.StatusCode, resp.Cookies())
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		want   int
+	}{
+		{"other origin", map[string]string{"Origin": "https://evil.example"}, http.StatusForbidden},
+		{"opaque origin", map[string]string{"Origin": "null"}, http.StatusForbidden},
+		{"cross-site fetch", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": e.srv.URL}, http.StatusForbidden},
+		{"same-site fetch", map[string]string{"Sec-Fetch-Site": "same-site"}, http.StatusForbidden},
+		{"own page", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": e.srv.URL}, http.StatusSeeOther},
+		{"own origin, no fetch metadata", map[string]string{"Origin": e.srv.URL}, http.StatusSeeOther},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/ui/login", strings.NewReader("token=op-token"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range tc.header {
+			req.Header.Set(k, v)
+		}
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == http.StatusForbidden) != (len(resp.Cookies()) == 0) {
+			t.Errorf("%s: login = %d with cookies %v; want %d", tc.name, resp.StatusCode, resp.Cookies(), tc.want)
+		}
 	}
 }
 
