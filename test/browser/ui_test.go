@@ -142,7 +142,7 @@ func artifacts(t *testing.T) string {
 
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
