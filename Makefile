@@ -76,7 +76,8 @@ FUZZ_TARGETS := \
 	./internal/secrets:FuzzOpen \
 	./test/redfishsim:FuzzParseReply \
 	./internal/bmc/wsman:FuzzParseResponse \
-	./internal/bmc/wsman:FuzzParseChallenges
+	./internal/bmc/wsman:FuzzParseChallenges \
+	./internal/ui:FuzzSafeNext
 
 .PHONY: all build binary image test unit fuzz lint labcheck demo bench generate deps tools kernel kube clean ipxe-refresh
 

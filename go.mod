@@ -7,6 +7,8 @@ require (
 	connectrpc.com/grpcreflect v1.3.1
 	github.com/Masterminds/sprig/v3 v3.3.0
 	github.com/bougou/go-ipmi v0.9.1
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/coreos/butane v0.22.0
 	github.com/coreos/ignition/v2 v2.18.0
 	github.com/coreos/vcontext v0.0.0-20230201181013-d72178a18687
@@ -62,6 +64,7 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/fatih/color v1.15.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect

@@ -104,6 +104,9 @@ APT_PACKAGES+=(libcap2-bin)
 # The serial console's tests (internal/console, test/e2e TestBMCReprovision)
 # log in with OpenSSH's own client and make their keys with ssh-keygen.
 APT_PACKAGES+=(openssh-client)
+# The web UI's browser tests (test/browser) drive Debian's headless
+# Chromium through chromedp.
+APT_PACKAGES+=(chromium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

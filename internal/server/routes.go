@@ -17,6 +17,8 @@ import (
 	"github.com/anvilproj/anvil/internal/httpboot"
 	"github.com/anvilproj/anvil/internal/httplimit"
 	"github.com/anvilproj/anvil/internal/render"
+	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/ui"
 )
 
 // Defaults of the boot path's limits: `anvil serve`'s flag defaults. In
@@ -213,19 +215,33 @@ func limitBoot(l *httplimit.Limiter, next http.Handler) http.Handler {
 
 // handlers are the handlers of the HTTP listeners: the HTTP (and HTTPS)
 // port's, the metadata port's and the gRPC port's.
-type handlers struct{ http, metadata, grpc http.Handler }
+type handlers struct {
+	http, metadata, grpc http.Handler
+	// ui is the web UI at /ui/ on the HTTP port; its Run keeps its view
+	// of the store current.
+	ui *ui.UI
+}
 
 // newHandlers routes the API (services), /healthz, /readyz (ready says
-// whether the server is ready), /metrics, the boot routes and the metadata
-// routes. The public boot path (no token) goes through the limits; the
+// whether the server is ready), /metrics, the web UI (uiCfg, which is
+// given the API's handler for its mutations), the boot routes and the
+// metadata routes. The public boot path (no token) goes through the limits; the
 // API, health and metrics do not, so a boot storm cannot starve them.
 // Every listener first learns who the client is (clientip, for the
 // limits, the services and audit) and accepts the path prefix.
-func newHandlers(cfg Config, set settings, services *api.Services, boot *bootServices, secrets render.SecretSource, ready func() error) handlers {
+func newHandlers(cfg Config, set settings, services *api.Services, boot *bootServices, secrets render.SecretSource,
+	uiCfg ui.Config, ready func() error) (handlers, error) {
 	log := cfg.Logger
 	apiMux := http.NewServeMux()
 	services.Mount(apiMux, connect.WithInterceptors(metricsInterceptor{}))
+	uiCfg.API = apiMux
+	web, err := ui.New(uiCfg)
+	if err != nil {
+		return handlers{}, err
+	}
 	httpMux := http.NewServeMux()
+	httpMux.Handle("/ui", web)
+	httpMux.Handle("/ui/", web)
 	httpMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -258,7 +274,20 @@ func newHandlers(cfg Config, set settings, services *api.Services, boot *bootSer
 		http:     outer(httpboot.WithScriptAliases(bootRouter(bootMux, limitBoot(limiter, bootPacer(cfg, bootMux, log)), httpMux))),
 		metadata: outer(limitBoot(limiter, bootPacer(cfg, boot.metadata, log))),
 		grpc:     outer(apiMux),
+		ui:       web,
+	}, nil
+}
+
+// uiConfig is the web UI's configuration: the API's store, machine
+// records and authentication, and, with TLS on, the HTTPS port the plain HTTP port's
+// /ui/ requests are sent to (no token typed into a page sent in the
+// clear).
+func uiConfig(cfg Config, st store.Store, logs ui.RecordReader, sec *security, log *slog.Logger) ui.Config {
+	c := ui.Config{Store: st, Records: logs, Authenticate: sec.authenticate, Logger: log}
+	if cfg.TLS {
+		c.HTTPSPort = cfg.HTTPSPort
 	}
+	return c
 }
 
 // requestClientIP is the API's view of who calls: set by each listener's

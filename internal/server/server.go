@@ -483,9 +483,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		MaxRequestBytes: cfg.MaxRequestBytes, Registries: set.registries, BootISO: boot.isoURL != nil,
 		ImageChecker: imageChecker(cfg), ActionRuntime: cfg.ActionRuntime, ClientIP: requestClientIP,
 		Enroller: enroll.New(enrollConfig(cfg, st, recorder))})
-	h := newHandlers(cfg, set, services, boot, secretStore, sup.Ready)
+	h, err := newHandlers(cfg, set, services, boot, secretStore,
+		uiConfig(cfg, st, logs, sec, log), sup.Ready)
+	if err != nil {
+		return err
+	}
+	sup.Stage("web ui", supervise.Component{Name: "web ui view", Run: h.ui.Run})
 	sup.Stage("boot policy", boot.policyComponent())
-	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, services.Stop)...)...)
+	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, func() { services.Stop(); h.ui.Stop() })...)...)
 	if registry != nil {
 		sup.Stage("replica registry", supervise.Component{Name: "replica registry", Run: registry.Run})
 	}

@@ -1,0 +1,371 @@
+package ui
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/logstore"
+	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
+)
+
+// sseKeepAlive is how often an idle event stream sends a comment, so a
+// proxy between the browser and the server does not cut it as idle.
+const sseKeepAlive = 25 * time.Second
+
+// parsePages parses each page of templates/ with the layout.
+func parsePages() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{
+		"duration": actionDuration,
+		"when": func(t *time.Time) string {
+			if t == nil {
+				return ""
+			}
+			return t.UTC().Format(time.RFC3339)
+		},
+		"bytes":      func(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) },
+		"stateClass": stateClass,
+		"join":       strings.Join,
+		"clock":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	}
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string]*template.Template{}
+	for _, n := range names {
+		if n == "templates/layout.html" {
+			continue
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n)
+		if err != nil {
+			return nil, fmt.Errorf("ui: template %s: %w", n, err)
+		}
+		pages[strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")] = t
+	}
+	return pages, nil
+}
+
+// actionDuration is how long a has run: its recorded duration once it
+// ended, the time since it started while it runs.
+func actionDuration(a model.Action) string {
+	switch {
+	case a.ExecutionStart != nil && a.ExecutionStop != nil:
+		return a.ExecutionStop.Sub(*a.ExecutionStart).Round(time.Second).String()
+	case a.ExecutionDuration != "":
+		return a.ExecutionDuration
+	case a.ExecutionStart != nil && a.State == model.StateRunning:
+		return time.Since(*a.ExecutionStart).Round(time.Second).String() + " so far"
+	}
+	return ""
+}
+
+// pageData is what every page's template gets.
+type pageData struct {
+	Title   string
+	Subject string // who is logged in; "" on the login page
+	CSRF    string
+	Data    any
+}
+
+// render writes page name with status.
+func (u *UI) render(w http.ResponseWriter, r *request, status int, name, title string, data any) {
+	pd := pageData{Title: title, Data: data}
+	if r != nil && r.session != nil {
+		pd.Subject, pd.CSRF = r.principal.Subject, r.session.csrf
+	}
+	var buf bytes.Buffer
+	if err := u.pages[name].Execute(&buf, pd); err != nil {
+		u.log.Error("ui: page failed to render", "page", name, "err", err)
+		http.Error(w, "the page failed to render; the server's log says why", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes()) // a browser gone away is not our error
+}
+
+// errorPage answers msg with status, as a page.
+func (u *UI) errorPage(w http.ResponseWriter, r *request, status int, msg string) {
+	u.render(w, r, status, "error", http.StatusText(status), msg)
+}
+
+type loginData struct {
+	Next, Error   string
+	Ended, NoAuth bool
+}
+
+func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
+	u.render(w, nil, http.StatusOK, "login", "Log in", loginData{
+		Next: safeNext(r.URL.Query().Get("next")), Ended: r.URL.Query().Get("ended") != "",
+		NoAuth: u.cfg.Authenticate == nil})
+}
+
+// login checks the token with the API's Authenticate and starts a
+// session. The token comes in the POST body only; the answer is a
+// redirect to a UI path that never carries it.
+func (u *UI) login(w http.ResponseWriter, r *http.Request) {
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	next := safeNext(r.PostFormValue("next"))
+	if token == "" && u.cfg.Authenticate != nil {
+		u.render(w, nil, http.StatusBadRequest, "login", "Log in", loginData{Next: next, Error: "Paste a token: the field is empty."})
+		return
+	}
+	p, err := u.authenticate(r.Context(), token)
+	if err != nil {
+		u.render(w, nil, http.StatusUnauthorized, "login", "Log in", loginData{Next: next,
+			Error: "This token is not accepted: " + err.Error()})
+		return
+	}
+	ss := u.sessions.create(token, u.cfg.Clock.Now(), p.ExpiresAt)
+	setCookie(w, r, ss)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (u *UI) logout(w http.ResponseWriter, r *request) {
+	u.sessions.end(r.session.id)
+	setCookie(w, r.Request, nil)
+	http.Redirect(w, r.Request, basePath+"login", http.StatusSeeOther)
+}
+
+func (u *UI) fleetPage(w http.ResponseWriter, r *request) {
+	u.render(w, r, http.StatusOK, "fleet", "Fleet", u.fleet(r.principal))
+}
+
+type hardwareListData struct {
+	Filter hwFilter
+	States []string
+	Result hwPage
+	Error  string
+	Prev   string // query of the previous page, "" on the first
+	Next   string
+}
+
+func (u *UI) hardwareList(w http.ResponseWriter, r *request) {
+	q := r.URL.Query()
+	f := hwFilter{Search: q.Get("q"), Labels: q.Get("labels"), State: q.Get("state"), MAC: q.Get("mac"), IP: q.Get("ip")}
+	if p := q.Get("page"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			u.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("page %q: want a page number from 1", p))
+			return
+		}
+		f.Page = n
+	}
+	d := hardwareListData{Filter: f, States: states}
+	res, err := u.hardwarePage(r.Context(), r.principal, f)
+	status := http.StatusOK
+	if err != nil {
+		d.Error, status = err.Error(), http.StatusBadRequest
+	}
+	d.Result = res
+	page := func(n int) string {
+		v := url.Values{}
+		for k, val := range map[string]string{"q": f.Search, "labels": f.Labels, "state": f.State, "mac": f.MAC, "ip": f.IP} {
+			if val != "" {
+				v.Set(k, val)
+			}
+		}
+		v.Set("page", strconv.Itoa(n))
+		return "?" + v.Encode()
+	}
+	if res.Page > 1 {
+		d.Prev = page(res.Page - 1)
+	}
+	if res.Page < res.Pages {
+		d.Next = page(res.Page + 1)
+	}
+	u.render(w, r, status, "hardware", "Hardware", d)
+}
+
+type hardwareDetailData struct {
+	HW           *model.Hardware
+	Workflows    []*model.Workflow
+	CanProvision bool
+	Templates    []string
+	CSRF         string // the session's, for the reprovision form
+	Record       []logstore.Line
+	RecordError  string
+}
+
+// recordLines is how much of a machine's record its page shows.
+const recordLines = 50
+
+func (u *UI) hardwareDetail(w http.ResponseWriter, r *request) {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	hw := u.view.hardwareByKey(ns + "/" + name)
+	if hw == nil || !r.principal.Sees(ns) {
+		u.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("No hardware %s/%s.", ns, name))
+		return
+	}
+	d := hardwareDetailData{HW: hw, Workflows: u.view.workflowsOf(ns + "/" + name),
+		CanProvision: r.principal.Allow(auth.Provision, ns) == nil, CSRF: r.session.csrf}
+	if d.CanProvision {
+		// A namespace holds a handful of templates: a copy each is cheap.
+		tmpls, _, err := u.cfg.Store.List(r.Context(), model.KindTemplate, store.ListOptions{Namespace: ns})
+		if err != nil {
+			u.errorPage(w, r, http.StatusInternalServerError, "The templates could not be read: "+err.Error())
+			return
+		}
+		for _, t := range tmpls {
+			d.Templates = append(d.Templates, t.GetObjectMeta().Name)
+		}
+	}
+	if u.cfg.Records != nil {
+		var err error
+		if d.Record, err = u.cfg.Records.ReadHardware(ns+"/"+name, recordLines); err != nil {
+			d.RecordError = err.Error()
+		}
+	}
+	u.render(w, r, http.StatusOK, "hardware_detail", "Hardware "+hw.Name, d)
+}
+
+// reprovision sends WorkflowService.Reprovision to the API as the
+// session's caller and, done, shows the new workflow.
+func (u *UI) reprovision(w http.ResponseWriter, r *request) {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	tmpl := r.PostFormValue("template")
+	wf, warnings, err := u.reprovisionCall(r, ns, name, tmpl)
+	if err != nil {
+		u.errorPage(w, r, httpStatus(err), "Reprovision refused: "+connectMessage(err))
+		return
+	}
+	for _, msg := range warnings {
+		u.log.Info("ui: reprovision warning", "hardware", ns+"/"+name, "warning", msg)
+	}
+	http.Redirect(w, r.Request, basePath+"workflows/"+url.PathEscape(ns)+"/"+url.PathEscape(wf), http.StatusSeeOther)
+}
+
+// httpStatus maps an API error to the page's status.
+func httpStatus(err error) int {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case connect.CodeFailedPrecondition, connect.CodeAlreadyExists:
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+type workflowData struct {
+	WF  *model.Workflow
+	Row wfRow
+}
+
+// visibleWorkflow returns the workflow of the request's path that its
+// caller may see, or nil.
+func (u *UI) visibleWorkflow(r *request) *model.Workflow {
+	ns := r.PathValue("ns")
+	if !r.principal.Sees(ns) {
+		return nil
+	}
+	return u.view.workflow(ns + "/" + r.PathValue("name"))
+}
+
+func (u *UI) workflowDetail(w http.ResponseWriter, r *request) {
+	wf := u.visibleWorkflow(r)
+	if wf == nil {
+		u.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("No workflow %s/%s.", r.PathValue("ns"), r.PathValue("name")))
+		return
+	}
+	u.render(w, r, http.StatusOK, "workflow", "Workflow "+wf.Name, workflowData{WF: wf, Row: newWFRow(wf)})
+}
+
+// workflowEvents streams the workflow's progress as Server-Sent Events:
+// an "actions" event holding the progress fragment (the same template
+// the page shows, escaped alike) now and after every change the store's
+// watch reports, "gone" when the workflow is deleted.
+func (u *UI) workflowEvents(w http.ResponseWriter, r *request) {
+	key := r.PathValue("ns") + "/" + r.PathValue("name")
+	if u.visibleWorkflow(r) == nil {
+		http.Error(w, "no workflow "+key, http.StatusNotFound)
+		return
+	}
+	rc := http.NewResponseController(w)
+	changed, stop := u.view.subscribe(key)
+	defer stop()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	tick := time.NewTicker(sseKeepAlive)
+	defer tick.Stop()
+	var last string
+	for {
+		wf := u.view.workflow(key)
+		if wf == nil {
+			fmt.Fprint(w, "event: gone\ndata: deleted\n\n")
+			_ = rc.Flush()
+			return
+		}
+		if wf.ResourceVersion != last {
+			last = wf.ResourceVersion
+			var buf bytes.Buffer
+			if err := u.pages["workflow"].ExecuteTemplate(&buf, "progress", workflowData{WF: wf, Row: newWFRow(wf)}); err != nil {
+				u.log.Error("ui: workflow fragment failed to render", "workflow", key, "err", err)
+				return
+			}
+			writeEvent(w, "actions", buf.String())
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-u.stopped:
+			return
+		case <-tick.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		case <-changed:
+		}
+	}
+}
+
+// writeEvent writes one SSE event; each line of data is a "data:" field
+// (the browser joins them with newlines).
+func writeEvent(w http.ResponseWriter, event, data string) {
+	var b strings.Builder
+	b.WriteString("event: " + event + "\n")
+	for line := range strings.SplitSeq(data, "\n") {
+		b.WriteString("data: " + strings.TrimSuffix(line, "\r") + "\n")
+	}
+	b.WriteString("\n")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// stateClass is the CSS class of a state, for its colour.
+func stateClass(s string) string {
+	s = strings.ToLower(s)
+	if slices.Contains(states, strings.ToUpper(s)) {
+		return "state-" + s
+	}
+	return "state-none"
+}

@@ -1,0 +1,19 @@
+// Anvil UI: live updates for the workflow page. The server renders every
+// fragment (escaped by html/template); this script only swaps it in when
+// a Server-Sent Event brings a new one. No other script runs on the UI.
+"use strict";
+(function () {
+  var box = document.getElementById("progress");
+  if (!box || !box.dataset.events || !window.EventSource) {
+    return;
+  }
+  var events = new EventSource(box.dataset.events);
+  events.addEventListener("actions", function (e) {
+    box.innerHTML = e.data;
+    box.dataset.live = "1";
+  });
+  events.addEventListener("gone", function () {
+    events.close();
+    box.insertAdjacentHTML("afterbegin", '<p class="error" role="alert">This workflow was deleted.</p>');
+  });
+})();
