@@ -58,16 +58,30 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return r.body.Write(p)
 }
 
+// apiClient is the connect client transport and base URL of the API's
+// in-process handler for r: every UI mutation and API read goes through
+// it, so the API's gate, authorization and audit see the browser's
+// address.
+func (u *UI) apiClient(r *request) (connect.HTTPClient, string) {
+	return inProcess{api: u.cfg.API, remote: r.RemoteAddr}, apiBase
+}
+
+// asCaller wraps msg in a request that carries the session's token, so
+// the API authenticates the call as the logged-in caller.
+func asCaller[T any](u *UI, r *request, msg *T) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	if u.cfg.Authenticate != nil {
+		req.Header().Set("Authorization", "Bearer "+r.session.token)
+	}
+	return req
+}
+
 // reprovisionCall asks the API's WorkflowService.Reprovision, as the
 // caller whose token the session holds, and returns the new workflow's
 // name and the API's warnings.
 func (u *UI) reprovisionCall(r *request, ns, hardware, template string) (string, []string, error) {
-	client := anvilv1connect.NewWorkflowServiceClient(inProcess{api: u.cfg.API, remote: r.RemoteAddr}, apiBase)
-	req := connect.NewRequest(&v1.ReprovisionRequest{Namespace: ns, Hardware: hardware, Template: template})
-	if u.cfg.Authenticate != nil {
-		req.Header().Set("Authorization", "Bearer "+r.session.token)
-	}
-	resp, err := client.Reprovision(r.Context(), req)
+	client := anvilv1connect.NewWorkflowServiceClient(u.apiClient(r))
+	resp, err := client.Reprovision(r.Context(), asCaller(u, r, &v1.ReprovisionRequest{Namespace: ns, Hardware: hardware, Template: template}))
 	if err != nil {
 		return "", nil, err
 	}
