@@ -11,6 +11,11 @@
   events.addEventListener("actions", function (e) {
     box.innerHTML = e.data;
     box.dataset.live = "1";
+    // An ended workflow has nothing left to cancel.
+    var cancel = document.getElementById("cancel");
+    if (cancel && box.querySelector("[data-final]")) {
+      cancel.remove();
+    }
   });
   events.addEventListener("gone", function () {
     events.close();
