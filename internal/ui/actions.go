@@ -8,6 +8,7 @@ package ui
 // the API will judge.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -31,6 +32,26 @@ import (
 // order: every one `anvil power` takes.
 var powerButtons = []string{model.PowerActionOn, model.PowerActionOff, model.PowerActionSoft,
 	model.PowerActionCycle, model.PowerActionReset, model.PowerActionStatus}
+
+// powerLabel is a power action's button text; its value is the action
+// itself, as `anvil power` spells it.
+func powerLabel(action string) string {
+	switch action {
+	case model.PowerActionOn:
+		return "Power on"
+	case model.PowerActionOff:
+		return "Power off (hard)"
+	case model.PowerActionSoft:
+		return "Soft off (ACPI)"
+	case model.PowerActionCycle:
+		return "Power cycle"
+	case model.PowerActionReset:
+		return "Reset"
+	case model.PowerActionStatus:
+		return "Read power state"
+	}
+	return action
+}
 
 // machineActions is what the machine page shows of netboot and power.
 type machineActions struct {
@@ -246,4 +267,73 @@ func canCancel(r *request, wf *model.Workflow) bool {
 // API's CANCELLING).
 func cancelling(wf *model.Workflow) bool {
 	return wf.Status.CancelRequested != nil && !wf.Status.State.IsFinal()
+}
+
+// powerEvents streams the machine page's power fragment as Server-Sent
+// Events ("power"): now, and whenever the store's watch reports a change
+// of the Hardware's Machine or of a Job on it, so a press's outcome and
+// the power state it leaves appear without a reload. Each open stream
+// holds two watches of the store narrowed by field selectors (the
+// Machine by name, Jobs by spec.machineRef.name): a machine page is open
+// in a few browsers at once, not thousands.
+func (u *UI) powerEvents(w http.ResponseWriter, r *request) {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	hw := u.view.hardwareByKey(ns + "/" + name)
+	if hw == nil || !r.principal.Sees(ns) || hw.Spec.BMCRef == nil || hw.Spec.BMCRef.Name == "" {
+		http.Error(w, "no hardware "+ns+"/"+name+" with a bmcRef", http.StatusNotFound)
+		return
+	}
+	machine, job := hw.Spec.BMCRef.Name, r.URL.Query().Get("job")
+	ctx := r.Context()
+	machines, err := u.cfg.Store.Watch(ctx, model.KindMachine, store.WatchOptions{Namespace: ns, Shared: true,
+		Fields: []store.FieldRequirement{{Field: "metadata.name", Value: machine}}})
+	if err != nil {
+		http.Error(w, "the store cannot be watched: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	jobs, err := u.cfg.Store.Watch(ctx, model.KindJob, store.WatchOptions{Namespace: ns, Shared: true,
+		Fields: []store.FieldRequirement{{Field: "spec.machineRef.name", Value: machine}}})
+	if err != nil {
+		http.Error(w, "the store cannot be watched: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	tick := time.NewTicker(sseKeepAlive)
+	defer tick.Stop()
+	var last string
+	for {
+		var buf bytes.Buffer
+		if err := u.pages["hardware_detail"].ExecuteTemplate(&buf, "power", u.machineActionsOf(r, hw, job)); err != nil {
+			u.log.Error("ui: power fragment failed to render", "hardware", ns+"/"+name, "err", err)
+			return
+		}
+		if s := buf.String(); s != last {
+			last = s
+			writeEvent(w, "power", s)
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.stopped:
+			return
+		case <-tick.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		case ev, ok := <-machines:
+			if !ok || ev.Type == store.Error {
+				return // the browser's EventSource reconnects
+			}
+		case ev, ok := <-jobs:
+			if !ok || ev.Type == store.Error {
+				return
+			}
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"bufio"
 	"context"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/anvilproj/anvil/internal/bmcjob"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
+	"github.com/anvilproj/anvil/internal/testtool"
 	wfengine "github.com/anvilproj/anvil/internal/workflow"
 )
 
@@ -126,6 +128,9 @@ func TestCancelWorkflow(t *testing.T) {
 		t.Fatalf("cancel of a running workflow = %d\n%s", resp.StatusCode, page)
 	}
 	waitPage(t, b, "/ui/workflows/acme/w2", `id="wf-state">CANCELLING`)
+	if _, page := b.get("/ui/workflows/acme/w2"); !strings.Contains(page, "Cancel requested (the running action ends first): by acme-op") {
+		t.Errorf("a cancelling workflow's page does not say the cancel was asked for, and by whom")
+	}
 
 	// An ended one: the API's refusal, shown.
 	e.create(t, workflow("acme", "w3", "n1", model.StateSuccess, ""))
@@ -315,7 +320,7 @@ func TestPower(t *testing.T) {
 	}
 	e.wantAudit(t, "BmcJobService/Create", "acme-op", true)
 	_, page = b.get(strings.TrimSuffix(loc, "#power"))
-	if !strings.Contains(page, "Job "+j.Name+" (powerAction on): <strong class=\"state\">Pending</strong>") {
+	if !strings.Contains(page, "Job "+j.Name+" (powerAction on): <strong class=\"state\" id=\"power-job-state\">Pending</strong>") {
 		t.Errorf("the page after the press does not show the job pending:\n%s", page)
 	}
 
@@ -327,7 +332,7 @@ func TestPower(t *testing.T) {
 	if _, err := e.st.Update(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
-	if _, page := b.get(strings.TrimSuffix(loc, "#power")); !strings.Contains(page, "<strong class=\"state\">Failed</strong>: task 0 (powerAction on): BMC said &lt;no&gt;") {
+	if _, page := b.get(strings.TrimSuffix(loc, "#power")); !strings.Contains(page, "id=\"power-job-state\">Failed</strong>: task 0 (powerAction on): BMC said &lt;no&gt;") {
 		t.Errorf("the page does not show the job's failure, escaped:\n%s", page)
 	}
 	// A job of another machine named in the query is not shown.
@@ -343,5 +348,89 @@ func TestPower(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, tc.want) {
 			t.Errorf("POST %s action %s = %d; want 400 saying %s\n%s", tc.path, tc.action, resp.StatusCode, tc.want, page)
 		}
+	}
+}
+
+// events opens path's event stream and returns its events, each as its
+// lines ("event: …\ndata: …\n"); the channel closes when the stream ends.
+func (b *browser) events(path string) <-chan string {
+	b.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, b.base+path, nil)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { resp.Body.Close() })
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		b.t.Fatalf("GET %s = %d %q; want 200 text/event-stream", path, resp.StatusCode, ct)
+	}
+	out := make(chan string, 10)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		var ev strings.Builder
+		for sc.Scan() {
+			if sc.Text() == "" {
+				out <- ev.String()
+				ev.Reset()
+				continue
+			}
+			ev.WriteString(sc.Text() + "\n")
+		}
+	}()
+	return out
+}
+
+// TestPowerEvents: the machine page's power fragment is pushed when the
+// executor's writes land — the Job's state and the Machine's power state
+// — with no reload; a machine without bmcRef has no stream.
+func TestPowerEvents(t *testing.T) {
+	e := newActionEnv(t)
+	e.create(t, bmcHardware("acme", "n2", "bmc-n2"))
+	e.create(t, bmcMachine("acme", "bmc-n2", model.PowerOff))
+	e.create(t, hardware("acme", "n3", "52:54:00:0a:00:03", "10.0.1.13", nil))
+	b := e.browser(t)
+	csrf := b.login("op-token")
+	waitPage(t, b, "/ui/hardware/acme/n2", `id="power-live"`)
+	resp, _ := b.do(http.MethodPost, "/ui/hardware/acme/n2/power", url.Values{"csrf": {csrf}, "action": {"on"}})
+	job := regexp.MustCompile(`job=([a-z0-9-]+)`).FindStringSubmatch(resp.Header.Get("Location"))
+	if job == nil {
+		t.Fatalf("power on = %d to %q; want the job named", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	events := b.events("/ui/hardware/acme/n2/power/events?job=" + job[1])
+	first := testtool.Receive(t, events, "the first power event")
+	if !strings.HasPrefix(first, "event: power\n") || !strings.Contains(first, `id="power-state">off`) || !strings.Contains(first, `id="power-job-state">Pending`) {
+		t.Fatalf("first event %q; want power off, the job pending", first)
+	}
+
+	// What the executor writes when the Job is done: the Machine's
+	// power state, then the Job's Completed condition.
+	m := e.get(t, model.KindMachine, "acme", "bmc-n2").(*model.Machine)
+	m.Status.PowerState = model.PowerOn
+	if _, err := e.st.Update(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	j := e.get(t, model.KindJob, "acme", job[1]).(*model.Job)
+	j.Status.Conditions = []model.JobCondition{{Type: model.ConditionCompleted, Status: model.ConditionTrue}}
+	if _, err := e.st.Update(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev := testtool.Receive(t, events, "an event showing the job completed")
+		if strings.Contains(ev, `id="power-job-state">Completed`) {
+			if !strings.Contains(ev, `id="power-state">on`) {
+				t.Errorf("event %q: the job completed but the power state is not on", ev)
+			}
+			break
+		}
+	}
+
+	if resp, _ := b.get("/ui/hardware/acme/n3/power/events"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("power events of a machine without bmcRef = %d; want 404", resp.StatusCode)
+	}
+	viewer := e.browser(t)
+	viewer.login("viewer-token")
+	if ev := testtool.Receive(t, viewer.events("/ui/hardware/acme/n2/power/events"), "a viewer's power event"); !strings.Contains(ev, `id="power-state">on`) {
+		t.Errorf("a viewer's power event %q; want the state, on", ev)
 	}
 }

@@ -22,3 +22,17 @@
     box.insertAdjacentHTML("afterbegin", '<p class="error" role="alert">This workflow was deleted.</p>');
   });
 })();
+
+// The machine page's power state and its last power Job, pushed when the
+// store's watch reports a change of the Machine or of its Jobs.
+(function () {
+  var box = document.getElementById("power-live");
+  if (!box || !box.dataset.events || !window.EventSource) {
+    return;
+  }
+  var events = new EventSource(box.dataset.events);
+  events.addEventListener("power", function (e) {
+    box.innerHTML = e.data;
+    box.dataset.live = "1";
+  });
+})();
