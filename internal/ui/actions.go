@@ -173,8 +173,9 @@ func (u *UI) cancelWorkflow(w http.ResponseWriter, r *request) {
 }
 
 // setNetboot sets allowPXE on every interface of the machine to the
-// form's allow, as HardwareService.Update of the whole Hardware (the only
-// call that changes it; `anvil apply` makes the same) with the
+// form's allow, as HardwareService.Update of the whole Hardware (the API
+// has no call for allowPXE alone; the CLI's way is `anvil apply` of an
+// edited manifest, with the same write permission) with the
 // resourceVersion the page showed: a change made meanwhile by someone
 // else is refused with a conflict, never overwritten.
 func (u *UI) setNetboot(w http.ResponseWriter, r *request) {
