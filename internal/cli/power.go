@@ -2,12 +2,9 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,12 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/internal/bmcjob"
 	"github.com/anvilproj/anvil/internal/model"
-	"github.com/anvilproj/anvil/internal/wire"
 )
-
-// CreatedByLabel marks the BMC Jobs that power and bootdev create.
-const CreatedByLabel = "anvil.dev/created-by"
 
 // bmcFlags are the flags power and bootdev share.
 type bmcFlags struct {
@@ -48,10 +42,12 @@ and prints the outcome; the Job stays, so its progress and any error are in
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			action := args[0]
-			if !contains(model.PowerActions, action) {
-				return fmt.Errorf("unknown power action %q (want one of %s)", action, strings.Join(model.PowerActions, ", "))
+			if err := bmcjob.CheckPower(action); err != nil {
+				return err
 			}
-			return runBMCJob(cmd, &f, args[1], "power-"+action, model.BMCAction{PowerAction: &action})
+			return runBMCJob(cmd, &f, args[1], true, func(machine string) (*model.Job, error) {
+				return bmcjob.Power(f.namespace, machine, action, bmcjob.CreatedByCLI)
+			})
 		},
 	}
 	f.add(cmd)
@@ -72,8 +68,11 @@ func newBootdevCmd() *cobra.Command {
 			if !contains(model.BootDevices, dev) {
 				return fmt.Errorf("unknown boot device %q (want one of %s)", dev, strings.Join(model.BootDevices, ", "))
 			}
-			return runBMCJob(cmd, &f, args[1], "bootdev-"+dev, model.BMCAction{OneTimeBootDeviceAction: &model.OneTimeBootDeviceAction{
-				Devices: []string{dev}, EFIBoot: efi, Persistent: persistent}})
+			task := model.BMCAction{OneTimeBootDeviceAction: &model.OneTimeBootDeviceAction{
+				Devices: []string{dev}, EFIBoot: efi, Persistent: persistent}}
+			return runBMCJob(cmd, &f, args[1], false, func(machine string) (*model.Job, error) {
+				return bmcjob.New(f.namespace, machine, "bootdev-"+dev, bmcjob.CreatedByCLI, task), nil
+			})
 		},
 	}
 	f.add(cmd)
@@ -91,9 +90,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// runBMCJob creates a Job of one task for the target's Machine, waits for
-// it and prints the outcome (and, for power, the power state).
-func runBMCJob(cmd *cobra.Command, f *bmcFlags, target, what string, task model.BMCAction) error {
+// runBMCJob creates the Job newJob makes for the target's Machine
+// (bmcjob decides its shape, for the UI too), waits for it and prints the
+// outcome (and, for power, the power state).
+func runBMCJob(cmd *cobra.Command, f *bmcFlags, target string, power bool, newJob func(machine string) (*model.Job, error)) error {
 	c, err := newClients(cmd)
 	if err != nil {
 		return err
@@ -103,17 +103,15 @@ func runBMCJob(cmd *cobra.Command, f *bmcFlags, target, what string, task model.
 	if err != nil {
 		return err
 	}
-	job := &model.Job{
-		TypeMeta:   model.TypeMeta{APIVersion: model.BMCAPIVersion, Kind: model.KindJob},
-		ObjectMeta: model.ObjectMeta{Namespace: f.namespace, Name: jobName(machine, what), Labels: map[string]string{CreatedByLabel: "anvil-cli"}},
-		Spec:       model.JobSpec{MachineRef: model.ObjectReference{Name: machine, Namespace: f.namespace}, Tasks: []model.BMCAction{task}},
-	}
-	msg, err := wire.ToParts(job)
+	job, err := newJob(machine)
 	if err != nil {
 		return err
 	}
-	if _, err := c.bmcJobs.Create(ctx, connect.NewRequest(&v1.CreateBmcJobRequest{Job: &v1.BmcJob{
-		ApiVersion: msg.APIVersion, Kind: msg.Kind, Metadata: msg.Meta, Spec: msg.Spec}})); err != nil {
+	msg, err := bmcjob.Message(job)
+	if err != nil {
+		return err
+	}
+	if _, err := c.bmcJobs.Create(ctx, connect.NewRequest(&v1.CreateBmcJobRequest{Job: msg})); err != nil {
 		return c.explain(err)
 	}
 	w := cmd.OutOrStdout()
@@ -125,7 +123,7 @@ func runBMCJob(cmd *cobra.Command, f *bmcFlags, target, what string, task model.
 	if err != nil {
 		return err
 	}
-	return reportBMCJob(w, c, ctx, done, machine, target, task.PowerAction != nil)
+	return reportBMCJob(w, c, ctx, done, machine, target, power)
 }
 
 // reportBMCJob prints a finished Job's outcome; a failed Job is an error
@@ -172,11 +170,9 @@ func (c *clients) machineOf(ctx context.Context, ns, target string) (string, err
 		if err != nil {
 			return "", c.explain(err)
 		}
-		hw := o.(*model.Hardware)
-		if hw.Spec.BMCRef == nil || hw.Spec.BMCRef.Name == "" {
-			return "", fmt.Errorf("hardware %s/%s has no spec.bmcRef: it names no Machine (BMC) to drive; add one (docs/bmc.md)", ns, name)
+		if machine, err = bmcjob.MachineOf(o.(*model.Hardware)); err != nil {
+			return "", err
 		}
-		machine = hw.Spec.BMCRef.Name
 	default:
 		return "", fmt.Errorf("%q: power and bootdev take hardware/NAME or machine/NAME", target)
 	}
@@ -211,17 +207,4 @@ func (c *clients) waitBMCJob(ctx context.Context, ns, name string, wait time.Dur
 		break
 	}
 	return nil, fmt.Errorf("job/%s did not finish within %s (is the server's BMC executor off, --no-bmc?): see `anvil describe job/%s`", name, wait, name)
-}
-
-// jobName is "<machine>-<what>-<time><random>": unique, readable, and a
-// DNS subdomain (lower case, at most 253 characters).
-func jobName(machine, what string) string {
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	suffix := strconv.FormatInt(time.Now().UnixMilli(), 36) + hex.EncodeToString(b[:])
-	base := machine + "-" + what
-	if max := 253 - len(suffix) - 1; len(base) > max {
-		base = strings.TrimRight(base[:max], "-.")
-	}
-	return base + "-" + suffix
 }

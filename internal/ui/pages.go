@@ -39,6 +39,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"stateClass": stateClass,
 		"join":       strings.Join,
 		"clock":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"powerLabel": powerLabel,
 	}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
@@ -198,6 +199,7 @@ type hardwareDetailData struct {
 	CSRF         string // the session's, for the reprovision form
 	Record       []logstore.Line
 	RecordError  string
+	Actions      machineActions // netboot and power (actions.go)
 }
 
 // recordLines is how much of a machine's record its page shows.
@@ -211,7 +213,8 @@ func (u *UI) hardwareDetail(w http.ResponseWriter, r *request) {
 		return
 	}
 	d := hardwareDetailData{HW: hw, Workflows: u.view.workflowsOf(ns + "/" + name),
-		CanProvision: r.principal.Allow(auth.Provision, ns) == nil, CSRF: r.session.csrf}
+		CanProvision: r.principal.Allow(auth.Provision, ns) == nil, CSRF: r.session.csrf,
+		Actions: u.machineActionsOf(r, hw, r.URL.Query().Get("job"))}
 	if d.CanProvision {
 		// A namespace holds a handful of templates: a copy each is cheap.
 		tmpls, _, err := u.cfg.Store.List(r.Context(), model.KindTemplate, store.ListOptions{Namespace: ns})
@@ -259,8 +262,10 @@ func httpStatus(err error) int {
 		return http.StatusNotFound
 	case connect.CodeInvalidArgument:
 		return http.StatusBadRequest
-	case connect.CodeFailedPrecondition, connect.CodeAlreadyExists:
+	case connect.CodeFailedPrecondition, connect.CodeAlreadyExists, connect.CodeAborted:
 		return http.StatusConflict
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -276,6 +281,15 @@ func connectMessage(err error) string {
 type workflowData struct {
 	WF  *model.Workflow
 	Row wfRow
+	// CanCancel, Cancelling and CSRF are for Cancel (actions.go).
+	CanCancel, Cancelling bool
+	CSRF                  string
+}
+
+// newWorkflowData is what the workflow page and its events show of wf to
+// r's caller.
+func newWorkflowData(r *request, wf *model.Workflow) workflowData {
+	return workflowData{WF: wf, Row: newWFRow(wf), CanCancel: canCancel(r, wf), Cancelling: cancelling(wf), CSRF: r.session.csrf}
 }
 
 // visibleWorkflow returns the workflow of the request's path that its
@@ -294,7 +308,7 @@ func (u *UI) workflowDetail(w http.ResponseWriter, r *request) {
 		u.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("No workflow %s/%s.", r.PathValue("ns"), r.PathValue("name")))
 		return
 	}
-	u.render(w, r, http.StatusOK, "workflow", "Workflow "+wf.Name, workflowData{WF: wf, Row: newWFRow(wf)})
+	u.render(w, r, http.StatusOK, "workflow", "Workflow "+wf.Name, newWorkflowData(r, wf))
 }
 
 // workflowEvents streams the workflow's progress as Server-Sent Events:
@@ -325,7 +339,7 @@ func (u *UI) workflowEvents(w http.ResponseWriter, r *request) {
 		if wf.ResourceVersion != last {
 			last = wf.ResourceVersion
 			var buf bytes.Buffer
-			if err := u.pages["workflow"].ExecuteTemplate(&buf, "progress", workflowData{WF: wf, Row: newWFRow(wf)}); err != nil {
+			if err := u.pages["workflow"].ExecuteTemplate(&buf, "progress", newWorkflowData(r, wf)); err != nil {
 				u.log.Error("ui: workflow fragment failed to render", "workflow", key, "err", err)
 				return
 			}

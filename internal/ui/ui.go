@@ -138,7 +138,11 @@ func New(cfg Config) (*UI, error) {
 	m.HandleFunc("GET /ui/hardware", u.authed(u.hardwareList))
 	m.HandleFunc("GET /ui/hardware/{ns}/{name}", u.authed(u.hardwareDetail))
 	m.HandleFunc("POST /ui/hardware/{ns}/{name}/reprovision", u.authed(u.reprovision))
+	m.HandleFunc("POST /ui/hardware/{ns}/{name}/netboot", u.authed(u.setNetboot))
+	m.HandleFunc("POST /ui/hardware/{ns}/{name}/power", u.authed(u.power))
+	m.HandleFunc("GET /ui/hardware/{ns}/{name}/power/events", u.authed(u.powerEvents))
 	m.HandleFunc("GET /ui/workflows/{ns}/{name}", u.authed(u.workflowDetail))
+	m.HandleFunc("POST /ui/workflows/{ns}/{name}/cancel", u.authed(u.cancelWorkflow))
 	m.HandleFunc("GET /ui/workflows/{ns}/{name}/events", u.authed(u.workflowEvents))
 	u.mux = m
 	return u, nil

@@ -61,8 +61,8 @@ type env struct {
 func newEnv(t testing.TB) *env { t.Helper(); return newEnvWith(t, false, nil) }
 
 // newEnvWith is newEnv over TLS when tls is set, with configure's
-// changes to the UI's configuration.
-func newEnvWith(t testing.TB, tls bool, configure func(*ui.Config)) *env {
+// changes to the UI's configuration and apiOpts' to the API's.
+func newEnvWith(t testing.TB, tls bool, configure func(*ui.Config), apiOpts ...func(*api.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -78,7 +78,11 @@ func newEnvWith(t testing.TB, tls bool, configure func(*ui.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := api.New(api.Config{Store: st, Logs: ls, Logger: log, Authenticate: testAuthenticate, Audit: al})
+	apiCfg := api.Config{Store: st, Logs: ls, Logger: log, Authenticate: testAuthenticate, Audit: al}
+	for _, o := range apiOpts {
+		o(&apiCfg)
+	}
+	svc := api.New(apiCfg)
 	mux := http.NewServeMux()
 	svc.Mount(mux)
 	cfg := ui.Config{Store: st, Records: ls, Authenticate: testAuthenticate, API: mux, Logger: log}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/testtool"
 	"github.com/anvilproj/anvil/internal/ui"
@@ -41,6 +43,7 @@ const testBound = 3 * time.Minute
 var tokens = map[string]*auth.Principal{
 	"op-token":     {Subject: "acme-op", Org: "acme", Roles: []string{auth.RoleOperator}},
 	"viewer-token": {Subject: "acme-viewer", Org: "acme", Roles: []string{auth.RoleViewer}},
+	"admin-token":  {Subject: "admin", Roles: []string{auth.RoleAdmin}},
 }
 
 func authenticate(_ context.Context, h http.Header) (*auth.Principal, error) {
@@ -64,31 +67,48 @@ tasks:
   - {name: reboot, image: quay.io/tinkerbell/actions/reboot:latest, timeout: 60}
 `
 
+// serveOption adds to what serve stores and runs.
+type serveOption func(*serveConfig)
+
+type serveConfig struct {
+	objects []model.Object                              // stored with the machine and the template
+	run     []func(ctx context.Context, st store.Store) // run beside the engine until the server stops
+}
+
 // serve runs the API (with the workflow engine) and the UI on one
 // loopback server, as anvil serve routes them, over a store holding one
-// machine and one template in namespace acme.
-func serve(t *testing.T) string {
+// machine and one template in namespace acme, and what opts add.
+func serve(t *testing.T, opts ...serveOption) string {
 	t.Helper()
+	var sc serveConfig
+	for _, o := range opts {
+		o(&sc)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "anvil.db"), bolt.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	data := templateData
-	if _, err := st.Apply(context.Background(), []model.Object{
+	if _, err := st.Apply(context.Background(), append([]model.Object{
 		&model.Hardware{TypeMeta: model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindHardware},
 			ObjectMeta: model.ObjectMeta{Namespace: "acme", Name: "rack1-node07", Labels: map[string]string{"rack": "1"}},
 			Spec: model.HardwareSpec{Interfaces: []model.Interface{{DHCP: &model.DHCP{MAC: mac, Hostname: "node07",
 				IP: &model.IP{Address: "10.0.4.7", Netmask: "255.255.255.0"}}}}}},
 		&model.Template{TypeMeta: model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindTemplate},
 			ObjectMeta: model.ObjectMeta{Namespace: "acme", Name: "install"}, Spec: model.TemplateSpec{Data: &data}},
-	}); err != nil {
+	}, sc.objects...)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	eng := workflow.New(workflow.Config{Store: st, Logger: log})
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(ctx) }()
+	var extra sync.WaitGroup
+	for _, run := range sc.run {
+		extra.Add(1)
+		go func() { defer extra.Done(); run(ctx, st) }()
+	}
 	svc := api.New(api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate})
 	apiMux := http.NewServeMux()
 	svc.Mount(apiMux)
@@ -109,6 +129,7 @@ func serve(t *testing.T) string {
 		svc.Stop()
 		<-uiDone
 		<-engDone
+		extra.Wait()
 		st.Close()
 	})
 	return srv.URL
