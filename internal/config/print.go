@@ -3,8 +3,11 @@ package config
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -29,10 +32,7 @@ func (c *Config) Print(w io.Writer) error {
 	}
 	m := &yaml.Node{Kind: yaml.MappingNode}
 	for _, s := range c.Settings {
-		v, err := valueNode(s)
-		if err != nil {
-			return err
-		}
+		v := valueNode(s)
 		v.LineComment = s.describe()
 		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s.Flag.Name}, v)
 	}
@@ -85,28 +85,54 @@ func (s Setting) Redacted() bool {
 	return false
 }
 
-// valueNode is the setting's value as a YAML node.
-func valueNode(s Setting) (*yaml.Node, error) {
-	v := s.Value()
-	if s.Redacted() {
-		if items, ok := v.([]string); ok {
-			red := make([]string, len(items))
-			for i := range red {
-				red[i] = Redacted
+// valueNode is the setting's value as a YAML node. Nodes are built, not
+// encoded from Go values: yaml.v3's Node.Encode writes text with line
+// breaks as a block scalar and loses it.
+func valueNode(s Setting) *yaml.Node {
+	redact := s.Redacted()
+	switch v := s.Value().(type) {
+	case []string:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle} // one line per key, for the source's comment
+		for _, item := range v {
+			if redact {
+				item = Redacted
 			}
-			v = red
-		} else {
+			n.Content = append(n.Content, stringNode(item))
+		}
+		return n
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v)}
+	case int64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(v, 10)}
+	case float64:
+		text := strconv.FormatFloat(v, 'g', -1, 64)
+		switch {
+		case math.IsInf(v, 1):
+			text = ".inf"
+		case math.IsInf(v, -1):
+			text = "-.inf"
+		case math.IsNaN(v):
+			text = ".nan"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: text}
+	case string:
+		if redact {
 			v = Redacted
 		}
+		return stringNode(v)
 	}
-	n := &yaml.Node{}
-	if err := n.Encode(v); err != nil {
-		return nil, fmt.Errorf("--%s: %w", s.Flag.Name, err)
+	panic("config: a setting of no known kind") // Value returns only the types above
+}
+
+// stringNode is s as a YAML string, double-quoted with escapes when it
+// holds what a plain or single-quoted scalar cannot (line breaks, control
+// characters), so that the key stays on one line.
+func stringNode(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) >= 0 || !utf8.ValidString(s) {
+		n.Style = yaml.DoubleQuotedStyle
 	}
-	if n.Kind == yaml.SequenceNode {
-		n.Style = yaml.FlowStyle // one line per key, for the source's comment
-	}
-	return n, nil
+	return n
 }
 
 // describe is the setting's source comment: "flag --http-port; overrides
