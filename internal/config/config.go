@@ -225,8 +225,10 @@ func load(o Options, data []byte, found bool) (*Config, error) {
 	var errs []error
 	if found {
 		var err error
-		if keys, err = parseFile(o.File, data, o.Flags); err != nil {
-			return nil, err
+		if keys, err = parseFile(o.File, data, o.Flags); keys == nil && err != nil {
+			return nil, err // syntax: nothing more to check
+		} else if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	c := &Config{Name: o.Name, File: o.File, FileFound: found}
@@ -260,7 +262,9 @@ func load(o Options, data []byte, found bool) (*Config, error) {
 			} else {
 				s.Source = File
 			}
-			if err := set(f, e.values); err != nil {
+			if e.bad {
+				// reported by parseFile
+			} else if err := set(f, e.values); err != nil {
 				errs = append(errs, fmt.Errorf("%s:%d: %s: want %s: %w", o.File, e.line, f.Name, kinds[f.Value.Type()].want, err))
 			}
 		}

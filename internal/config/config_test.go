@@ -222,6 +222,17 @@ func TestWrongType(t *testing.T) {
 	}
 }
 
+// TestEveryProblemAtOnce: the file's problems of every kind, found in
+// reading it and in setting its values, are reported together.
+func TestEveryProblemAtOnce(t *testing.T) {
+	_, err := run{file: "bind: a\nhtp-port: 1\nbind: b\nno-dhcp: yes\ntls-san: x\npoll: 10\n"}.load(t, testFlags())
+	for _, want := range []string{":2: unknown key", ":3: bind given twice", ":4: no-dhcp: want true or false", ":5: tls-san: want a list", ":6: poll: want a duration"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v\nlacks %q", err, want)
+		}
+	}
+}
+
 // TestFileValues: YAML's own spellings reach the flags as YAML means
 // them, aliases included; an empty file or one of comments is no keys.
 func TestFileValues(t *testing.T) {

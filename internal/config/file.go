@@ -43,11 +43,15 @@ var kinds = map[string]kind{
 type entry struct {
 	line   int
 	values []string
+	bad    bool // refused already: not to be set
 }
 
 // parseFile reads the file's one mapping of keys. Every problem is
 // reported, each with the file, the line and the key: syntax, a key that
-// is no flag of fs, a key given twice, a value of the wrong type.
+// is no flag of fs, a key given twice, a value of the wrong type. With
+// such problems it still returns the keys that have none, so that their
+// values are checked too and every problem is reported at once; a syntax
+// error returns no keys.
 func parseFile(name string, data []byte, fs *pflag.FlagSet) (map[string]entry, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -95,13 +99,12 @@ func parseFile(name string, data []byte, fs *pflag.FlagSet) (map[string]entry, e
 		values, err := nodeValues(kinds[f.Value.Type()], v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s:%d: %s: %w", name, v.Line, k.Value, err))
+			keys[k.Value] = entry{line: k.Line, bad: true}
+			continue
 		}
 		keys[k.Value] = entry{line: k.Line, values: values}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return keys, nil
+	return keys, errors.Join(errs...)
 }
 
 // nodeValues is the value n as the flag's parser takes it, or why n is

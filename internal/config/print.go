@@ -27,6 +27,9 @@ func (c *Config) Print(w io.Writer) error {
 	}
 	header := fmt.Sprintf("# The effective configuration of %s.\n# Precedence: flags > %s* environment > config file > defaults.\n# Config file: %s\n",
 		c.Name, EnvPrefix, file)
+	for _, warning := range c.Warnings {
+		header += "# Warning: " + strings.ReplaceAll(warning, "\n", `\n`) + "\n" // a variable's name may hold a line break
+	}
 	if _, err := io.WriteString(w, header); err != nil {
 		return err
 	}
@@ -107,6 +110,8 @@ func valueNode(s Setting) *yaml.Node {
 	case float64:
 		text := strconv.FormatFloat(v, 'g', -1, 64)
 		switch {
+		case !strings.ContainsAny(text, ".eEnN"):
+			text += ".0" // a number that reads as one: 50.0, not !!float 50
 		case math.IsInf(v, 1):
 			text = ".inf"
 		case math.IsInf(v, -1):
