@@ -26,6 +26,17 @@ import (
 	"github.com/anvilproj/anvil/internal/testtool"
 )
 
+// clearEnv empties every ANVIL_* variable for the test (empty is unset),
+// so that the developer's or CI's environment cannot change serve's
+// configuration under it.
+func clearEnv(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, config.EnvPrefix) {
+			t.Setenv(name, "")
+		}
+	}
+}
+
 // printConfig runs `anvil serve --print-config` and the args in-process
 // and returns its output, parsed: each key's value and comment.
 func printConfig(t *testing.T, args ...string) (map[string]any, map[string]string, string) {
@@ -66,7 +77,7 @@ func serveErr(t *testing.T, args ...string) error {
 // of print-config's output, and no other; the clients' flags are not, so
 // their variables (ANVIL_SERVER, ANVIL_TOKEN, …) are not serve's.
 func TestServeConfigKeys(t *testing.T) {
-	t.Setenv(config.EnvConfig, "")
+	clearEnv(t)
 	values, _, _ := printConfig(t, "--config", writeFile(t, "# empty\n"))
 	serve, _, err := newRootCmd().Find([]string{"serve"})
 	if err != nil {
@@ -105,7 +116,7 @@ func TestServeConfigKeys(t *testing.T) {
 // agent read leave serve's configuration as it was, unwarned of, while a
 // misspelt setting's variable is warned of.
 func TestServeIgnoresClientVariables(t *testing.T) {
-	t.Setenv(config.EnvConfig, "")
+	clearEnv(t)
 	for _, name := range append(slices.Clone(cli.EnvVars), agentcmd.EnvToken) {
 		t.Setenv(name, "/tmp/x")
 	}
@@ -142,7 +153,7 @@ func TestServeSecretsMarked(t *testing.T) {
 			t.Errorf("--%s looks like a secret but is not marked one (config.MarkSecret in serve.go)", f.Name)
 		}
 	})
-	t.Setenv(config.EnvConfig, "")
+	clearEnv(t)
 	t.Setenv("ANVIL_SEAL_KEY_FILE", "/secret/seal.key")
 	_, _, out := printConfig(t, "--config", writeFile(t, "console-host-key: /secret/host.key\nkubeconfig: /secret/kubeconfig\n"),
 		"--tls-key", "/secret/tls.key", "--registry-auth-file", "/secret/auth.json")
@@ -157,6 +168,7 @@ func TestServeSecretsMarked(t *testing.T) {
 // TestServePrintConfigSources: a value from each source, and two sources
 // disagreeing, as print-config shows them.
 func TestServePrintConfigSources(t *testing.T) {
+	clearEnv(t)
 	file := writeFile(t, "# a site\nbind: 10.0.0.2\nhttp-port: 8080\ntls-san: [anvil.example.org, 192.0.2.10]\nboot-rate: 250\nlog-level: debug\n")
 	t.Setenv(config.EnvConfig, file)
 	t.Setenv("ANVIL_HTTP_PORT", "8081")
@@ -193,7 +205,7 @@ func equalYAML(a, b any) bool {
 // TestServeConfigErrors: serve refuses a file with a typo, a wrong type
 // or that is missing when named, saying where, before starting anything.
 func TestServeConfigErrors(t *testing.T) {
-	t.Setenv(config.EnvConfig, "")
+	clearEnv(t)
 	data := t.TempDir()
 	for _, tc := range []struct {
 		name string
@@ -226,7 +238,7 @@ func TestServeConfigErrors(t *testing.T) {
 // TestServeConfigRoundTrip: serve's print-config output, fed back as its
 // config file with no flags and no variables, prints the same values.
 func TestServeConfigRoundTrip(t *testing.T) {
-	t.Setenv(config.EnvConfig, "")
+	clearEnv(t)
 	t.Setenv("ANVIL_REGISTRY_MIRROR", "quay.io=http://10.0.0.2:5000,docker.io=http://10.0.0.2:5001")
 	first, _, out := printConfig(t, "--config", writeFile(t, "path-prefix: /tink-stack/\nboot-client-rate: 12.5\n"),
 		"--tls-san", "a.example", "--no-https", "--lease-duration", "20s", "--trusted-proxies", "10.0.0.0/24")
@@ -252,7 +264,7 @@ func TestDocsConfigurationExample(t *testing.T) {
 		t.Fatal("docs/configuration.md has no ```yaml example")
 	}
 	example, _, _ := strings.Cut(after, "```\n")
-	t.Setenv(config.EnvConfig, "")
+	clearEnv(t)
 	values, comments, _ := printConfig(t, "--config", writeFile(t, example))
 	var keys map[string]any
 	if err := yaml.Unmarshal([]byte(example), &keys); err != nil {
@@ -333,13 +345,26 @@ no-console: true
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "serve", "--config", file)
-	cmd.Env = append(os.Environ(), "ANVIL_NO_BMC=true", config.EnvConfig+"=")
+	// The test's environment less its ANVIL_* variables, which would win
+	// over the file, and one setting as a variable.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, config.EnvPrefix) })
+	cmd.Env = append(cmd.Env, "ANVIL_NO_BMC=true")
 	var stderr testtool.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	defer func() {
+		select {
+		case <-exited:
+		default: // still running: the test failed early
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	// Each line is JSON (log-format: json in the file); one says the HTTP
 	// API listens on the file's port.
@@ -352,7 +377,14 @@ no-console: true
 		}
 		return false
 	}
-	testtool.WaitFor(t, "anvil to listen on the file's port "+addr, listening)
+	testtool.WaitFor(t, "anvil to listen on the file's port "+addr, func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("anvil ended (%v) before it listened:\n%s", waitErr, stderr.String())
+		default:
+		}
+		return listening()
+	})
 	resp, err := http.Get("http://" + addr + "/healthz")
 	if err != nil {
 		t.Fatalf("GET /healthz on the file's port: %v", err)
@@ -364,8 +396,9 @@ no-console: true
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("anvil serve after SIGTERM: %v", err)
+	testtool.Receive(t, exited, "anvil to exit after SIGTERM")
+	if waitErr != nil {
+		t.Errorf("anvil serve after SIGTERM: %v", waitErr)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
 		if !json.Valid([]byte(line)) {

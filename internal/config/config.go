@@ -344,8 +344,8 @@ func strayVariables(o Options) []string {
 	o.Flags.VisitAll(func(f *pflag.Flag) { known[EnvName(f.Name)] = true })
 	var warn []string
 	for _, kv := range o.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix) && !known[name] {
+		name, value, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix) && !known[name] && value != "" { // empty is unset, as for a setting
 			w := fmt.Sprintf("%s is set but is no setting of %s; ignored", name, o.Name)
 			if near := nearest(strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, EnvPrefix), "_", "-")), o.Flags); near != "" {
 				w += fmt.Sprintf(" (did you mean %s?)", EnvName(near))

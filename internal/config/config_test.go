@@ -319,7 +319,7 @@ func TestReservedAndStrayVariables(t *testing.T) {
 	if _, err := (run{}).load(t, fs); err == nil || !strings.Contains(err.Error(), "--token would be ANVIL_TOKEN") {
 		t.Errorf("a flag named like a reserved variable: %v; want refused", err)
 	}
-	c, fs := run{env: map[string]string{"ANVIL_TOKEN": "x", "ANVIL_HTTP_PROT": "1", "ANVIL_CONFIG": "/x", "PATH": "/bin"}}.mustLoad(t)
+	c, fs := run{env: map[string]string{"ANVIL_TOKEN": "x", "ANVIL_HTTP_PROT": "1", "ANVIL_CONFIG": "/x", "ANVIL_EMPTY": "", "PATH": "/bin"}}.mustLoad(t)
 	want := []string{"ANVIL_HTTP_PROT is set but is no setting of test; ignored (did you mean ANVIL_HTTP_PORT?)"}
 	if !slices.Equal(c.Warnings, want) {
 		t.Errorf("warnings %q; want %q", c.Warnings, want)
