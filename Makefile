@@ -77,7 +77,8 @@ FUZZ_TARGETS := \
 	./test/redfishsim:FuzzParseReply \
 	./internal/bmc/wsman:FuzzParseResponse \
 	./internal/bmc/wsman:FuzzParseChallenges \
-	./internal/ui:FuzzSafeNext
+	./internal/ui:FuzzSafeNext \
+	./internal/config:FuzzParse
 
 .PHONY: all build binary image test unit fuzz lint labcheck demo bench generate deps tools kernel kube clean ipxe-refresh
 

@@ -5,10 +5,15 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 
 	"github.com/spf13/cobra"
 
+	"github.com/anvilproj/anvil/internal/agentcmd"
 	"github.com/anvilproj/anvil/internal/api"
+	"github.com/anvilproj/anvil/internal/cli"
+	"github.com/anvilproj/anvil/internal/cmdbase"
+	"github.com/anvilproj/anvil/internal/config"
 	"github.com/anvilproj/anvil/internal/console"
 	"github.com/anvilproj/anvil/internal/leader"
 	"github.com/anvilproj/anvil/internal/metadata"
@@ -24,6 +29,7 @@ func newServeCmd() *cobra.Command {
 	var noTLS bool
 	var maxRequestMiB int64
 	var noConsole bool
+	var settings *config.Config // the file's and the environment's part, read before the logger is made
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Anvil server: API, workflow engine, boot services (DHCP, TFTP, HTTP, syslog), metadata, BMCs and the serial console",
@@ -42,10 +48,39 @@ trust. The HTTP port stays plain: firmware cannot do TLS. See docs/tls.md.
 
 Under systemd socket activation (LISTEN_FDS, LISTEN_FDNAMES naming each
 socket http, https, grpc or metadata) the TCP listeners passed are served
-instead of --bind and the ports.`,
+instead of --bind and the ports.
+
+Every flag below, and --log-format and --log-level, is also a key of the
+config file (` + config.DefaultFile + `, or --config FILE): http-port: 7080,
+lists as YAML lists; and an environment variable: ANVIL_HTTP_PORT, lists
+comma-separated. A flag wins over its variable, which wins over the file.
+--print-config shows what is in effect and where each value came from. See
+docs/configuration.md.`,
 		Args: cobra.NoArgs,
+		// The file and the environment fill in the flags before the
+		// root's hook makes the logger from --log-format and --log-level.
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			o, err := config.ForCommand(cmd, cmdbase.FlagLogFormat, cmdbase.FlagLogLevel)
+			if err != nil {
+				return err
+			}
+			o.Reserved = append(slices.Clone(cli.EnvVars), agentcmd.EnvToken)
+			if settings, err = config.Load(o); err != nil {
+				return err
+			}
+			return cmd.Root().PersistentPreRunE(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if print, _ := cmd.Flags().GetBool(config.FlagPrintConfig); print {
+				return settings.Print(cmd.OutOrStdout())
+			}
 			cfg.Logger = slog.Default() // set up by the root's --log-* flags
+			for _, w := range settings.Warnings {
+				cfg.Logger.Warn(w)
+			}
+			if settings.FileFound {
+				cfg.Logger.Info("config file read", "path", settings.File)
+			}
 			cfg.TLS = !noTLS
 			lns, err := server.InheritedListeners() // socket activation, if any
 			if err != nil {
@@ -187,6 +222,10 @@ instead of --bind and the ports.`,
 	f.Int64Var(&memoryLimitMiB, "memory-limit-mib", 768, "soft memory limit for the Go runtime in MiB (0: none; GOMEMLIMIT overrides)")
 	f.StringVar(&memProfile, "mem-profile", "", "write a Go heap profile (allocations of the whole run, and what is live at exit) to this file at exit (for performance reports)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
+	// Secrets: keys, credentials, and the files that hold them, whose
+	// paths --print-config does not show either.
+	config.MarkSecret(f, "tls-key", "seal-key-file", "console-host-key", "registry-auth-file", "kubeconfig")
+	config.AddFlags(f)
 	return cmd
 }
 

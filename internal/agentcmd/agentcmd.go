@@ -31,6 +31,9 @@ import (
 // (/sbin/modprobe, a link to /init in the boot environment).
 const modprobeName = "modprobe"
 
+// EnvToken names the environment variable of the agent command's --token.
+const EnvToken = "ANVIL_AGENT_TOKEN"
+
 // TakeRole runs the role the process was started for, if it is not a
 // command line, and then does not return: a container's init (this
 // binary started again by the agent), PID 1 of the boot environment
@@ -130,7 +133,7 @@ it is: give --server and --worker-id.`,
 	f := cmd.Flags()
 	f.BoolVar(&boot, "boot", false, "run as the boot environment's agent: kernel command line, drivers, DHCP on every link")
 	f.StringVar(&workerID, "worker-id", "", "this machine's agent ID (without --boot)")
-	f.StringVar(&token, "token", os.Getenv("ANVIL_AGENT_TOKEN"), "the workflow's agent token (without --boot; default $ANVIL_AGENT_TOKEN): the anvil.token= of the machine's boot script")
+	f.StringVar(&token, "token", os.Getenv(EnvToken), "the workflow's agent token (without --boot; default $"+EnvToken+"): the anvil.token= of the machine's boot script")
 	f.StringVar(&cmdline, "cmdline", "", "with --boot: use this kernel command line instead of /proc/cmdline")
 	f.BoolVar(&exitWhenDone, "exit-when-done", false, "exit when a workflow this agent worked on ends (exit code 3 unless SUCCESS)")
 	f.StringVar(&cacheDir, "image-cache-dir", agent.DefaultImageCacheDir, "without --boot: where container images are kept (emptied at start)")

@@ -35,6 +35,10 @@ const EnvServer = cmdbase.EnvServer
 // is not given.
 const EnvCACert = "ANVIL_CACERT"
 
+// EnvVars are the environment variables the client commands read, which
+// no setting of `anvil serve` may take as its own ANVIL_* name.
+var EnvVars = []string{EnvServer, EnvToken, EnvTokenFile, EnvCACert}
+
 // Names of the root command's persistent flags for TLS, which the client
 // commands read (main defines them, next to --server).
 const (

@@ -29,6 +29,13 @@ import (
 // when --server is not given.
 const EnvServer = "ANVIL_SERVER"
 
+// The logging flags every binary has (NewRoot), which `anvil serve`'s
+// config file and environment set too.
+const (
+	FlagLogFormat = "log-format"
+	FlagLogLevel  = "log-level"
+)
+
 // DefaultServer is the address --server has by default.
 const DefaultServer = "http://127.0.0.1:7080"
 
@@ -63,16 +70,16 @@ func NewRoot(use, short string) *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.String("server", DefaultServer, "address of the anvil API, http:// or https:// (env "+EnvServer+")")
-	pf.String("log-format", "text", "log format: text or json")
-	pf.String("log-level", "info", "log level: debug, info, warn or error")
+	pf.String(FlagLogFormat, "text", "log format: text or json")
+	pf.String(FlagLogLevel, "info", "log level: debug, info, warn or error")
 	return root
 }
 
 // newLogger builds the slog logger the --log-format and --log-level flags
 // ask for, writing to standard error.
 func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
-	format, _ := cmd.Flags().GetString("log-format")
-	levelName, _ := cmd.Flags().GetString("log-level")
+	format, _ := cmd.Flags().GetString(FlagLogFormat)
+	levelName, _ := cmd.Flags().GetString(FlagLogLevel)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(levelName)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", levelName)
