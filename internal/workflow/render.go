@@ -268,26 +268,53 @@ func Render(ctx context.Context, tmpl *model.Template, wf *model.Workflow, hw *m
 
 // render is Render under budget b.
 func render(ctx context.Context, b tmplbudget.Budget, tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*model.WorkflowDefinition, error) {
+	_, def, err := renderText(ctx, b, tmpl, wf, hw)
+	return def, err
+}
+
+// renderText is render that also returns the template's output (the
+// workflow YAML before parsing), when execution got that far: a preview
+// shows it next to a parse or validation error.
+func renderText(ctx context.Context, b tmplbudget.Budget, tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) ([]byte, *model.WorkflowDefinition, error) {
 	if tmpl == nil || tmpl.Spec.Data == nil || strings.TrimSpace(*tmpl.Spec.Data) == "" {
-		return nil, errors.New("template has no spec.data")
+		return nil, nil, errors.New("template has no spec.data")
 	}
-	name := tmpl.Name
-	if name == "" {
-		name = "template"
-	}
-	t, err := parseTemplate(name, *tmpl.Spec.Data, b)
+	t, err := parseTemplate(templateName(tmpl), *tmpl.Spec.Data, b)
 	if err != nil {
-		return nil, fmt.Errorf("parse template: %w", err)
+		return nil, nil, fmt.Errorf("parse template: %w", err)
 	}
 	data, err := TemplateData(wf, hw)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out, err := t.Execute(ctx, data)
 	if err != nil {
-		return nil, fmt.Errorf("execute template: %w", err)
+		return nil, nil, fmt.Errorf("execute template: %w", err)
 	}
-	return ParseDefinition(out)
+	def, err := ParseDefinition(out)
+	return out, def, err
+}
+
+// templateName is the name a Template's data is parsed under: the one
+// its errors carry ("template: NAME:LINE:COL: …").
+func templateName(tmpl *model.Template) string {
+	if tmpl.Name == "" {
+		return "template"
+	}
+	return tmpl.Name
+}
+
+// ErrorLine returns the line of tmpl's data that a rendering error of
+// tmpl points at (a parse error, a missing key, a failing function), or 0
+// when it names none (the output is not a valid workflow, the budget ran
+// out).
+func ErrorLine(err error, tmpl *model.Template) int {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if line, _, _, ok := tmplbudget.Position(e, templateName(tmpl)); ok {
+			return line
+		}
+	}
+	return 0
 }
 
 // ParseDefinition parses rendered template output and validates it.
