@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/tmplbudget"
+	"github.com/anvilproj/anvil/internal/tmplstatic"
 )
 
 // MaxRenderedSize caps the output of a template rendering (256 KiB): the
@@ -390,15 +390,19 @@ func ValidateDefinition(def *model.WorkflowDefinition) error {
 	return nil
 }
 
-// templateAction matches one {{ ... }} action, across lines.
-var templateAction = regexp.MustCompile(`(?s)\{\{.*?\}\}`)
-
 // staticName names the template CheckTemplateStatic parses; its errors
 // carry only the line.
 const staticName = "data"
 
 // placeholder replaces template actions in CheckTemplateStatic.
-const placeholder = "ANVIL_TEMPLATE_PLACEHOLDER"
+const placeholder = tmplstatic.Placeholder
+
+// substituted and mappingValue are tmplstatic's: the one reading of a
+// Template's data as written, shared with the web UI.
+var (
+	substituted  = tmplstatic.Parse
+	mappingValue = tmplstatic.MappingValue
+)
 
 // CheckTemplateStatic checks a Template's data at apply time, before any
 // rendering. First the template must parse, with the functions rendering
@@ -464,53 +468,6 @@ func CheckTemplateStatic(data string) []error {
 	return errs
 }
 
-// substituted parses data as YAML with every {{...}} action replaced by
-// placeholder, and returns its root and a function from a line of the
-// substituted text to the line of data it came from (an action spanning
-// lines collapses them). It returns nil when the result does not parse.
-func substituted(data string) (*yamlv3.Node, func(int) int) {
-	// Build the substituted text and, for each of its lines, the line of
-	// data it starts on (an action spanning lines collapses them).
-	var sb strings.Builder
-	lineOf := []int{1}
-	line := 1
-	last := 0
-	emit := func(s string) {
-		for _, r := range s {
-			if r == '\n' {
-				line++
-				sb.WriteByte('\n')
-				lineOf = append(lineOf, line)
-				continue
-			}
-			sb.WriteRune(r)
-		}
-	}
-	for _, m := range templateAction.FindAllStringIndex(data, -1) {
-		emit(data[last:m[0]])
-		sb.WriteString(placeholder)
-		line += strings.Count(data[m[0]:m[1]], "\n")
-		last = m[1]
-	}
-	emit(data[last:])
-
-	var root yamlv3.Node
-	if err := yamlv3.Unmarshal([]byte(sb.String()), &root); err != nil {
-		return nil, nil
-	}
-	orig := func(l int) int {
-		if l >= 1 && l <= len(lineOf) {
-			return lineOf[l-1]
-		}
-		return l
-	}
-	doc := &root
-	if doc.Kind == yamlv3.DocumentNode && len(doc.Content) > 0 {
-		doc = doc.Content[0]
-	}
-	return doc, orig
-}
-
 // StaticAction is one action of a Template as written, before rendering.
 type StaticAction struct {
 	Task, Name, Image, Runtime string
@@ -570,19 +527,6 @@ func TemplateActions(data string) []StaticAction {
 		}
 	}
 	return out
-}
-
-// mappingValue returns the value node of key in a mapping node, or nil.
-func mappingValue(n *yamlv3.Node, key string) *yamlv3.Node {
-	if n == nil || n.Kind != yamlv3.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }
 
 // StaticError is one problem CheckTemplateStatic found, at a line of the
