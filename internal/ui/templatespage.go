@@ -27,8 +27,8 @@ type templateRow struct {
 	Tasks, Actions int
 	Counted        bool
 	Created        *time.Time
-	// Generation counts the changes of the Template's spec: the store
-	// keeps no time of the last change, only how many there were.
+	// Generation is the revision of the Template's spec: 1 as created,
+	// one more per change. The store keeps no time of the last change.
 	Generation int64
 }
 
@@ -106,7 +106,7 @@ func (u *UI) templateDetail(w http.ResponseWriter, r *request) {
 		}
 	}
 	if t.Spec.Data != nil {
-		for i, line := range strings.Split(*t.Spec.Data, "\n") {
+		for i, line := range strings.Split(strings.TrimSuffix(*t.Spec.Data, "\n"), "\n") {
 			d.Lines = append(d.Lines, templateLine{N: i + 1, Text: line, Bad: i+1 == d.ErrorLine})
 		}
 	}

@@ -66,8 +66,9 @@ tasks:
 
 // serve runs the API (with the workflow engine) and the UI on one
 // loopback server, as anvil serve routes them, over a store holding one
-// machine and one template in namespace acme.
-func serve(t *testing.T) string {
+// machine and one template in namespace acme. Each of configure changes
+// the API's configuration first.
+func serve(t *testing.T, configure ...func(*api.Config)) string {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "anvil.db"), bolt.Options{Logger: log})
@@ -89,7 +90,11 @@ func serve(t *testing.T) string {
 	eng := workflow.New(workflow.Config{Store: st, Logger: log})
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(ctx) }()
-	svc := api.New(api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate})
+	apiCfg := api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate}
+	for _, c := range configure {
+		c(&apiCfg)
+	}
+	svc := api.New(apiCfg)
 	apiMux := http.NewServeMux()
 	svc.Mount(apiMux)
 	web, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, API: apiMux, Logger: log})
