@@ -1,15 +1,35 @@
 package browser_test
 
 import (
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/chromedp/chromedp"
+
+	v1 "github.com/anvilproj/anvil/api/anvil/v1"
+	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
 
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/audit"
 )
+
+// brokenTemplate misspells a key of the machine's data on line 5.
+const brokenTemplate = `apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata: {name: broken, namespace: acme}
+spec:
+  data: |
+    version: "0.1"
+    name: broken
+    tasks:
+    - name: os
+      worker: "{{ .hardware.metadata.nmae }}"
+      actions:
+      - {name: reboot, image: quay.io/tinkerbell/actions/reboot:latest}
+`
 
 // withAudit gives the API an audit log, for the audit page.
 func withAudit(t *testing.T) func(*api.Config) {
@@ -65,6 +85,27 @@ func TestTemplatesJobsAuditPages(t *testing.T) {
 		t.Errorf("the preview's worker is not the machine's MAC:\n%s", rendered)
 	}
 	screenshot(t, ctx, "template-preview.png")
+
+	// A template with a typo: the preview says what and where.
+	apply := connect.NewRequest(&v1.ApplyRequest{Source: "broken.yaml", Content: brokenTemplate})
+	apply.Header().Set("Authorization", "Bearer admin-token") // templates are an admin's to write
+	if _, err := anvilv1connect.NewManifestServiceClient(http.DefaultClient, base).Apply(ctx, apply); err != nil {
+		t.Fatalf("apply the broken template: %v", err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/ui/templates/acme/broken?hardware=rack1-node07"),
+		chromedp.WaitVisible(chromedp.ID("render-error")),
+	); err != nil {
+		t.Fatalf("preview of a broken template: %v", err)
+	}
+	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("render-error")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg, "(line 5)") || !strings.Contains(msg, `map has no entry for key "nmae"`) {
+		t.Errorf("the render error says %q; want line 5 and the missing key", msg)
+	}
+	screenshot(t, ctx, "template-preview-error.png")
 
 	// Reprovision, then the job and the audit record.
 	if err := chromedp.Do(ctx,

@@ -41,6 +41,7 @@ const testBound = 3 * time.Minute
 var tokens = map[string]*auth.Principal{
 	"op-token":     {Subject: "acme-op", Org: "acme", Roles: []string{auth.RoleOperator}},
 	"viewer-token": {Subject: "acme-viewer", Org: "acme", Roles: []string{auth.RoleViewer}},
+	"admin-token":  {Subject: "admin", Roles: []string{auth.RoleAdmin}},
 }
 
 func authenticate(_ context.Context, h http.Header) (*auth.Principal, error) {
