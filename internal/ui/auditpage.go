@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -15,6 +16,10 @@ import (
 // canReadAudit reports whether p may read its organisation's audit log:
 // it only hides the nav link, the API's AuditService.List decides.
 func canReadAudit(p *auth.Principal) bool { return p != nil && p.Allow(auth.Read, p.Scope("")) == nil }
+
+// maxAuditPage bounds how far back the audit page goes: page n asks the
+// API for n×PageSize records.
+const maxAuditPage = 200
 
 // auditFilter is what the audit page is asked for.
 type auditFilter struct {
@@ -50,6 +55,11 @@ func (u *UI) auditPage(w http.ResponseWriter, r *request) {
 	page, err := parsePage(q)
 	if err != nil {
 		u.errorPage(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if page > maxAuditPage {
+		u.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("page %d: the audit log pages back %d pages (%d records) at most; narrow the filters",
+			page, maxAuditPage, maxAuditPage*PageSize))
 		return
 	}
 	d.Filter.Page = page

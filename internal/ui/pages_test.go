@@ -324,6 +324,9 @@ func TestAuditPage(t *testing.T) {
 	if got := rows(page); len(got) != 11 || got[0] != "name=n10" || got[10] != "name=n00" || strings.Contains(page, `rel="next"`) {
 		t.Errorf("second page: %v; want n10 … n00 and no next page", got)
 	}
+	if resp, page := b.get("/ui/audit?page=201"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "narrow the filters") {
+		t.Errorf("audit page 201 = %d; want 400 saying how far back it goes", resp.StatusCode)
+	}
 	_, page = b.get("/ui/audit?action=reprovision")
 	if got := rows(page); len(got) != 1 {
 		t.Errorf("action filter: %v; want the one Reprovision", got)
@@ -331,6 +334,13 @@ func TestAuditPage(t *testing.T) {
 	_, page = b.get("/ui/audit?object=name%3Dn0&subject=acme-op")
 	if got := rows(page); len(got) != 10 {
 		t.Errorf("object and subject filter: %d rows; want n00 … n09", len(got))
+	}
+
+	// An admin reads every organisation's records.
+	admin := e.browser(t)
+	admin.login("admin-token")
+	if _, page := admin.get("/ui/audit?object=g1"); !strings.Contains(page, "globex-op") {
+		t.Errorf("the admin's audit page lacks globex's record")
 	}
 
 	// A caller the API does not let read the audit sees why, politely,
