@@ -267,7 +267,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	opts = append(opts, connect.WithInterceptors(guard{s}), maxMsg)
 	handle := func(prefix string, h http.Handler) { mux.Handle(prefix, s.gate(prefix, h)) }
 	handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
-	handle(anvilv1connect.NewTemplateServiceHandler(newTemplateService(s), opts...))
+	handle(anvilv1connect.NewTemplateServiceHandler(templateHandler{newTemplateService(s)}, opts...))
 	handle(anvilv1connect.NewWorkflowServiceHandler(workflowHandler{newWorkflowService(s), newHardwareService(s)}, opts...))
 	handle(anvilv1connect.NewBootProfileServiceHandler(newBootProfileService(s), opts...))
 	handle(anvilv1connect.NewMachineServiceHandler(newMachineService(s), opts...))

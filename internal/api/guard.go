@@ -176,7 +176,7 @@ func (a auditService) List(ctx context.Context, req *connect.Request[v1.ListAudi
 	if err := authorize(ctx, auth.Read, org); err != nil {
 		return nil, err
 	}
-	f := audit.Filter{Org: org, Subject: m.GetSubject(), Limit: int(m.GetLimit())}
+	f := audit.Filter{Org: org, Subject: m.GetSubject(), Procedure: m.GetProcedure(), Object: m.GetObject(), Limit: int(m.GetLimit())}
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}

@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -45,6 +46,12 @@ type Filter struct {
 	Org string
 	// Subject keeps one caller's records ("" : all).
 	Subject string
+	// Procedure keeps records whose procedure contains it, ignoring
+	// case ("" : all).
+	Procedure string
+	// Object keeps records whose object contains it, ignoring case
+	// ("" : all).
+	Object string
 	// Limit keeps the newest Limit records (0: all).
 	Limit int
 }
@@ -52,7 +59,13 @@ type Filter struct {
 func (f Filter) match(r *Record) bool {
 	return (f.Since.IsZero() || !r.Time.Before(f.Since)) &&
 		(f.Org == "" || r.Namespace == f.Org || r.Org == f.Org) &&
-		(f.Subject == "" || r.Subject == f.Subject)
+		(f.Subject == "" || r.Subject == f.Subject) &&
+		containsFold(r.Procedure, f.Procedure) && containsFold(r.Object, f.Object)
+}
+
+// containsFold reports whether s contains sub, ignoring case.
+func containsFold(s, sub string) bool {
+	return sub == "" || strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
 
 // ErrClosed is returned after Close.

@@ -38,6 +38,9 @@ func TestAppendListFilter(t *testing.T) {
 		{"subject", Filter{Subject: "alice"}, []int{0, 3}},
 		{"since", Filter{Since: t0.Add(90 * time.Second)}, []int{2, 3}},
 		{"limit keeps the newest", Filter{Limit: 2}, []int{2, 3}},
+		{"procedure, any case", Filter{Procedure: "hardwareservice/"}, []int{0, 1}},
+		{"object", Filter{Object: "NAME=n1"}, []int{0, 1}},
+		{"procedure and limit: the newest matching", Filter{Procedure: "Service/", Object: "n1", Limit: 1}, []int{1}},
 	} {
 		got, err := l.List(c.f)
 		if err != nil {

@@ -78,6 +78,7 @@ type pageData struct {
 	Title   string
 	Subject string // who is logged in; "" on the login page
 	CSRF    string
+	Audit   bool // the nav links the audit log (canReadAudit)
 	Data    any
 }
 
@@ -86,6 +87,7 @@ func (u *UI) render(w http.ResponseWriter, r *request, status int, name, title s
 	pd := pageData{Title: title, Data: data}
 	if r != nil && r.session != nil {
 		pd.Subject, pd.CSRF = r.principal.Subject, r.session.csrf
+		pd.Audit = canReadAudit(r.principal)
 	}
 	var buf bytes.Buffer
 	if err := u.pages[name].Execute(&buf, pd); err != nil {

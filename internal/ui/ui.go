@@ -144,6 +144,10 @@ func New(cfg Config) (*UI, error) {
 	m.HandleFunc("GET /ui/workflows/{ns}/{name}", u.authed(u.workflowDetail))
 	m.HandleFunc("POST /ui/workflows/{ns}/{name}/cancel", u.authed(u.cancelWorkflow))
 	m.HandleFunc("GET /ui/workflows/{ns}/{name}/events", u.authed(u.workflowEvents))
+	m.HandleFunc("GET /ui/templates", u.authed(u.templateList))
+	m.HandleFunc("GET /ui/templates/{ns}/{name}", u.authed(u.templateDetail))
+	m.HandleFunc("GET /ui/jobs", u.authed(u.jobsPage))
+	m.HandleFunc("GET /ui/audit", u.authed(u.auditPage))
 	u.mux = m
 	return u, nil
 }

@@ -34,6 +34,8 @@ var principals = map[string]*auth.Principal{
 	"admin-token":  {Subject: "admin", Roles: []string{auth.RoleAdmin}},
 	"viewer-token": {Subject: "acme-viewer", Org: "acme", Roles: []string{auth.RoleViewer}},
 	"op-token":     {Subject: "acme-op", Org: "acme", Roles: []string{auth.RoleOperator}},
+	// A viewer of no organisation: it may read no namespace's objects.
+	"no-org-token": {Subject: "drifter", Roles: []string{auth.RoleViewer}},
 }
 
 func testAuthenticate(_ context.Context, h http.Header) (*auth.Principal, error) {

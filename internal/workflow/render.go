@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/tmplbudget"
+	"github.com/anvilproj/anvil/internal/tmplstatic"
 )
 
 // MaxRenderedSize caps the output of a template rendering (256 KiB): the
@@ -268,26 +268,53 @@ func Render(ctx context.Context, tmpl *model.Template, wf *model.Workflow, hw *m
 
 // render is Render under budget b.
 func render(ctx context.Context, b tmplbudget.Budget, tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) (*model.WorkflowDefinition, error) {
+	_, def, err := renderText(ctx, b, tmpl, wf, hw)
+	return def, err
+}
+
+// renderText is render that also returns the template's output (the
+// workflow YAML before parsing), when execution got that far: a preview
+// shows it next to a parse or validation error.
+func renderText(ctx context.Context, b tmplbudget.Budget, tmpl *model.Template, wf *model.Workflow, hw *model.Hardware) ([]byte, *model.WorkflowDefinition, error) {
 	if tmpl == nil || tmpl.Spec.Data == nil || strings.TrimSpace(*tmpl.Spec.Data) == "" {
-		return nil, errors.New("template has no spec.data")
+		return nil, nil, errors.New("template has no spec.data")
 	}
-	name := tmpl.Name
-	if name == "" {
-		name = "template"
-	}
-	t, err := parseTemplate(name, *tmpl.Spec.Data, b)
+	t, err := parseTemplate(templateName(tmpl), *tmpl.Spec.Data, b)
 	if err != nil {
-		return nil, fmt.Errorf("parse template: %w", err)
+		return nil, nil, fmt.Errorf("parse template: %w", err)
 	}
 	data, err := TemplateData(wf, hw)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out, err := t.Execute(ctx, data)
 	if err != nil {
-		return nil, fmt.Errorf("execute template: %w", err)
+		return nil, nil, fmt.Errorf("execute template: %w", err)
 	}
-	return ParseDefinition(out)
+	def, err := ParseDefinition(out)
+	return out, def, err
+}
+
+// templateName is the name a Template's data is parsed under: the one
+// its errors carry ("template: NAME:LINE:COL: …").
+func templateName(tmpl *model.Template) string {
+	if tmpl.Name == "" {
+		return "template"
+	}
+	return tmpl.Name
+}
+
+// ErrorLine returns the line of tmpl's data that a rendering error of
+// tmpl points at (a parse error, a missing key, a failing function), or 0
+// when it names none (the output is not a valid workflow, the budget ran
+// out).
+func ErrorLine(err error, tmpl *model.Template) int {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if line, _, _, ok := tmplbudget.Position(e, templateName(tmpl)); ok {
+			return line
+		}
+	}
+	return 0
 }
 
 // ParseDefinition parses rendered template output and validates it.
@@ -363,15 +390,19 @@ func ValidateDefinition(def *model.WorkflowDefinition) error {
 	return nil
 }
 
-// templateAction matches one {{ ... }} action, across lines.
-var templateAction = regexp.MustCompile(`(?s)\{\{.*?\}\}`)
-
 // staticName names the template CheckTemplateStatic parses; its errors
 // carry only the line.
 const staticName = "data"
 
 // placeholder replaces template actions in CheckTemplateStatic.
-const placeholder = "ANVIL_TEMPLATE_PLACEHOLDER"
+const placeholder = tmplstatic.Placeholder
+
+// substituted and mappingValue are tmplstatic's: the one reading of a
+// Template's data as written, shared with the web UI.
+var (
+	substituted  = tmplstatic.Parse
+	mappingValue = tmplstatic.MappingValue
+)
 
 // CheckTemplateStatic checks a Template's data at apply time, before any
 // rendering. First the template must parse, with the functions rendering
@@ -437,53 +468,6 @@ func CheckTemplateStatic(data string) []error {
 	return errs
 }
 
-// substituted parses data as YAML with every {{...}} action replaced by
-// placeholder, and returns its root and a function from a line of the
-// substituted text to the line of data it came from (an action spanning
-// lines collapses them). It returns nil when the result does not parse.
-func substituted(data string) (*yamlv3.Node, func(int) int) {
-	// Build the substituted text and, for each of its lines, the line of
-	// data it starts on (an action spanning lines collapses them).
-	var sb strings.Builder
-	lineOf := []int{1}
-	line := 1
-	last := 0
-	emit := func(s string) {
-		for _, r := range s {
-			if r == '\n' {
-				line++
-				sb.WriteByte('\n')
-				lineOf = append(lineOf, line)
-				continue
-			}
-			sb.WriteRune(r)
-		}
-	}
-	for _, m := range templateAction.FindAllStringIndex(data, -1) {
-		emit(data[last:m[0]])
-		sb.WriteString(placeholder)
-		line += strings.Count(data[m[0]:m[1]], "\n")
-		last = m[1]
-	}
-	emit(data[last:])
-
-	var root yamlv3.Node
-	if err := yamlv3.Unmarshal([]byte(sb.String()), &root); err != nil {
-		return nil, nil
-	}
-	orig := func(l int) int {
-		if l >= 1 && l <= len(lineOf) {
-			return lineOf[l-1]
-		}
-		return l
-	}
-	doc := &root
-	if doc.Kind == yamlv3.DocumentNode && len(doc.Content) > 0 {
-		doc = doc.Content[0]
-	}
-	return doc, orig
-}
-
 // StaticAction is one action of a Template as written, before rendering.
 type StaticAction struct {
 	Task, Name, Image, Runtime string
@@ -543,19 +527,6 @@ func TemplateActions(data string) []StaticAction {
 		}
 	}
 	return out
-}
-
-// mappingValue returns the value node of key in a mapping node, or nil.
-func mappingValue(n *yamlv3.Node, key string) *yamlv3.Node {
-	if n == nil || n.Kind != yamlv3.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }
 
 // StaticError is one problem CheckTemplateStatic found, at a line of the

@@ -130,31 +130,59 @@ func RenderStored(ctx context.Context, src Source, wf *model.Workflow) (*model.W
 
 // renderStored is RenderStored under budget b.
 func renderStored(ctx context.Context, src Source, b tmplbudget.Budget, wf *model.Workflow) (*model.WorkflowDefinition, error) {
+	p, err := previewStored(ctx, src, b, wf)
+	return p.Definition, err
+}
+
+// Preview is what the engine renders for a Workflow, read without
+// writing anything: the web UI's template preview.
+type Preview struct {
+	// Template is the Template rendered (nil when it is missing).
+	Template *model.Template
+	// Output is the template's output, the workflow YAML, when execution
+	// got that far (also when it then failed to parse or validate).
+	Output []byte
+	// Definition is the validated workflow definition; nil on error.
+	Definition *model.WorkflowDefinition
+}
+
+// PreviewStored renders wf exactly as RenderStored does (the engine's
+// rendering of a new workflow: same data, functions, budget and worker
+// check) and also returns the template's output. The Preview is never
+// nil; its error is RenderStored's.
+func PreviewStored(ctx context.Context, src Source, wf *model.Workflow) (*Preview, error) {
+	return previewStored(ctx, src, Budget, wf)
+}
+
+func previewStored(ctx context.Context, src Source, b tmplbudget.Budget, wf *model.Workflow) (*Preview, error) {
+	p := &Preview{}
 	if wf.Spec.TemplateRef == "" {
-		return nil, &RenderError{errors.New("spec.templateRef is empty")}
+		return p, &RenderError{errors.New("spec.templateRef is empty")}
 	}
 	obj, err := src.Get(ctx, model.KindTemplate, wf.Namespace, wf.Spec.TemplateRef)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, &RenderError{fmt.Errorf("template %s/%s %w", wf.Namespace, wf.Spec.TemplateRef, errMissing)}
+		return p, &RenderError{fmt.Errorf("template %s/%s %w", wf.Namespace, wf.Spec.TemplateRef, errMissing)}
 	}
 	if err != nil {
-		return nil, err
+		return p, err
 	}
 	tmpl := obj.(*model.Template)
+	p.Template = tmpl
 	var hw *model.Hardware
 	if wf.Spec.HardwareRef != "" {
 		obj, err := src.Get(ctx, model.KindHardware, wf.Namespace, wf.Spec.HardwareRef)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, &RenderError{fmt.Errorf("hardware %s/%s %w", wf.Namespace, wf.Spec.HardwareRef, errMissing)}
+			return p, &RenderError{fmt.Errorf("hardware %s/%s %w", wf.Namespace, wf.Spec.HardwareRef, errMissing)}
 		}
 		if err != nil {
-			return nil, err
+			return p, err
 		}
 		hw = obj.(*model.Hardware)
 	}
-	def, err := render(ctx, b, tmpl, wf, hw)
+	out, def, err := renderText(ctx, b, tmpl, wf, hw)
+	p.Output = out
 	if err != nil {
-		return nil, &RenderError{fmt.Errorf("template %s: %w", tmpl.Key(), err)}
+		return p, &RenderError{fmt.Errorf("template %s: %w", tmpl.Key(), err)}
 	}
 	tasks := make([]model.Task, len(def.Tasks))
 	for i, td := range def.Tasks {
@@ -163,9 +191,10 @@ func renderStored(ctx context.Context, src Source, b tmplbudget.Budget, wf *mode
 	if err := CheckWorkers(ctx, src, wf.Namespace, tasks); err != nil {
 		var we WorkerErrors
 		if errors.As(err, &we) {
-			return nil, &RenderError{err}
+			return p, &RenderError{err}
 		}
-		return nil, err
+		return p, err
 	}
-	return def, nil
+	p.Definition = def
+	return p, nil
 }

@@ -73,6 +73,7 @@ type serveOption func(*serveConfig)
 type serveConfig struct {
 	objects []model.Object                              // stored with the machine and the template
 	run     []func(ctx context.Context, st store.Store) // run beside the engine until the server stops
+	api     []func(*api.Config)                         // change the API's configuration first
 }
 
 // serve runs the API (with the workflow engine) and the UI on one
@@ -109,7 +110,11 @@ func serve(t *testing.T, opts ...serveOption) string {
 		extra.Add(1)
 		go func() { defer extra.Done(); run(ctx, st) }()
 	}
-	svc := api.New(api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate})
+	apiCfg := api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate}
+	for _, c := range sc.api {
+		c(&apiCfg)
+	}
+	svc := api.New(apiCfg)
 	apiMux := http.NewServeMux()
 	svc.Mount(apiMux)
 	web, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, API: apiMux, Logger: log})

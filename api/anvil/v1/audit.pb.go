@@ -162,7 +162,12 @@ type ListAuditRequest struct {
 	// Only records of this subject.
 	Subject string `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
 	// At most this many, the newest (0: 1000).
-	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Only records whose procedure contains this, ignoring case ("reprovision",
+	// "HardwareService/").
+	Procedure string `protobuf:"bytes,5,opt,name=procedure,proto3" json:"procedure,omitempty"`
+	// Only records whose object contains this, ignoring case ("name=node1").
+	Object        string `protobuf:"bytes,6,opt,name=object,proto3" json:"object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +228,20 @@ func (x *ListAuditRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *ListAuditRequest) GetProcedure() string {
+	if x != nil {
+		return x.Procedure
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
 }
 
 type ListAuditResponse struct {
@@ -286,12 +305,14 @@ const file_anvil_v1_audit_proto_rawDesc = "" +
 	"\amessage\x18\b \x01(\tR\amessage\x12\x1b\n" +
 	"\tclient_ip\x18\t \x01(\tR\bclientIp\x12(\n" +
 	"\x0funauthenticated\x18\n" +
-	" \x01(\bR\x0funauthenticated\"\x92\x01\n" +
+	" \x01(\bR\x0funauthenticated\"\xc8\x01\n" +
 	"\x10ListAuditRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
 	"\asubject\x18\x03 \x01(\tR\asubject\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"D\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1c\n" +
+	"\tprocedure\x18\x05 \x01(\tR\tprocedure\x12\x16\n" +
+	"\x06object\x18\x06 \x01(\tR\x06object\"D\n" +
 	"\x11ListAuditResponse\x12/\n" +
 	"\arecords\x18\x01 \x03(\v2\x15.anvil.v1.AuditRecordR\arecords2O\n" +
 	"\fAuditService\x12?\n" +

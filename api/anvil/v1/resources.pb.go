@@ -1152,6 +1152,164 @@ func (x *TemplateEvent) GetTemplate() *Template {
 	return nil
 }
 
+// RenderTemplateRequest asks how a Template renders for a Hardware: the
+// workflow that reprovisioning the Hardware from the Template would run.
+type RenderTemplateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the Template and the Hardware. Empty: "default".
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Template      string `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	Hardware      string `protobuf:"bytes,3,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenderTemplateRequest) Reset() {
+	*x = RenderTemplateRequest{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenderTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenderTemplateRequest) ProtoMessage() {}
+
+func (x *RenderTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenderTemplateRequest.ProtoReflect.Descriptor instead.
+func (*RenderTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RenderTemplateRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RenderTemplateRequest) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *RenderTemplateRequest) GetHardware() string {
+	if x != nil {
+		return x.Hardware
+	}
+	return ""
+}
+
+// RenderTemplateResponse is the rendering. A template that does not
+// render is no call error: error and line say why, and output holds what
+// the template produced when it got that far.
+type RenderTemplateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The template's output, the workflow YAML, exactly as the workflow
+	// engine renders it for a new Workflow (same data, functions and size
+	// budget).
+	Output string `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
+	// Why the rendering failed; empty when it succeeded.
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The line of the Template's spec.data the error points at; 0 if none.
+	Line int32 `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
+	// The Workflow's spec.hardwareMap the rendering used (device_1 is the
+	// Hardware's first MAC), as Reprovision sets it.
+	HardwareMap map[string]string `protobuf:"bytes,4,rep,name=hardware_map,json=hardwareMap,proto3" json:"hardware_map,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Tasks and actions of the rendered workflow (0 on error).
+	Tasks         int32 `protobuf:"varint,5,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Actions       int32 `protobuf:"varint,6,opt,name=actions,proto3" json:"actions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenderTemplateResponse) Reset() {
+	*x = RenderTemplateResponse{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenderTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenderTemplateResponse) ProtoMessage() {}
+
+func (x *RenderTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenderTemplateResponse.ProtoReflect.Descriptor instead.
+func (*RenderTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RenderTemplateResponse) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *RenderTemplateResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RenderTemplateResponse) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *RenderTemplateResponse) GetHardwareMap() map[string]string {
+	if x != nil {
+		return x.HardwareMap
+	}
+	return nil
+}
+
+func (x *RenderTemplateResponse) GetTasks() int32 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *RenderTemplateResponse) GetActions() int32 {
+	if x != nil {
+		return x.Actions
+	}
+	return 0
+}
+
 type CreateBootProfileRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	BootProfile   *BootProfile           `protobuf:"bytes,1,opt,name=boot_profile,json=bootProfile,proto3" json:"boot_profile,omitempty"`
@@ -1161,7 +1319,7 @@ type CreateBootProfileRequest struct {
 
 func (x *CreateBootProfileRequest) Reset() {
 	*x = CreateBootProfileRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	mi := &file_anvil_v1_resources_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1331,7 @@ func (x *CreateBootProfileRequest) String() string {
 func (*CreateBootProfileRequest) ProtoMessage() {}
 
 func (x *CreateBootProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	mi := &file_anvil_v1_resources_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1344,7 @@ func (x *CreateBootProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBootProfileRequest.ProtoReflect.Descriptor instead.
 func (*CreateBootProfileRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{18}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateBootProfileRequest) GetBootProfile() *BootProfile {
@@ -1205,7 +1363,7 @@ type UpdateBootProfileRequest struct {
 
 func (x *UpdateBootProfileRequest) Reset() {
 	*x = UpdateBootProfileRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	mi := &file_anvil_v1_resources_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1375,7 @@ func (x *UpdateBootProfileRequest) String() string {
 func (*UpdateBootProfileRequest) ProtoMessage() {}
 
 func (x *UpdateBootProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	mi := &file_anvil_v1_resources_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1388,7 @@ func (x *UpdateBootProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBootProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateBootProfileRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{19}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateBootProfileRequest) GetBootProfile() *BootProfile {
@@ -1250,7 +1408,7 @@ type BootProfileList struct {
 
 func (x *BootProfileList) Reset() {
 	*x = BootProfileList{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[20]
+	mi := &file_anvil_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1420,7 @@ func (x *BootProfileList) String() string {
 func (*BootProfileList) ProtoMessage() {}
 
 func (x *BootProfileList) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[20]
+	mi := &file_anvil_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1433,7 @@ func (x *BootProfileList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootProfileList.ProtoReflect.Descriptor instead.
 func (*BootProfileList) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{20}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BootProfileList) GetItems() []*BootProfile {
@@ -1302,7 +1460,7 @@ type BootProfileEvent struct {
 
 func (x *BootProfileEvent) Reset() {
 	*x = BootProfileEvent{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	mi := &file_anvil_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1472,7 @@ func (x *BootProfileEvent) String() string {
 func (*BootProfileEvent) ProtoMessage() {}
 
 func (x *BootProfileEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	mi := &file_anvil_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1485,7 @@ func (x *BootProfileEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootProfileEvent.ProtoReflect.Descriptor instead.
 func (*BootProfileEvent) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BootProfileEvent) GetType() EventType {
@@ -1353,7 +1511,7 @@ type CreateWorkflowRequest struct {
 
 func (x *CreateWorkflowRequest) Reset() {
 	*x = CreateWorkflowRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	mi := &file_anvil_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1523,7 @@ func (x *CreateWorkflowRequest) String() string {
 func (*CreateWorkflowRequest) ProtoMessage() {}
 
 func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	mi := &file_anvil_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1536,7 @@ func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateWorkflowRequest) GetWorkflow() *Workflow {
@@ -1397,7 +1555,7 @@ type UpdateWorkflowRequest struct {
 
 func (x *UpdateWorkflowRequest) Reset() {
 	*x = UpdateWorkflowRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[23]
+	mi := &file_anvil_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1567,7 @@ func (x *UpdateWorkflowRequest) String() string {
 func (*UpdateWorkflowRequest) ProtoMessage() {}
 
 func (x *UpdateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[23]
+	mi := &file_anvil_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1580,7 @@ func (x *UpdateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateWorkflowRequest) GetWorkflow() *Workflow {
@@ -1442,7 +1600,7 @@ type WorkflowList struct {
 
 func (x *WorkflowList) Reset() {
 	*x = WorkflowList{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[24]
+	mi := &file_anvil_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1612,7 @@ func (x *WorkflowList) String() string {
 func (*WorkflowList) ProtoMessage() {}
 
 func (x *WorkflowList) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[24]
+	mi := &file_anvil_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1625,7 @@ func (x *WorkflowList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowList.ProtoReflect.Descriptor instead.
 func (*WorkflowList) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkflowList) GetItems() []*Workflow {
@@ -1494,7 +1652,7 @@ type WorkflowEvent struct {
 
 func (x *WorkflowEvent) Reset() {
 	*x = WorkflowEvent{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[25]
+	mi := &file_anvil_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1664,7 @@ func (x *WorkflowEvent) String() string {
 func (*WorkflowEvent) ProtoMessage() {}
 
 func (x *WorkflowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[25]
+	mi := &file_anvil_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1677,7 @@ func (x *WorkflowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowEvent.ProtoReflect.Descriptor instead.
 func (*WorkflowEvent) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkflowEvent) GetType() EventType {
@@ -1552,7 +1710,7 @@ type ReprovisionRequest struct {
 
 func (x *ReprovisionRequest) Reset() {
 	*x = ReprovisionRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[26]
+	mi := &file_anvil_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1722,7 @@ func (x *ReprovisionRequest) String() string {
 func (*ReprovisionRequest) ProtoMessage() {}
 
 func (x *ReprovisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[26]
+	mi := &file_anvil_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1735,7 @@ func (x *ReprovisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{26}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReprovisionRequest) GetNamespace() string {
@@ -1625,7 +1783,7 @@ type ReprovisionResponse struct {
 
 func (x *ReprovisionResponse) Reset() {
 	*x = ReprovisionResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[27]
+	mi := &file_anvil_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1795,7 @@ func (x *ReprovisionResponse) String() string {
 func (*ReprovisionResponse) ProtoMessage() {}
 
 func (x *ReprovisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[27]
+	mi := &file_anvil_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1808,7 @@ func (x *ReprovisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionResponse.ProtoReflect.Descriptor instead.
 func (*ReprovisionResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{27}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReprovisionResponse) GetWorkflow() *Workflow {
@@ -1698,7 +1856,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[28]
+	mi := &file_anvil_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1868,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[28]
+	mi := &file_anvil_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1881,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{28}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ApplyRequest) GetSource() string {
@@ -1767,7 +1925,7 @@ type AppliedObject struct {
 
 func (x *AppliedObject) Reset() {
 	*x = AppliedObject{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[29]
+	mi := &file_anvil_v1_resources_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1937,7 @@ func (x *AppliedObject) String() string {
 func (*AppliedObject) ProtoMessage() {}
 
 func (x *AppliedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[29]
+	mi := &file_anvil_v1_resources_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1950,7 @@ func (x *AppliedObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedObject.ProtoReflect.Descriptor instead.
 func (*AppliedObject) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{29}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AppliedObject) GetKind() string {
@@ -1838,7 +1996,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[30]
+	mi := &file_anvil_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2008,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[30]
+	mi := &file_anvil_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2021,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{30}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ApplyResponse) GetObjects() []*AppliedObject {
@@ -1968,7 +2126,21 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"h\n" +
 	"\rTemplateEvent\x12'\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x13.anvil.v1.EventTypeR\x04type\x12.\n" +
-	"\btemplate\x18\x02 \x01(\v2\x12.anvil.v1.TemplateR\btemplate\"T\n" +
+	"\btemplate\x18\x02 \x01(\v2\x12.anvil.v1.TemplateR\btemplate\"m\n" +
+	"\x15RenderTemplateRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x1a\n" +
+	"\bhardware\x18\x03 \x01(\tR\bhardware\"\xa0\x02\n" +
+	"\x16RenderTemplateResponse\x12\x16\n" +
+	"\x06output\x18\x01 \x01(\tR\x06output\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x12\n" +
+	"\x04line\x18\x03 \x01(\x05R\x04line\x12T\n" +
+	"\fhardware_map\x18\x04 \x03(\v21.anvil.v1.RenderTemplateResponse.HardwareMapEntryR\vhardwareMap\x12\x14\n" +
+	"\x05tasks\x18\x05 \x01(\x05R\x05tasks\x12\x18\n" +
+	"\aactions\x18\x06 \x01(\x05R\aactions\x1a>\n" +
+	"\x10HardwareMapEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"T\n" +
 	"\x18CreateBootProfileRequest\x128\n" +
 	"\fboot_profile\x18\x01 \x01(\v2\x15.anvil.v1.BootProfileR\vbootProfile\"T\n" +
 	"\x18UpdateBootProfileRequest\x128\n" +
@@ -2022,14 +2194,15 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x04List\x12\x15.anvil.v1.ListRequest\x1a\x16.anvil.v1.HardwareList\x12=\n" +
 	"\x06Update\x12\x1f.anvil.v1.UpdateHardwareRequest\x1a\x12.anvil.v1.Hardware\x12;\n" +
 	"\x06Delete\x12\x17.anvil.v1.DeleteRequest\x1a\x18.anvil.v1.DeleteResponse\x12:\n" +
-	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.HardwareEvent0\x012\xf0\x02\n" +
+	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.HardwareEvent0\x012\xbd\x03\n" +
 	"\x0fTemplateService\x12=\n" +
 	"\x06Create\x12\x1f.anvil.v1.CreateTemplateRequest\x1a\x12.anvil.v1.Template\x12/\n" +
 	"\x03Get\x12\x14.anvil.v1.GetRequest\x1a\x12.anvil.v1.Template\x125\n" +
 	"\x04List\x12\x15.anvil.v1.ListRequest\x1a\x16.anvil.v1.TemplateList\x12=\n" +
 	"\x06Update\x12\x1f.anvil.v1.UpdateTemplateRequest\x1a\x12.anvil.v1.Template\x12;\n" +
 	"\x06Delete\x12\x17.anvil.v1.DeleteRequest\x1a\x18.anvil.v1.DeleteResponse\x12:\n" +
-	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.TemplateEvent0\x012\x88\x03\n" +
+	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.TemplateEvent0\x01\x12K\n" +
+	"\x06Render\x12\x1f.anvil.v1.RenderTemplateRequest\x1a .anvil.v1.RenderTemplateResponse2\x88\x03\n" +
 	"\x12BootProfileService\x12C\n" +
 	"\x06Create\x12\".anvil.v1.CreateBootProfileRequest\x1a\x15.anvil.v1.BootProfile\x122\n" +
 	"\x03Get\x12\x14.anvil.v1.GetRequest\x1a\x15.anvil.v1.BootProfile\x128\n" +
@@ -2061,7 +2234,7 @@ func file_anvil_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_anvil_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_anvil_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_anvil_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_anvil_v1_resources_proto_goTypes = []any{
 	(EventType)(0),                   // 0: anvil.v1.EventType
 	(*ObjectMeta)(nil),               // 1: anvil.v1.ObjectMeta
@@ -2082,40 +2255,43 @@ var file_anvil_v1_resources_proto_goTypes = []any{
 	(*UpdateTemplateRequest)(nil),    // 16: anvil.v1.UpdateTemplateRequest
 	(*TemplateList)(nil),             // 17: anvil.v1.TemplateList
 	(*TemplateEvent)(nil),            // 18: anvil.v1.TemplateEvent
-	(*CreateBootProfileRequest)(nil), // 19: anvil.v1.CreateBootProfileRequest
-	(*UpdateBootProfileRequest)(nil), // 20: anvil.v1.UpdateBootProfileRequest
-	(*BootProfileList)(nil),          // 21: anvil.v1.BootProfileList
-	(*BootProfileEvent)(nil),         // 22: anvil.v1.BootProfileEvent
-	(*CreateWorkflowRequest)(nil),    // 23: anvil.v1.CreateWorkflowRequest
-	(*UpdateWorkflowRequest)(nil),    // 24: anvil.v1.UpdateWorkflowRequest
-	(*WorkflowList)(nil),             // 25: anvil.v1.WorkflowList
-	(*WorkflowEvent)(nil),            // 26: anvil.v1.WorkflowEvent
-	(*ReprovisionRequest)(nil),       // 27: anvil.v1.ReprovisionRequest
-	(*ReprovisionResponse)(nil),      // 28: anvil.v1.ReprovisionResponse
-	(*ApplyRequest)(nil),             // 29: anvil.v1.ApplyRequest
-	(*AppliedObject)(nil),            // 30: anvil.v1.AppliedObject
-	(*ApplyResponse)(nil),            // 31: anvil.v1.ApplyResponse
-	nil,                              // 32: anvil.v1.ObjectMeta.LabelsEntry
-	nil,                              // 33: anvil.v1.ObjectMeta.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),          // 35: google.protobuf.Struct
+	(*RenderTemplateRequest)(nil),    // 19: anvil.v1.RenderTemplateRequest
+	(*RenderTemplateResponse)(nil),   // 20: anvil.v1.RenderTemplateResponse
+	(*CreateBootProfileRequest)(nil), // 21: anvil.v1.CreateBootProfileRequest
+	(*UpdateBootProfileRequest)(nil), // 22: anvil.v1.UpdateBootProfileRequest
+	(*BootProfileList)(nil),          // 23: anvil.v1.BootProfileList
+	(*BootProfileEvent)(nil),         // 24: anvil.v1.BootProfileEvent
+	(*CreateWorkflowRequest)(nil),    // 25: anvil.v1.CreateWorkflowRequest
+	(*UpdateWorkflowRequest)(nil),    // 26: anvil.v1.UpdateWorkflowRequest
+	(*WorkflowList)(nil),             // 27: anvil.v1.WorkflowList
+	(*WorkflowEvent)(nil),            // 28: anvil.v1.WorkflowEvent
+	(*ReprovisionRequest)(nil),       // 29: anvil.v1.ReprovisionRequest
+	(*ReprovisionResponse)(nil),      // 30: anvil.v1.ReprovisionResponse
+	(*ApplyRequest)(nil),             // 31: anvil.v1.ApplyRequest
+	(*AppliedObject)(nil),            // 32: anvil.v1.AppliedObject
+	(*ApplyResponse)(nil),            // 33: anvil.v1.ApplyResponse
+	nil,                              // 34: anvil.v1.ObjectMeta.LabelsEntry
+	nil,                              // 35: anvil.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 36: anvil.v1.RenderTemplateResponse.HardwareMapEntry
+	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 38: google.protobuf.Struct
 }
 var file_anvil_v1_resources_proto_depIdxs = []int32{
-	34, // 0: anvil.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	32, // 1: anvil.v1.ObjectMeta.labels:type_name -> anvil.v1.ObjectMeta.LabelsEntry
-	33, // 2: anvil.v1.ObjectMeta.annotations:type_name -> anvil.v1.ObjectMeta.AnnotationsEntry
+	37, // 0: anvil.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	34, // 1: anvil.v1.ObjectMeta.labels:type_name -> anvil.v1.ObjectMeta.LabelsEntry
+	35, // 2: anvil.v1.ObjectMeta.annotations:type_name -> anvil.v1.ObjectMeta.AnnotationsEntry
 	1,  // 3: anvil.v1.Hardware.metadata:type_name -> anvil.v1.ObjectMeta
-	35, // 4: anvil.v1.Hardware.spec:type_name -> google.protobuf.Struct
-	35, // 5: anvil.v1.Hardware.status:type_name -> google.protobuf.Struct
+	38, // 4: anvil.v1.Hardware.spec:type_name -> google.protobuf.Struct
+	38, // 5: anvil.v1.Hardware.status:type_name -> google.protobuf.Struct
 	1,  // 6: anvil.v1.Template.metadata:type_name -> anvil.v1.ObjectMeta
-	35, // 7: anvil.v1.Template.spec:type_name -> google.protobuf.Struct
-	35, // 8: anvil.v1.Template.status:type_name -> google.protobuf.Struct
+	38, // 7: anvil.v1.Template.spec:type_name -> google.protobuf.Struct
+	38, // 8: anvil.v1.Template.status:type_name -> google.protobuf.Struct
 	1,  // 9: anvil.v1.BootProfile.metadata:type_name -> anvil.v1.ObjectMeta
-	35, // 10: anvil.v1.BootProfile.spec:type_name -> google.protobuf.Struct
-	35, // 11: anvil.v1.BootProfile.status:type_name -> google.protobuf.Struct
+	38, // 10: anvil.v1.BootProfile.spec:type_name -> google.protobuf.Struct
+	38, // 11: anvil.v1.BootProfile.status:type_name -> google.protobuf.Struct
 	1,  // 12: anvil.v1.Workflow.metadata:type_name -> anvil.v1.ObjectMeta
-	35, // 13: anvil.v1.Workflow.spec:type_name -> google.protobuf.Struct
-	35, // 14: anvil.v1.Workflow.status:type_name -> google.protobuf.Struct
+	38, // 13: anvil.v1.Workflow.spec:type_name -> google.protobuf.Struct
+	38, // 14: anvil.v1.Workflow.status:type_name -> google.protobuf.Struct
 	2,  // 15: anvil.v1.CreateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
 	2,  // 16: anvil.v1.UpdateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
 	2,  // 17: anvil.v1.HardwareList.items:type_name -> anvil.v1.Hardware
@@ -2126,76 +2302,79 @@ var file_anvil_v1_resources_proto_depIdxs = []int32{
 	3,  // 22: anvil.v1.TemplateList.items:type_name -> anvil.v1.Template
 	0,  // 23: anvil.v1.TemplateEvent.type:type_name -> anvil.v1.EventType
 	3,  // 24: anvil.v1.TemplateEvent.template:type_name -> anvil.v1.Template
-	4,  // 25: anvil.v1.CreateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
-	4,  // 26: anvil.v1.UpdateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
-	4,  // 27: anvil.v1.BootProfileList.items:type_name -> anvil.v1.BootProfile
-	0,  // 28: anvil.v1.BootProfileEvent.type:type_name -> anvil.v1.EventType
-	4,  // 29: anvil.v1.BootProfileEvent.boot_profile:type_name -> anvil.v1.BootProfile
-	5,  // 30: anvil.v1.CreateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
-	5,  // 31: anvil.v1.UpdateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
-	5,  // 32: anvil.v1.WorkflowList.items:type_name -> anvil.v1.Workflow
-	0,  // 33: anvil.v1.WorkflowEvent.type:type_name -> anvil.v1.EventType
-	5,  // 34: anvil.v1.WorkflowEvent.workflow:type_name -> anvil.v1.Workflow
-	5,  // 35: anvil.v1.ReprovisionResponse.workflow:type_name -> anvil.v1.Workflow
-	2,  // 36: anvil.v1.ReprovisionResponse.hardware:type_name -> anvil.v1.Hardware
-	30, // 37: anvil.v1.ApplyResponse.objects:type_name -> anvil.v1.AppliedObject
-	11, // 38: anvil.v1.HardwareService.Create:input_type -> anvil.v1.CreateHardwareRequest
-	6,  // 39: anvil.v1.HardwareService.Get:input_type -> anvil.v1.GetRequest
-	7,  // 40: anvil.v1.HardwareService.List:input_type -> anvil.v1.ListRequest
-	12, // 41: anvil.v1.HardwareService.Update:input_type -> anvil.v1.UpdateHardwareRequest
-	8,  // 42: anvil.v1.HardwareService.Delete:input_type -> anvil.v1.DeleteRequest
-	10, // 43: anvil.v1.HardwareService.Watch:input_type -> anvil.v1.WatchRequest
-	15, // 44: anvil.v1.TemplateService.Create:input_type -> anvil.v1.CreateTemplateRequest
-	6,  // 45: anvil.v1.TemplateService.Get:input_type -> anvil.v1.GetRequest
-	7,  // 46: anvil.v1.TemplateService.List:input_type -> anvil.v1.ListRequest
-	16, // 47: anvil.v1.TemplateService.Update:input_type -> anvil.v1.UpdateTemplateRequest
-	8,  // 48: anvil.v1.TemplateService.Delete:input_type -> anvil.v1.DeleteRequest
-	10, // 49: anvil.v1.TemplateService.Watch:input_type -> anvil.v1.WatchRequest
-	19, // 50: anvil.v1.BootProfileService.Create:input_type -> anvil.v1.CreateBootProfileRequest
-	6,  // 51: anvil.v1.BootProfileService.Get:input_type -> anvil.v1.GetRequest
-	7,  // 52: anvil.v1.BootProfileService.List:input_type -> anvil.v1.ListRequest
-	20, // 53: anvil.v1.BootProfileService.Update:input_type -> anvil.v1.UpdateBootProfileRequest
-	8,  // 54: anvil.v1.BootProfileService.Delete:input_type -> anvil.v1.DeleteRequest
-	10, // 55: anvil.v1.BootProfileService.Watch:input_type -> anvil.v1.WatchRequest
-	23, // 56: anvil.v1.WorkflowService.Create:input_type -> anvil.v1.CreateWorkflowRequest
-	6,  // 57: anvil.v1.WorkflowService.Get:input_type -> anvil.v1.GetRequest
-	7,  // 58: anvil.v1.WorkflowService.List:input_type -> anvil.v1.ListRequest
-	24, // 59: anvil.v1.WorkflowService.Update:input_type -> anvil.v1.UpdateWorkflowRequest
-	8,  // 60: anvil.v1.WorkflowService.Delete:input_type -> anvil.v1.DeleteRequest
-	10, // 61: anvil.v1.WorkflowService.Watch:input_type -> anvil.v1.WatchRequest
-	27, // 62: anvil.v1.WorkflowService.Reprovision:input_type -> anvil.v1.ReprovisionRequest
-	29, // 63: anvil.v1.ManifestService.Apply:input_type -> anvil.v1.ApplyRequest
-	2,  // 64: anvil.v1.HardwareService.Create:output_type -> anvil.v1.Hardware
-	2,  // 65: anvil.v1.HardwareService.Get:output_type -> anvil.v1.Hardware
-	13, // 66: anvil.v1.HardwareService.List:output_type -> anvil.v1.HardwareList
-	2,  // 67: anvil.v1.HardwareService.Update:output_type -> anvil.v1.Hardware
-	9,  // 68: anvil.v1.HardwareService.Delete:output_type -> anvil.v1.DeleteResponse
-	14, // 69: anvil.v1.HardwareService.Watch:output_type -> anvil.v1.HardwareEvent
-	3,  // 70: anvil.v1.TemplateService.Create:output_type -> anvil.v1.Template
-	3,  // 71: anvil.v1.TemplateService.Get:output_type -> anvil.v1.Template
-	17, // 72: anvil.v1.TemplateService.List:output_type -> anvil.v1.TemplateList
-	3,  // 73: anvil.v1.TemplateService.Update:output_type -> anvil.v1.Template
-	9,  // 74: anvil.v1.TemplateService.Delete:output_type -> anvil.v1.DeleteResponse
-	18, // 75: anvil.v1.TemplateService.Watch:output_type -> anvil.v1.TemplateEvent
-	4,  // 76: anvil.v1.BootProfileService.Create:output_type -> anvil.v1.BootProfile
-	4,  // 77: anvil.v1.BootProfileService.Get:output_type -> anvil.v1.BootProfile
-	21, // 78: anvil.v1.BootProfileService.List:output_type -> anvil.v1.BootProfileList
-	4,  // 79: anvil.v1.BootProfileService.Update:output_type -> anvil.v1.BootProfile
-	9,  // 80: anvil.v1.BootProfileService.Delete:output_type -> anvil.v1.DeleteResponse
-	22, // 81: anvil.v1.BootProfileService.Watch:output_type -> anvil.v1.BootProfileEvent
-	5,  // 82: anvil.v1.WorkflowService.Create:output_type -> anvil.v1.Workflow
-	5,  // 83: anvil.v1.WorkflowService.Get:output_type -> anvil.v1.Workflow
-	25, // 84: anvil.v1.WorkflowService.List:output_type -> anvil.v1.WorkflowList
-	5,  // 85: anvil.v1.WorkflowService.Update:output_type -> anvil.v1.Workflow
-	9,  // 86: anvil.v1.WorkflowService.Delete:output_type -> anvil.v1.DeleteResponse
-	26, // 87: anvil.v1.WorkflowService.Watch:output_type -> anvil.v1.WorkflowEvent
-	28, // 88: anvil.v1.WorkflowService.Reprovision:output_type -> anvil.v1.ReprovisionResponse
-	31, // 89: anvil.v1.ManifestService.Apply:output_type -> anvil.v1.ApplyResponse
-	64, // [64:90] is the sub-list for method output_type
-	38, // [38:64] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	36, // 25: anvil.v1.RenderTemplateResponse.hardware_map:type_name -> anvil.v1.RenderTemplateResponse.HardwareMapEntry
+	4,  // 26: anvil.v1.CreateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
+	4,  // 27: anvil.v1.UpdateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
+	4,  // 28: anvil.v1.BootProfileList.items:type_name -> anvil.v1.BootProfile
+	0,  // 29: anvil.v1.BootProfileEvent.type:type_name -> anvil.v1.EventType
+	4,  // 30: anvil.v1.BootProfileEvent.boot_profile:type_name -> anvil.v1.BootProfile
+	5,  // 31: anvil.v1.CreateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
+	5,  // 32: anvil.v1.UpdateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
+	5,  // 33: anvil.v1.WorkflowList.items:type_name -> anvil.v1.Workflow
+	0,  // 34: anvil.v1.WorkflowEvent.type:type_name -> anvil.v1.EventType
+	5,  // 35: anvil.v1.WorkflowEvent.workflow:type_name -> anvil.v1.Workflow
+	5,  // 36: anvil.v1.ReprovisionResponse.workflow:type_name -> anvil.v1.Workflow
+	2,  // 37: anvil.v1.ReprovisionResponse.hardware:type_name -> anvil.v1.Hardware
+	32, // 38: anvil.v1.ApplyResponse.objects:type_name -> anvil.v1.AppliedObject
+	11, // 39: anvil.v1.HardwareService.Create:input_type -> anvil.v1.CreateHardwareRequest
+	6,  // 40: anvil.v1.HardwareService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 41: anvil.v1.HardwareService.List:input_type -> anvil.v1.ListRequest
+	12, // 42: anvil.v1.HardwareService.Update:input_type -> anvil.v1.UpdateHardwareRequest
+	8,  // 43: anvil.v1.HardwareService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 44: anvil.v1.HardwareService.Watch:input_type -> anvil.v1.WatchRequest
+	15, // 45: anvil.v1.TemplateService.Create:input_type -> anvil.v1.CreateTemplateRequest
+	6,  // 46: anvil.v1.TemplateService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 47: anvil.v1.TemplateService.List:input_type -> anvil.v1.ListRequest
+	16, // 48: anvil.v1.TemplateService.Update:input_type -> anvil.v1.UpdateTemplateRequest
+	8,  // 49: anvil.v1.TemplateService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 50: anvil.v1.TemplateService.Watch:input_type -> anvil.v1.WatchRequest
+	19, // 51: anvil.v1.TemplateService.Render:input_type -> anvil.v1.RenderTemplateRequest
+	21, // 52: anvil.v1.BootProfileService.Create:input_type -> anvil.v1.CreateBootProfileRequest
+	6,  // 53: anvil.v1.BootProfileService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 54: anvil.v1.BootProfileService.List:input_type -> anvil.v1.ListRequest
+	22, // 55: anvil.v1.BootProfileService.Update:input_type -> anvil.v1.UpdateBootProfileRequest
+	8,  // 56: anvil.v1.BootProfileService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 57: anvil.v1.BootProfileService.Watch:input_type -> anvil.v1.WatchRequest
+	25, // 58: anvil.v1.WorkflowService.Create:input_type -> anvil.v1.CreateWorkflowRequest
+	6,  // 59: anvil.v1.WorkflowService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 60: anvil.v1.WorkflowService.List:input_type -> anvil.v1.ListRequest
+	26, // 61: anvil.v1.WorkflowService.Update:input_type -> anvil.v1.UpdateWorkflowRequest
+	8,  // 62: anvil.v1.WorkflowService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 63: anvil.v1.WorkflowService.Watch:input_type -> anvil.v1.WatchRequest
+	29, // 64: anvil.v1.WorkflowService.Reprovision:input_type -> anvil.v1.ReprovisionRequest
+	31, // 65: anvil.v1.ManifestService.Apply:input_type -> anvil.v1.ApplyRequest
+	2,  // 66: anvil.v1.HardwareService.Create:output_type -> anvil.v1.Hardware
+	2,  // 67: anvil.v1.HardwareService.Get:output_type -> anvil.v1.Hardware
+	13, // 68: anvil.v1.HardwareService.List:output_type -> anvil.v1.HardwareList
+	2,  // 69: anvil.v1.HardwareService.Update:output_type -> anvil.v1.Hardware
+	9,  // 70: anvil.v1.HardwareService.Delete:output_type -> anvil.v1.DeleteResponse
+	14, // 71: anvil.v1.HardwareService.Watch:output_type -> anvil.v1.HardwareEvent
+	3,  // 72: anvil.v1.TemplateService.Create:output_type -> anvil.v1.Template
+	3,  // 73: anvil.v1.TemplateService.Get:output_type -> anvil.v1.Template
+	17, // 74: anvil.v1.TemplateService.List:output_type -> anvil.v1.TemplateList
+	3,  // 75: anvil.v1.TemplateService.Update:output_type -> anvil.v1.Template
+	9,  // 76: anvil.v1.TemplateService.Delete:output_type -> anvil.v1.DeleteResponse
+	18, // 77: anvil.v1.TemplateService.Watch:output_type -> anvil.v1.TemplateEvent
+	20, // 78: anvil.v1.TemplateService.Render:output_type -> anvil.v1.RenderTemplateResponse
+	4,  // 79: anvil.v1.BootProfileService.Create:output_type -> anvil.v1.BootProfile
+	4,  // 80: anvil.v1.BootProfileService.Get:output_type -> anvil.v1.BootProfile
+	23, // 81: anvil.v1.BootProfileService.List:output_type -> anvil.v1.BootProfileList
+	4,  // 82: anvil.v1.BootProfileService.Update:output_type -> anvil.v1.BootProfile
+	9,  // 83: anvil.v1.BootProfileService.Delete:output_type -> anvil.v1.DeleteResponse
+	24, // 84: anvil.v1.BootProfileService.Watch:output_type -> anvil.v1.BootProfileEvent
+	5,  // 85: anvil.v1.WorkflowService.Create:output_type -> anvil.v1.Workflow
+	5,  // 86: anvil.v1.WorkflowService.Get:output_type -> anvil.v1.Workflow
+	27, // 87: anvil.v1.WorkflowService.List:output_type -> anvil.v1.WorkflowList
+	5,  // 88: anvil.v1.WorkflowService.Update:output_type -> anvil.v1.Workflow
+	9,  // 89: anvil.v1.WorkflowService.Delete:output_type -> anvil.v1.DeleteResponse
+	28, // 90: anvil.v1.WorkflowService.Watch:output_type -> anvil.v1.WorkflowEvent
+	30, // 91: anvil.v1.WorkflowService.Reprovision:output_type -> anvil.v1.ReprovisionResponse
+	33, // 92: anvil.v1.ManifestService.Apply:output_type -> anvil.v1.ApplyResponse
+	66, // [66:93] is the sub-list for method output_type
+	39, // [39:66] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_anvil_v1_resources_proto_init() }
@@ -2209,7 +2388,7 @@ func file_anvil_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_anvil_v1_resources_proto_rawDesc), len(file_anvil_v1_resources_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -72,6 +72,8 @@ const (
 	TemplateServiceDeleteProcedure = "/anvil.v1.TemplateService/Delete"
 	// TemplateServiceWatchProcedure is the fully-qualified name of the TemplateService's Watch RPC.
 	TemplateServiceWatchProcedure = "/anvil.v1.TemplateService/Watch"
+	// TemplateServiceRenderProcedure is the fully-qualified name of the TemplateService's Render RPC.
+	TemplateServiceRenderProcedure = "/anvil.v1.TemplateService/Render"
 	// BootProfileServiceCreateProcedure is the fully-qualified name of the BootProfileService's Create
 	// RPC.
 	BootProfileServiceCreateProcedure = "/anvil.v1.BootProfileService/Create"
@@ -315,6 +317,10 @@ type TemplateServiceClient interface {
 	Update(context.Context, *connect.Request[v1.UpdateTemplateRequest]) (*connect.Response[v1.Template], error)
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.TemplateEvent], error)
+	// Render renders the Template for the Hardware as the workflow engine
+	// would for a Workflow that Reprovision creates, and writes nothing.
+	// It needs read access to the namespace.
+	Render(context.Context, *connect.Request[v1.RenderTemplateRequest]) (*connect.Response[v1.RenderTemplateResponse], error)
 }
 
 // NewTemplateServiceClient constructs a client for the anvil.v1.TemplateService service. By
@@ -364,6 +370,12 @@ func NewTemplateServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(templateServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		render: connect.NewClient[v1.RenderTemplateRequest, v1.RenderTemplateResponse](
+			httpClient,
+			baseURL+TemplateServiceRenderProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("Render")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -375,6 +387,7 @@ type templateServiceClient struct {
 	update *connect.Client[v1.UpdateTemplateRequest, v1.Template]
 	delete *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
 	watch  *connect.Client[v1.WatchRequest, v1.TemplateEvent]
+	render *connect.Client[v1.RenderTemplateRequest, v1.RenderTemplateResponse]
 }
 
 // Create calls anvil.v1.TemplateService.Create.
@@ -407,6 +420,11 @@ func (c *templateServiceClient) Watch(ctx context.Context, req *connect.Request[
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// Render calls anvil.v1.TemplateService.Render.
+func (c *templateServiceClient) Render(ctx context.Context, req *connect.Request[v1.RenderTemplateRequest]) (*connect.Response[v1.RenderTemplateResponse], error) {
+	return c.render.CallUnary(ctx, req)
+}
+
 // TemplateServiceHandler is an implementation of the anvil.v1.TemplateService service.
 type TemplateServiceHandler interface {
 	Create(context.Context, *connect.Request[v1.CreateTemplateRequest]) (*connect.Response[v1.Template], error)
@@ -415,6 +433,10 @@ type TemplateServiceHandler interface {
 	Update(context.Context, *connect.Request[v1.UpdateTemplateRequest]) (*connect.Response[v1.Template], error)
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.TemplateEvent]) error
+	// Render renders the Template for the Hardware as the workflow engine
+	// would for a Workflow that Reprovision creates, and writes nothing.
+	// It needs read access to the namespace.
+	Render(context.Context, *connect.Request[v1.RenderTemplateRequest]) (*connect.Response[v1.RenderTemplateResponse], error)
 }
 
 // NewTemplateServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -460,6 +482,12 @@ func NewTemplateServiceHandler(svc TemplateServiceHandler, opts ...connect.Handl
 		connect.WithSchema(templateServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	templateServiceRenderHandler := connect.NewUnaryHandler(
+		TemplateServiceRenderProcedure,
+		svc.Render,
+		connect.WithSchema(templateServiceMethods.ByName("Render")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/anvil.v1.TemplateService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TemplateServiceCreateProcedure:
@@ -474,6 +502,8 @@ func NewTemplateServiceHandler(svc TemplateServiceHandler, opts ...connect.Handl
 			templateServiceDeleteHandler.ServeHTTP(w, r)
 		case TemplateServiceWatchProcedure:
 			templateServiceWatchHandler.ServeHTTP(w, r)
+		case TemplateServiceRenderProcedure:
+			templateServiceRenderHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -505,6 +535,10 @@ func (UnimplementedTemplateServiceHandler) Delete(context.Context, *connect.Requ
 
 func (UnimplementedTemplateServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.TemplateEvent]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.TemplateService.Watch is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) Render(context.Context, *connect.Request[v1.RenderTemplateRequest]) (*connect.Response[v1.RenderTemplateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.TemplateService.Render is not implemented"))
 }
 
 // BootProfileServiceClient is a client for the anvil.v1.BootProfileService service.
