@@ -91,8 +91,8 @@ func logTime(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 // logFeed is one stream's follow of a log selection. A nil *logFeed (no
 // log store) sends nothing and is never ready.
 type logFeed struct {
-	u    *UI
-	sub  *logstore.Subscription // nil when following was refused
+	u       *UI
+	sub     *logstore.Subscription // nil when following was refused
 	tail    []logstore.Line
 	note    string // why sub is nil
 	started bool   // the tail is sent
