@@ -26,6 +26,7 @@ import (
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/testtool"
@@ -64,10 +65,19 @@ tasks:
   - {name: reboot, image: quay.io/tinkerbell/actions/reboot:latest, timeout: 60}
 `
 
+// serveOption changes what serve runs.
+type serveOption func(*api.Config, *ui.Config)
+
+// withLogs gives the API (StreamLogs) and the UI (the pages' logs) a log
+// store, as anvil serve does.
+func withLogs(ls *logstore.Store) serveOption {
+	return func(a *api.Config, u *ui.Config) { a.Logs, u.Records = ls, ls }
+}
+
 // serve runs the API (with the workflow engine) and the UI on one
 // loopback server, as anvil serve routes them, over a store holding one
 // machine and one template in namespace acme.
-func serve(t *testing.T) string {
+func serve(t *testing.T, opts ...serveOption) string {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "anvil.db"), bolt.Options{Logger: log})
@@ -89,10 +99,15 @@ func serve(t *testing.T) string {
 	eng := workflow.New(workflow.Config{Store: st, Logger: log})
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(ctx) }()
-	svc := api.New(api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate})
+	apiCfg := api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate}
 	apiMux := http.NewServeMux()
+	uiCfg := ui.Config{Store: st, Authenticate: authenticate, API: apiMux, Logger: log}
+	for _, o := range opts {
+		o(&apiCfg, &uiCfg)
+	}
+	svc := api.New(apiCfg)
 	svc.Mount(apiMux)
-	web, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, API: apiMux, Logger: log})
+	web, err := ui.New(uiCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
