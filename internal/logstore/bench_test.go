@@ -41,6 +41,12 @@ func BenchmarkAppendManyFiles(b *testing.B) {
 // file, with nobody following it and with one Subscription whose reader
 // takes the lines: what following costs Append. Files are synced only on
 // Close, so the figure is the append path, not the disk's fsync.
+//
+// On the shared 2-core lab VM (load 12–16 from other jobs: wall times
+// varied 5–16 µs a line both ways, so CPU time was compared, 200,000
+// lines a run, five runs each): none 4.4–5.4 µs of CPU a line, as before
+// Follow existed (4.4–4.7); one follower adds about 1.2 µs, its reader's
+// Take and wake-ups included.
 func BenchmarkAppendFollowed(b *testing.B) {
 	for _, followed := range []bool{false, true} {
 		b.Run(map[bool]string{false: "none", true: "one"}[followed], func(b *testing.B) {
