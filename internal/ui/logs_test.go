@@ -21,7 +21,7 @@ import (
 
 // eventStream opens path's event stream as b and returns its events (the
 // text of each, "event: …\ndata: …\n") and the function that closes it.
-func eventStream(t *testing.T, b *browser, path string) (<-chan string, func()) {
+func eventStream(t testing.TB, b *browser, path string) (<-chan string, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.base+path, nil)
@@ -66,7 +66,7 @@ func eventStream(t *testing.T, b *browser, path string) (<-chan string, func()) 
 }
 
 // nextEvent returns the next event of type name, skipping others.
-func nextEvent(t *testing.T, events <-chan string, name, what string) string {
+func nextEvent(t testing.TB, events <-chan string, name, what string) string {
 	t.Helper()
 	for {
 		ev := testtool.Receive(t, events, what)
@@ -79,7 +79,7 @@ func nextEvent(t *testing.T, events <-chan string, name, what string) string {
 	}
 }
 
-func appendLog(t *testing.T, ls *logstore.Store, lines ...logstore.Line) {
+func appendLog(t testing.TB, ls *logstore.Store, lines ...logstore.Line) {
 	t.Helper()
 	if err := ls.Append(lines...); err != nil {
 		t.Fatalf("Append: %v", err)
@@ -245,4 +245,22 @@ func TestLogStreamsReleased(t *testing.T) {
 	testtool.WaitFor(t, "the streams' goroutines to end", func() bool {
 		return runtime.NumGoroutine() <= before
 	})
+}
+
+// BenchmarkLogEvent measures a log line's way to an open page: the log
+// store's Append, the Subscription's poke, the stream's Take, the
+// rendering of the row and the SSE write, as one op.
+func BenchmarkLogEvent(b *testing.B) {
+	e := newEnv(b)
+	e.setupAcme(b)
+	e.create(b, workflow("acme", "w1", "n1", model.StateRunning, ""))
+	br := e.browser(b)
+	br.login("admin-token")
+	waitPage(b, br, "/ui/workflows/acme/w1", "RUNNING")
+	events, _ := eventStream(b, br, "/ui/workflows/acme/w1/events")
+	nextEvent(b, events, "actions", "the first event")
+	for i := 0; b.Loop(); i++ {
+		appendLog(b, e.logs, agentLine("acme/w1", "write", fmt.Sprint("step ", i), i))
+		nextEvent(b, events, "log", "the line's event")
+	}
 }
