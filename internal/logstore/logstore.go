@@ -33,6 +33,14 @@
 // by the operator (every PXE client on the segment is one), so their files
 // are also bounded in number: past Config.MaxUnknownMachines the files of
 // the machines heard from least recently are deleted.
+//
+// # Following
+//
+// Follow hands a reader (the web UI's event streams) the lines appended to
+// a Selection of records from then on, as Append writes them: no file is
+// polled. A Subscription's queue is bounded (Config.FollowLines,
+// FollowBytes); a reader that falls behind is told how many lines it
+// missed, and Append never waits for it.
 package logstore
 
 import (
