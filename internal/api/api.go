@@ -80,6 +80,9 @@ type LogStore interface {
 	ReadHardware(hardwareID string, tail int) ([]logstore.Line, error)
 	ReadMachine(machine string, tail int) ([]logstore.Line, error)
 	UnknownMachines(limit int) ([]logstore.Line, error)
+	// ReadSelection reads several records merged by time (a machine's
+	// view: logstore.MachineSelection).
+	ReadSelection(sel logstore.Selection, tail int) ([]logstore.Line, error)
 }
 
 // Config configures the services.

@@ -173,34 +173,11 @@ func (l logService) machineBy(ctx context.Context, index, value string, tail int
 }
 
 // machineLines merges, by time, a Hardware's record, its agent IDs' lines,
-// and the unknown-machine records of its MACs (from before it existed).
+// and the unknown-machine records of its MACs (from before it existed):
+// the selection logstore.MachineSelection makes, which the web UI shows
+// too.
 func (l logService) machineLines(hw *model.Hardware, tail int) ([]logstore.Line, error) {
-	logs := l.s.cfg.Logs
-	lines, err := logs.ReadHardware(hw.Key(), tail)
-	if err != nil {
-		return nil, err
-	}
-	for _, id := range hw.AgentIDs() {
-		more, err := logs.Read("", id, tail)
-		if err != nil {
-			return nil, err
-		}
-		lines = append(lines, more...)
-	}
-	for _, mac := range hw.MACs() {
-		more, err := logs.ReadMachine(mac.String(), tail)
-		if err != nil {
-			return nil, err
-		}
-		lines = append(lines, more...)
-	}
-	// Each source is in time order already; a stable sort keeps the order
-	// of lines with equal times within a source.
-	slices.SortStableFunc(lines, func(a, b logstore.Line) int { return a.Time.Compare(b.Time) })
-	if tail > 0 && len(lines) > tail {
-		lines = lines[len(lines)-tail:]
-	}
-	return lines, nil
+	return l.s.cfg.Logs.ReadSelection(logstore.MachineSelection(hw), tail)
 }
 
 // ListUnknownMachines lists the machines no Hardware matches, newest first.

@@ -33,6 +33,14 @@
 // by the operator (every PXE client on the segment is one), so their files
 // are also bounded in number: past Config.MaxUnknownMachines the files of
 // the machines heard from least recently are deleted.
+//
+// # Following
+//
+// Follow hands a reader (the web UI's event streams) the lines appended to
+// a Selection of records from then on, as Append writes them: no file is
+// polled. A Subscription's queue is bounded (Config.FollowLines,
+// FollowBytes); a reader that falls behind is told how many lines it
+// missed, and Append never waits for it.
 package logstore
 
 import (
@@ -135,6 +143,14 @@ type Config struct {
 	MaxUnknownMachines int
 	// Logger receives sync errors. If nil, uses slog.Default().
 	Logger *slog.Logger
+
+	// FollowLines and FollowBytes bound what each Subscription (Follow)
+	// holds that its reader has not taken; past them lines are dropped
+	// and counted. If 0, use DefaultFollowLines and DefaultFollowBytes.
+	FollowLines, FollowBytes int
+	// MaxFollowers bounds the Subscriptions open at once. If 0, uses
+	// DefaultMaxFollowers.
+	MaxFollowers int
 }
 
 // Store is a directory of bounded log files. It is safe for concurrent use.
@@ -150,6 +166,9 @@ type Store struct {
 	unknown map[string]uint64   // unknown-machine files → last write (tick)
 	tick    uint64              // logical clock for LRU decisions
 	closed  bool
+
+	subs      map[string][]*Subscription // by file name: who follows it (follow.go)
+	followers int                        // open Subscriptions
 
 	syncMu sync.Mutex // serialises the fsync passes of Sync and Close
 
@@ -184,6 +203,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	followBounds(&cfg)
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
@@ -235,14 +255,18 @@ func (s *Store) loadUnknown() error {
 	return nil
 }
 
+// entry is one line's encoding bound for one file.
+type entry struct {
+	name string
+	data []byte
+	line int // index of the line in Append's lines
+}
+
 // Append writes lines, each to the file of every ID it names. A line naming
 // none is an error and nothing is written. Lines are readable when Append
-// returns, durable after the next sync.
+// returns, durable after the next sync; the Subscriptions following their
+// files (Follow) have them when Append returns.
 func (s *Store) Append(lines ...Line) error {
-	type entry struct {
-		name string
-		data []byte
-	}
 	var entries []entry
 	for i, l := range lines {
 		if l.WorkflowID == "" && l.AgentID == "" && l.HardwareID == "" && l.Machine == "" {
@@ -254,16 +278,16 @@ func (s *Store) Append(lines ...Line) error {
 		}
 		b = append(b, '\n')
 		if l.WorkflowID != "" {
-			entries = append(entries, entry{fileName(prefixWorkflow, l.WorkflowID), b})
+			entries = append(entries, entry{fileName(prefixWorkflow, l.WorkflowID), b, i})
 		}
 		if l.AgentID != "" {
-			entries = append(entries, entry{fileName(prefixAgent, l.AgentID), b})
+			entries = append(entries, entry{fileName(prefixAgent, l.AgentID), b, i})
 		}
 		if l.HardwareID != "" {
-			entries = append(entries, entry{fileName(prefixHardware, l.HardwareID), b})
+			entries = append(entries, entry{fileName(prefixHardware, l.HardwareID), b, i})
 		}
 		if l.Machine != "" {
-			entries = append(entries, entry{fileName(prefixUnknown, l.Machine), b})
+			entries = append(entries, entry{fileName(prefixUnknown, l.Machine), b, i})
 		}
 	}
 	// Group by file to write each file once.
@@ -297,6 +321,9 @@ func (s *Store) Append(lines ...Line) error {
 	}
 	if newUnknown && len(s.unknown) > s.cfg.MaxUnknownMachines+s.cfg.MaxUnknownMachines/10 {
 		s.evictUnknownLocked()
+	}
+	if len(s.subs) > 0 {
+		s.notifyLocked(lines, entries)
 	}
 	return nil
 }
@@ -527,6 +554,11 @@ func (s *Store) readFile(name string, tail int, keep func(*Line) bool) ([]Line, 
 	if s.closed {
 		return nil, ErrClosed
 	}
+	return s.readFileLocked(name, tail, keep)
+}
+
+// readFileLocked is readFile for a caller holding s.mu.
+func (s *Store) readFileLocked(name string, tail int, keep func(*Line) bool) ([]Line, error) {
 	f, err := os.Open(filepath.Join(s.cfg.Dir, name))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil

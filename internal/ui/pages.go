@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,8 @@ func parsePages() (map[string]*template.Template, error) {
 		"join":       strings.Join,
 		"clock":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"powerLabel": powerLabel,
+		"logTime":    logTime,
+		"logSource":  logSource,
 	}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
@@ -47,10 +50,10 @@ func parsePages() (map[string]*template.Template, error) {
 	}
 	pages := map[string]*template.Template{}
 	for _, n := range names {
-		if n == "templates/layout.html" {
-			continue
+		if n == "templates/layout.html" || strings.HasPrefix(path.Base(n), "_") {
+			continue // the layout, and parts every page holds (_logs.html)
 		}
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n)
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/_*.html", n)
 		if err != nil {
 			return nil, fmt.Errorf("ui: template %s: %w", n, err)
 		}
@@ -199,13 +202,9 @@ type hardwareDetailData struct {
 	CanProvision bool
 	Templates    []string
 	CSRF         string // the session's, for the reprovision form
-	Record       []logstore.Line
-	RecordError  string
+	Record       *logData
 	Actions      machineActions // netboot and power (actions.go)
 }
-
-// recordLines is how much of a machine's record its page shows.
-const recordLines = 50
 
 func (u *UI) hardwareDetail(w http.ResponseWriter, r *request) {
 	ns, name := r.PathValue("ns"), r.PathValue("name")
@@ -228,12 +227,7 @@ func (u *UI) hardwareDetail(w http.ResponseWriter, r *request) {
 			d.Templates = append(d.Templates, t.GetObjectMeta().Name)
 		}
 	}
-	if u.cfg.Records != nil {
-		var err error
-		if d.Record, err = u.cfg.Records.ReadHardware(ns+"/"+name, recordLines); err != nil {
-			d.RecordError = err.Error()
-		}
-	}
+	d.Record = u.readLog(logstore.MachineSelection(hw), hardwareEventsURL(ns, name))
 	u.render(w, r, http.StatusOK, "hardware_detail", "Hardware "+hw.Name, d)
 }
 
@@ -286,6 +280,7 @@ type workflowData struct {
 	// CanCancel, Cancelling and CSRF are for Cancel (actions.go).
 	CanCancel, Cancelling bool
 	CSRF                  string
+	Log                   *logData // its agent's lines (logs.go); nil without a log store
 }
 
 // newWorkflowData is what the workflow page and its events show of wf to
@@ -310,13 +305,16 @@ func (u *UI) workflowDetail(w http.ResponseWriter, r *request) {
 		u.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("No workflow %s/%s.", r.PathValue("ns"), r.PathValue("name")))
 		return
 	}
-	u.render(w, r, http.StatusOK, "workflow", "Workflow "+wf.Name, newWorkflowData(r, wf))
+	d := newWorkflowData(r, wf)
+	d.Log = u.readLog(logstore.Selection{WorkflowID: wf.Key()}, "")
+	u.render(w, r, http.StatusOK, "workflow", "Workflow "+wf.Name, d)
 }
 
 // workflowEvents streams the workflow's progress as Server-Sent Events:
 // an "actions" event holding the progress fragment (the same template
 // the page shows, escaped alike) now and after every change the store's
-// watch reports, "gone" when the workflow is deleted.
+// watch reports, "gone" when the workflow is deleted; and its agent's
+// log lines ("logs", then "log": logs.go).
 func (u *UI) workflowEvents(w http.ResponseWriter, r *request) {
 	key := r.PathValue("ns") + "/" + r.PathValue("name")
 	if u.visibleWorkflow(r) == nil {
@@ -326,6 +324,8 @@ func (u *UI) workflowEvents(w http.ResponseWriter, r *request) {
 	rc := http.NewResponseController(w)
 	changed, stop := u.view.subscribe(key)
 	defer stop()
+	feed := u.followLogs(logstore.Selection{WorkflowID: key})
+	defer feed.close()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	tick := time.NewTicker(sseKeepAlive)
@@ -350,6 +350,12 @@ func (u *UI) workflowEvents(w http.ResponseWriter, r *request) {
 				return
 			}
 		}
+		if feed != nil && !feed.started {
+			// The log's tail follows the first progress event.
+			if feed.start(w) != nil || rc.Flush() != nil {
+				return
+			}
+		}
 		select {
 		case <-r.Context().Done():
 			return
@@ -361,6 +367,10 @@ func (u *UI) workflowEvents(w http.ResponseWriter, r *request) {
 				return
 			}
 		case <-changed:
+		case <-feed.ready():
+			if feed.next(w) != nil || rc.Flush() != nil {
+				return
+			}
 		}
 	}
 }

@@ -75,8 +75,9 @@ type Config struct {
 	// (api.Services.Mount): mutations are sent to it, through its gate
 	// and audit. Required.
 	API http.Handler
-	// Records reads a machine's record (its DHCP, TFTP, HTTP, syslog and
-	// agent lines), shown on its page. If nil, the page shows none.
+	// Records reads and follows log lines: a machine's record (its DHCP,
+	// TFTP, HTTP, syslog and agent lines) on its page, a workflow's agent
+	// output on the workflow's. If nil, the pages show none.
 	Records RecordReader
 	// Logger receives the view's errors. If nil, slog.Default().
 	Logger *slog.Logger
@@ -89,11 +90,14 @@ type Config struct {
 	HTTPSPort int
 }
 
-// RecordReader reads machine records. *logstore.Store implements it.
+// RecordReader reads and follows log lines. *logstore.Store implements
+// it.
 type RecordReader interface {
-	// ReadHardware returns the last tail lines of the record of the
-	// Hardware "namespace/name", oldest first.
-	ReadHardware(hardwareID string, tail int) ([]logstore.Line, error)
+	// ReadSelection returns the newest tail lines of sel, oldest first.
+	ReadSelection(sel logstore.Selection, tail int) ([]logstore.Line, error)
+	// Follow returns the same and a Subscription to the lines appended
+	// after them.
+	Follow(sel logstore.Selection, tail int) (*logstore.Subscription, []logstore.Line, error)
 }
 
 // UI serves the pages. It is safe for concurrent use.
@@ -137,6 +141,7 @@ func New(cfg Config) (*UI, error) {
 	m.HandleFunc("GET /ui/{$}", u.authed(u.fleetPage))
 	m.HandleFunc("GET /ui/hardware", u.authed(u.hardwareList))
 	m.HandleFunc("GET /ui/hardware/{ns}/{name}", u.authed(u.hardwareDetail))
+	m.HandleFunc("GET /ui/hardware/{ns}/{name}/events", u.authed(u.hardwareEvents))
 	m.HandleFunc("POST /ui/hardware/{ns}/{name}/reprovision", u.authed(u.reprovision))
 	m.HandleFunc("POST /ui/hardware/{ns}/{name}/netboot", u.authed(u.setNetboot))
 	m.HandleFunc("POST /ui/hardware/{ns}/{name}/power", u.authed(u.power))

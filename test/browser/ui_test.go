@@ -27,6 +27,7 @@ import (
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/bolt"
@@ -74,6 +75,16 @@ type serveConfig struct {
 	objects []model.Object                              // stored with the machine and the template
 	run     []func(ctx context.Context, st store.Store) // run beside the engine until the server stops
 	api     []func(*api.Config)                         // change the API's configuration first
+	ui      []func(*ui.Config)                          // change the UI's configuration first
+}
+
+// withLogs gives the API (StreamLogs) and the UI (the pages' logs) a log
+// store, as anvil serve does.
+func withLogs(ls *logstore.Store) serveOption {
+	return func(sc *serveConfig) {
+		sc.api = append(sc.api, func(a *api.Config) { a.Logs = ls })
+		sc.ui = append(sc.ui, func(u *ui.Config) { u.Records = ls })
+	}
 }
 
 // serve runs the API (with the workflow engine) and the UI on one
@@ -114,10 +125,14 @@ func serve(t *testing.T, opts ...serveOption) string {
 	for _, c := range sc.api {
 		c(&apiCfg)
 	}
-	svc := api.New(apiCfg)
 	apiMux := http.NewServeMux()
+	uiCfg := ui.Config{Store: st, Authenticate: authenticate, API: apiMux, Logger: log}
+	for _, c := range sc.ui {
+		c(&uiCfg)
+	}
+	svc := api.New(apiCfg)
 	svc.Mount(apiMux)
-	web, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, API: apiMux, Logger: log})
+	web, err := ui.New(uiCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
