@@ -18,8 +18,8 @@ import (
 	"github.com/anvilproj/anvil/internal/benchfleet"
 	"github.com/anvilproj/anvil/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/benchresult"
-	"github.com/anvilproj/anvil/internal/tinkpeer"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/tinkpeer"
 )
 
 // The peer (-peer): Tinkerbell's own auto-discovery and auto-enrolment, the
