@@ -26,6 +26,8 @@ import (
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/benchfleet"
+	"github.com/anvilproj/anvil/internal/headless"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/testtool"
@@ -41,6 +43,8 @@ const testBound = 3 * time.Minute
 var tokens = map[string]*auth.Principal{
 	"op-token":     {Subject: "acme-op", Org: "acme", Roles: []string{auth.RoleOperator}},
 	"viewer-token": {Subject: "acme-viewer", Org: "acme", Roles: []string{auth.RoleViewer}},
+	// A viewer of the organisation (namespace) of internal/benchfleet's machines.
+	"fleet-viewer-token": {Subject: "fleet-viewer", Org: benchfleet.Namespace, Roles: []string{auth.RoleViewer}},
 }
 
 func authenticate(_ context.Context, h http.Header) (*auth.Principal, error) {
@@ -64,10 +68,19 @@ tasks:
   - {name: reboot, image: quay.io/tinkerbell/actions/reboot:latest, timeout: 60}
 `
 
+// serveOption adds to what serve's store holds.
+type serveOption func(objs *[]model.Object)
+
+// withObjects puts objs in the store too, in the same one Apply (a whole
+// fleet is one write).
+func withObjects(objs ...model.Object) serveOption {
+	return func(o *[]model.Object) { *o = append(*o, objs...) }
+}
+
 // serve runs the API (with the workflow engine) and the UI on one
 // loopback server, as anvil serve routes them, over a store holding one
-// machine and one template in namespace acme.
-func serve(t *testing.T) string {
+// machine and one template in namespace acme, and whatever opts add.
+func serve(t *testing.T, opts ...serveOption) string {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "anvil.db"), bolt.Options{Logger: log})
@@ -75,14 +88,18 @@ func serve(t *testing.T) string {
 		t.Fatal(err)
 	}
 	data := templateData
-	if _, err := st.Apply(context.Background(), []model.Object{
+	objs := []model.Object{
 		&model.Hardware{TypeMeta: model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindHardware},
 			ObjectMeta: model.ObjectMeta{Namespace: "acme", Name: "rack1-node07", Labels: map[string]string{"rack": "1"}},
 			Spec: model.HardwareSpec{Interfaces: []model.Interface{{DHCP: &model.DHCP{MAC: mac, Hostname: "node07",
 				IP: &model.IP{Address: "10.0.4.7", Netmask: "255.255.255.0"}}}}}},
 		&model.Template{TypeMeta: model.TypeMeta{APIVersion: model.APIVersion, Kind: model.KindTemplate},
 			ObjectMeta: model.ObjectMeta{Namespace: "acme", Name: "install"}, Spec: model.TemplateSpec{Data: &data}},
-	}); err != nil {
+	}
+	for _, o := range opts {
+		o(&objs)
+	}
+	if _, err := st.Apply(context.Background(), objs); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,17 +131,13 @@ func serve(t *testing.T) string {
 	return srv.URL
 }
 
-// browser starts headless Chromium with the flags LAB-NOTES gives.
+// browser starts headless Chromium (internal/headless).
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path := testtool.RequireBinary(t, "chromium", "chromium")
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1200, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
+	ctx, stop := headless.Start(context.Background(), path)
 	ctx, cancelBound := context.WithTimeout(ctx, testBound)
-	t.Cleanup(func() { cancelBound(); cancelCtx(); cancelAlloc() })
+	t.Cleanup(func() { cancelBound(); stop() })
 	return ctx
 }
 
