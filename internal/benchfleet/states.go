@@ -84,7 +84,7 @@ func restWorkflow(i int, state model.State) *model.Workflow {
 		case k == cur:
 			st = state
 		}
-		act := model.Action{Name: a, Image: "quay.io/tinkerbell/actions/" + a + ":latest", Timeout: 600, State: st}
+		act := model.Action{ID: fmt.Sprintf("%s-%d", WorkflowName(i), k), Name: a, Image: "quay.io/tinkerbell/actions/" + a + ":latest", Timeout: 600, State: st}
 		if k == cur {
 			act.Message = msg
 		}
@@ -94,5 +94,5 @@ func restWorkflow(i int, state model.State) *model.Workflow {
 		ObjectMeta: model.ObjectMeta{Namespace: Namespace, Name: WorkflowName(i)},
 		Spec: model.WorkflowSpec{TemplateRef: TemplateName, HardwareRef: Name(i),
 			HardwareMap: map[string]string{"device_1": MAC(i)}},
-		Status: model.WorkflowStatus{State: state, Tasks: []model.Task{{Name: "os", AgentID: MAC(i), Actions: acts}}}}
+		Status: model.WorkflowStatus{State: state, Tasks: []model.Task{{ID: WorkflowName(i) + "-os", Name: "os", AgentID: MAC(i), Actions: acts}}}}
 }
