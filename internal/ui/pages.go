@@ -39,6 +39,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"stateClass": stateClass,
 		"join":       strings.Join,
 		"clock":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"asset":      asset,
 	}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
