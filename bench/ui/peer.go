@@ -237,7 +237,7 @@ func waitLoggedIn(ctx context.Context) error {
 			return nil
 		}
 		if msg, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById("loginErrorMessage") || {}).textContent || ""`)); strings.TrimSpace(msg) != "" {
-			return fmt.Errorf("Tinkerbell's login refused: %s", msg)
+			return fmt.Errorf("the peer's login page refused: %s", msg)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("still on %s a minute after logging in", loc)
