@@ -2,7 +2,8 @@
 // Chromium (Debian's chromium, through chromedp): an operator logs in,
 // reprovisions a machine, and watches the simulated install reach
 // SUCCESS on the workflow page without reloading it; a viewer sees no
-// mutating button. Screenshots of each page are saved as artifacts
+// mutating button; with 10,000 machines, the fleet page counts them right
+// and the hardware list pages through them (fleet10k_test.go). Screenshots of each page are saved as artifacts
 // (ANVIL_ARTIFACTS_DIR, else bin/artifacts/browser under the module).
 package browser_test
 
