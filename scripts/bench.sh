@@ -35,6 +35,10 @@
 #   DISCOVERY_PEER the tinkerbell binary the discovery bench runs as its peer
 #                (default $BENCH_OUT/tinkerbell when present; needs make kube)
 #   INSTALL_RUNS how many end-to-end installs the install section times (default 3)
+#   UI_N         machines of the UI bench (default 10000)
+#   UI_ARGS      extra flags for bench/ui (e.g. "-runs 10")
+#   UI_PEER      the tinkerbell binary whose UI the UI bench runs as its peer
+#                (default $BENCH_OUT/tinkerbell when present; needs make kube)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo /root/go)/bin:$PATH"
@@ -45,7 +49,7 @@ FLEET_ARGS=${FLEET_ARGS:-}
 BENCH_OUT=${BENCH_OUT:-bench/out}
 BENCH_RESULTS=${BENCH_RESULTS:-bench/results}
 
-SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll storm discovery)
+SECTIONS=(fleet dhcp dhcprates tftp http image2disk bootenv install apiauth ocirun bmcpoll storm discovery ui)
 
 say() { echo "bench: $*" >&2; }
 
@@ -230,6 +234,28 @@ section_discovery() {
     2> >(tee "$BENCH_OUT/discovery-$n.log" >&2) || rc=1
   grep -v '^{' "$BENCH_OUT/discovery-$n.txt"
   grep '^{' "$BENCH_OUT/discovery-$n.txt" >"$BENCH_OUT/discovery-$n.json" || true
+  return $rc
+}
+
+# ui: the web UI over UI_N machines (one in five with a workflow in
+# varied states) in headless Chromium (bench/ui): navigation start to
+# first contentful paint and to the load event of the fleet page and the
+# hardware list's first page, cold and warm. With a tinkerbell binary
+# (UI_PEER), Tinkerbell's own UI's hardware list over the same machines
+# on etcd and kube-apiserver. Writes bench/results/ui-N.json. No root.
+section_ui() {
+  go build -o "$BENCH_OUT/uibench" ./bench/ui || return 1
+  local rc=0 n=${UI_N:-10000} peer=${UI_PEER:-$BENCH_OUT/tinkerbell} args=()
+  if [ -x "$peer" ]; then
+    args+=(-peer "$peer")
+  else
+    say "ui: no tinkerbell binary at $peer: running without the peer"
+  fi
+  # shellcheck disable=SC2086
+  "$BENCH_OUT/uibench" -results "$BENCH_RESULTS" -n "$n" -anvil "$ANVIL" -screenshots "$BENCH_OUT/ui" -json "${args[@]}" ${UI_ARGS:-} \
+    >"$BENCH_OUT/ui-$n.txt" 2> >(tee "$BENCH_OUT/ui-$n.log" >&2) || rc=1
+  grep -v '^{' "$BENCH_OUT/ui-$n.txt"
+  grep '^{' "$BENCH_OUT/ui-$n.txt" >"$BENCH_OUT/ui-$n.json" || true
   return $rc
 }
 

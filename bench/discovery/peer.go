@@ -5,15 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,13 +18,13 @@ import (
 	"github.com/anvilproj/anvil/internal/benchfleet"
 	"github.com/anvilproj/anvil/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/benchresult"
-	"github.com/anvilproj/anvil/internal/kubeproc"
 	"github.com/anvilproj/anvil/internal/model"
+	"github.com/anvilproj/anvil/internal/tinkpeer"
 )
 
 // The peer (-peer): Tinkerbell's own auto-discovery and auto-enrolment, the
 // `tinkerbell` binary with only its Tink server and controller, on an
-// etcd and kube-apiserver (internal/kubeproc) — the stack it needs. Its
+// etcd and kube-apiserver (internal/tinkpeer) — the stack it needs. Its
 // machines are the same: the same inventories (as Tinkerbell's
 // AgentAttributes), the same Template and rule set, and a tink-agent's
 // call, GetAction with the attributes (Tinkerbell holds the call until the
@@ -56,56 +50,19 @@ type peerRun struct {
 }
 
 func runPeer(ctx context.Context, o options, base *model.Attributes, n int) (*peerRun, error) {
-	apiserver, etcd, err := kubeproc.FindBinaries(".")
+	peer, err := tinkpeer.Start(tinkpeer.Options{Binary: o.peer, Root: ".", Args: tinkerbellArgs, Keep: o.keep, Logf: progress})
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "anvil-discovery-peer-")
-	if err != nil {
-		return nil, err
-	}
-	if !o.keep {
-		defer os.RemoveAll(dir)
-	}
-	cl, err := kubeproc.Start(kubeproc.Options{APIServer: apiserver, Etcd: etcd, Dir: dir, Logf: progress})
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Stop()
-	kc, err := cl.WriteKubeconfig(dir)
-	if err != nil {
-		return nil, err
-	}
-	args := tinkerbellArgs(kc)
-	cmd := exec.Command(o.peer, args...)
-	logf, err := os.Create(filepath.Join(dir, "tinkerbell.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", o.peer, err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	progress("peer: started %s (pid %d)", o.peer, cmd.Process.Pid)
-	run := &peerRun{program: benchresult.Program{Name: "tinkerbell", Version: benchresult.Version(o.peer, "--version"),
-		Options: append([]string{o.peer}, args...)}}
+	defer peer.Stop()
+	run := &peerRun{program: peer.Program}
 
 	// Its CRDs are installed at its start: create the objects once they are.
 	ns := benchfleet.Namespace
 	deadline := time.Now().Add(60 * time.Second)
 	for _, obj := range peerObjects() {
-		for {
-			err := kubeCreate(ctx, cl, "/apis/tinkerbell.org/v1alpha1/namespaces/"+ns+"/"+obj.resource, obj.yaml)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("peer: create %s: %w", obj.resource, err)
-			}
-			time.Sleep(250 * time.Millisecond)
+		if err := peer.CreateRetrying(ctx, "/apis/tinkerbell.org/v1alpha1/namespaces/"+ns+"/"+obj.resource, []byte(obj.yaml), deadline); err != nil {
+			return nil, fmt.Errorf("peer: create %s: %w", obj.resource, err)
 		}
 	}
 	for { // the Tink server's port
@@ -120,7 +77,7 @@ func runPeer(ctx context.Context, o options, base *model.Attributes, n int) (*pe
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	pids := []int{cmd.Process.Pid, cl.APIServer.PID(), cl.Etcd.PID()}
+	pids := peer.PIDs()
 	cpu := func() (s float64) {
 		for _, p := range pids {
 			s += benchproc.ProcCPU(p)
@@ -151,8 +108,8 @@ func runPeer(ctx context.Context, o options, base *model.Attributes, n int) (*pe
 	p.RSSAfterMiB = benchproc.MiB(rss("VmRSS"))
 	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // ctx may have ended
 	defer cancel()
-	p.HardwareMade = kubeCount(lctx, cl, "/apis/tinkerbell.org/v1alpha1/namespaces/"+ns+"/hardware")
-	workflows := kubeCount(lctx, cl, "/apis/tinkerbell.org/v1alpha1/namespaces/"+ns+"/workflows")
+	p.HardwareMade = peer.Count(lctx, "/apis/tinkerbell.org/v1alpha1/namespaces/"+ns+"/hardware")
+	workflows := peer.Count(lctx, "/apis/tinkerbell.org/v1alpha1/namespaces/"+ns+"/workflows")
 	progress("peer: %d Hardware, %d Workflows in the cluster", p.HardwareMade, workflows)
 	p.summarize(outs, t0)
 	progress("peer: %d enrolled in %.2f s (%.0f/s), %d failed", p.Enrolled, p.WallS, p.PerSecond, p.Failures)
@@ -279,48 +236,4 @@ func peerObjects() []kubeObject {
 		}
 	}
 	return out
-}
-
-// kubeCreate POSTs a YAML object to path of the cluster's API server.
-func kubeCreate(ctx context.Context, cl *kubeproc.Cluster, path, doc string) error {
-	j, err := yaml.YAMLToJSON([]byte(doc))
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cl.URL+path, bytes.NewReader(j))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := cl.Client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, bytes.TrimSpace(b))
-	}
-	return nil
-}
-
-// kubeCount is the number of items at path (a list), -1 when it cannot
-// be read.
-func kubeCount(ctx context.Context, cl *kubeproc.Cluster, path string) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.URL+path, nil)
-	if err != nil {
-		return -1
-	}
-	resp, err := cl.Client.Do(req)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	var l struct {
-		Items []json.RawMessage `json:"items"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&l) != nil {
-		return -1
-	}
-	return len(l.Items)
 }

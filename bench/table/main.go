@@ -39,7 +39,7 @@ const (
 // order is the order of the benchmarks in the table, that of
 // scripts/bench.sh's sections (storm and discovery after fleet: all are
 // the agent path); a bench not named here comes after them, by name.
-var order = []string{"fleet", "storm", "discovery", "dhcp", "dhcprates", "tftp", "http", "image2disk", "bootenv", "install", "apiauth", "ocirun", "bmcpoll"}
+var order = []string{"fleet", "storm", "discovery", "dhcp", "dhcprates", "tftp", "http", "image2disk", "bootenv", "install", "apiauth", "ocirun", "bmcpoll", "ui"}
 
 func main() {
 	dir := flag.String("results", benchresult.DefaultDir, "the result files' directory")

@@ -43,6 +43,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"powerLabel": powerLabel,
 		"logTime":    logTime,
 		"logSource":  logSource,
+		"asset":      asset,
 	}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {

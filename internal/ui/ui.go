@@ -134,7 +134,7 @@ func New(cfg Config) (*UI, error) {
 		return nil, err
 	}
 	m := http.NewServeMux()
-	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	m.Handle("GET /ui/static/", staticCaching(http.StripPrefix("/ui/static/", http.FileServerFS(static))))
 	m.HandleFunc("GET /ui/login", u.loginPage)
 	m.HandleFunc("POST /ui/login", u.login)
 	m.HandleFunc("POST /ui/logout", u.authed(u.logout))

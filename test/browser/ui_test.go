@@ -2,7 +2,8 @@
 // Chromium (Debian's chromium, through chromedp): an operator logs in,
 // reprovisions a machine, and watches the simulated install reach
 // SUCCESS on the workflow page without reloading it; a viewer sees no
-// mutating button. Screenshots of each page are saved as artifacts
+// mutating button; with 10,000 machines, the fleet page counts them right
+// and the hardware list pages through them (fleet10k_test.go). Screenshots of each page are saved as artifacts
 // (ANVIL_ARTIFACTS_DIR, else bin/artifacts/browser under the module).
 package browser_test
 
@@ -27,6 +28,8 @@ import (
 	"github.com/anvilproj/anvil/internal/agentsim"
 	"github.com/anvilproj/anvil/internal/api"
 	"github.com/anvilproj/anvil/internal/auth"
+	"github.com/anvilproj/anvil/internal/benchfleet"
+	"github.com/anvilproj/anvil/internal/headless"
 	"github.com/anvilproj/anvil/internal/logstore"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
@@ -45,6 +48,8 @@ var tokens = map[string]*auth.Principal{
 	"op-token":     {Subject: "acme-op", Org: "acme", Roles: []string{auth.RoleOperator}},
 	"viewer-token": {Subject: "acme-viewer", Org: "acme", Roles: []string{auth.RoleViewer}},
 	"admin-token":  {Subject: "admin", Roles: []string{auth.RoleAdmin}},
+	// A viewer of the organisation (namespace) of internal/benchfleet's machines.
+	"fleet-viewer-token": {Subject: "fleet-viewer", Org: benchfleet.Namespace, Roles: []string{auth.RoleViewer}},
 }
 
 func authenticate(_ context.Context, h http.Header) (*auth.Principal, error) {
@@ -85,6 +90,12 @@ func withLogs(ls *logstore.Store) serveOption {
 		sc.api = append(sc.api, func(a *api.Config) { a.Logs = ls })
 		sc.ui = append(sc.ui, func(u *ui.Config) { u.Records = ls })
 	}
+}
+
+// withObjects puts objs in the store too, in the same one Apply (a whole
+// fleet is one write).
+func withObjects(objs ...model.Object) serveOption {
+	return func(sc *serveConfig) { sc.objects = append(sc.objects, objs...) }
 }
 
 // serve runs the API (with the workflow engine) and the UI on one
@@ -155,17 +166,13 @@ func serve(t *testing.T, opts ...serveOption) string {
 	return srv.URL
 }
 
-// browser starts headless Chromium with the flags LAB-NOTES gives.
+// browser starts headless Chromium (internal/headless).
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path := testtool.RequireBinary(t, "chromium", "chromium")
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1200, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
+	ctx, stop := headless.Start(context.Background(), path)
 	ctx, cancelBound := context.WithTimeout(ctx, testBound)
-	t.Cleanup(func() { cancelBound(); cancelCtx(); cancelAlloc() })
+	t.Cleanup(func() { cancelBound(); stop() })
 	return ctx
 }
 
