@@ -281,11 +281,15 @@ func setOIDCCookie(w http.ResponseWriter, r *http.Request, id string) {
 	http.SetCookie(w, c)
 }
 
-// oidcStart (POST /ui/oidc/login) sends the browser to the provider's
-// authorization endpoint with a new state, nonce and PKCE challenge.
+// oidcStart (GET /ui/oidc/login, a link on the login page) sends the
+// browser to the provider's authorization endpoint with a new state,
+// nonce and PKCE challenge. A link, not a form: the Content-Security-
+// Policy's form-action 'self' would stop a form's redirect to the
+// provider. Another site's link to it only starts a login of the
+// browser's own user at the provider.
 func (u *UI) oidcStart(w http.ResponseWriter, r *http.Request) {
 	o := u.oidc
-	next := safeNext(r.PostFormValue("next"))
+	next := safeNext(r.URL.Query().Get("next"))
 	p, err := o.discover(r.Context())
 	if err != nil {
 		u.loginError(w, http.StatusBadGateway, next, "The identity provider cannot be reached: "+err.Error())
@@ -333,7 +337,14 @@ func (u *UI) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		u.loginError(w, http.StatusUnauthorized, pl.next, "Login refused: "+err.Error())
 		return
 	}
-	u.startSession(w, r, token, p, pl.next)
+	// The session's cookie is SameSite=Strict, and this request came by
+	// the provider's cross-site redirect: a redirect onwards would still
+	// count as cross-site, and the browser would not send the cookie. A
+	// page of this site that moves on by itself (meta refresh, no script)
+	// makes the next request a same-site one.
+	ss := u.sessions.create(token, u.cfg.Clock.Now(), p.ExpiresAt)
+	setCookie(w, r, ss)
+	u.renderPage(w, http.StatusOK, "continue", pageData{Title: "Logged in", Data: pl.next, Refresh: pl.next})
 }
 
 // exchange trades code for the provider's tokens, verifies the ID token

@@ -78,6 +78,9 @@ type pageData struct {
 	Subject string // who is logged in; "" on the login page
 	CSRF    string
 	Data    any
+	// Refresh, if set, is where the page sends the browser at once
+	// (oidc.go's continue page).
+	Refresh string
 }
 
 // render writes page name with status.
@@ -86,6 +89,11 @@ func (u *UI) render(w http.ResponseWriter, r *request, status int, name, title s
 	if r != nil && r.session != nil {
 		pd.Subject, pd.CSRF = r.principal.Subject, r.session.csrf
 	}
+	u.renderPage(w, status, name, pd)
+}
+
+// renderPage writes page name with status and pd.
+func (u *UI) renderPage(w http.ResponseWriter, status int, name string, pd pageData) {
 	var buf bytes.Buffer
 	if err := u.pages[name].Execute(&buf, pd); err != nil {
 		u.log.Error("ui: page failed to render", "page", name, "err", err)

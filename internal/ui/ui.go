@@ -142,7 +142,7 @@ func New(cfg Config) (*UI, error) {
 		if u.oidc, err = newOIDCLogin(u, *cfg.OIDC); err != nil {
 			return nil, err
 		}
-		m.HandleFunc("POST /ui/oidc/login", u.oidcStart)
+		m.HandleFunc("GET /ui/oidc/login", u.oidcStart)
 		m.HandleFunc("GET "+oidcCallbackPath, u.oidcCallback)
 	}
 	m.HandleFunc("GET /ui/{$}", u.authed(u.fleetPage))

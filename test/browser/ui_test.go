@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -64,11 +65,39 @@ tasks:
   - {name: reboot, image: quay.io/tinkerbell/actions/reboot:latest, timeout: 60}
 `
 
+// serveOptions change what serve runs; the zero value is plain HTTP on a
+// new loopback port with the tokens map's authentication.
+type serveOptions struct {
+	listener     net.Listener // serve on it (its port known beforehand), with TLS
+	authenticate func(context.Context, http.Header) (*auth.Principal, error)
+	oidc         *ui.OIDC
+}
+
+// serveOption is one of serve's options.
+type serveOption func(*serveOptions)
+
+// onTLSListener serves over TLS (httptest's certificate) on ln.
+func onTLSListener(ln net.Listener) serveOption {
+	return func(o *serveOptions) { o.listener = ln }
+}
+
+// withAuthenticate authenticates with f instead of the tokens map.
+func withAuthenticate(f func(context.Context, http.Header) (*auth.Principal, error)) serveOption {
+	return func(o *serveOptions) { o.authenticate = f }
+}
+
+// withOIDC turns OIDC login on.
+func withOIDC(c ui.OIDC) serveOption { return func(o *serveOptions) { o.oidc = &c } }
+
 // serve runs the API (with the workflow engine) and the UI on one
 // loopback server, as anvil serve routes them, over a store holding one
 // machine and one template in namespace acme.
-func serve(t *testing.T) string {
+func serve(t *testing.T, opts ...serveOption) string {
 	t.Helper()
+	o := serveOptions{authenticate: authenticate}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "anvil.db"), bolt.Options{Logger: log})
 	if err != nil {
@@ -89,10 +118,10 @@ func serve(t *testing.T) string {
 	eng := workflow.New(workflow.Config{Store: st, Logger: log})
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(ctx) }()
-	svc := api.New(api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate})
+	svc := api.New(api.Config{Store: st, Engine: eng, Logger: log, Authenticate: o.authenticate})
 	apiMux := http.NewServeMux()
 	svc.Mount(apiMux)
-	web, err := ui.New(ui.Config{Store: st, Authenticate: authenticate, API: apiMux, Logger: log})
+	web, err := ui.New(ui.Config{Store: st, Authenticate: o.authenticate, API: apiMux, Logger: log, OIDC: o.oidc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +130,14 @@ func serve(t *testing.T) string {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", web)
 	mux.Handle("/", apiMux)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	if o.listener != nil {
+		srv.Listener.Close()
+		srv.Listener = o.listener
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(func() {
 		cancel()
 		srv.CloseClientConnections()
@@ -114,13 +150,15 @@ func serve(t *testing.T) string {
 	return srv.URL
 }
 
-// browser starts headless Chromium with the flags LAB-NOTES gives.
-func browser(t *testing.T) context.Context {
+// browser starts headless Chromium with the flags LAB-NOTES gives, and
+// extra ones.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := testtool.RequireBinary(t, "chromium", "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1200, 900))
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	ctx, cancelBound := context.WithTimeout(ctx, testBound)
