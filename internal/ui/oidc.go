@@ -82,11 +82,13 @@ type oidcLogin struct {
 	client *http.Client // to the provider: CheckIdPURL on redirects, CAFile
 	ui     *UI
 
-	mu       sync.Mutex
+	mu       sync.Mutex    // guards the discovery; held while it runs
 	provider *oidcProvider // nil until discovered
 	failedAt time.Time     // of the last failed discovery
 	failure  error
-	pending  map[string]*pendingLogin // by the cookie's ID
+
+	pendingMu sync.Mutex
+	pending   map[string]*pendingLogin // by the cookie's ID
 }
 
 // oidcProvider is what discovery found.
@@ -232,8 +234,8 @@ func (o *oidcLogin) redirectURL(r *http.Request) string {
 // hold keeps p under a new random ID and returns the ID.
 func (o *oidcLogin) hold(p *pendingLogin, now time.Time) string {
 	id := randomID()
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	o.pendingMu.Lock()
+	defer o.pendingMu.Unlock()
 	if len(o.pending) >= maxPendingLogins {
 		var oldest string
 		for k, v := range o.pending {
@@ -258,8 +260,8 @@ func (o *oidcLogin) take(r *http.Request, now time.Time) *pendingLogin {
 	if err != nil {
 		return nil
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	o.pendingMu.Lock()
+	defer o.pendingMu.Unlock()
 	p := o.pending[c.Value]
 	delete(o.pending, c.Value)
 	if p == nil || !now.Before(p.expires) {

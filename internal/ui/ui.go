@@ -1,5 +1,6 @@
 // Package ui owns Anvil's web UI: the pages `anvil serve` answers at /ui/
-// on the API's HTTP(S) port — login, the fleet overview, the hardware
+// on the API's HTTP(S) port — login (a token, or OpenID Connect through
+// the identity provider the API trusts: oidc.go), the fleet overview, the hardware
 // list and detail, the workflow detail with its Server-Sent Events — and
 // the embedded templates, stylesheet and script they use.
 //
