@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-lab.sh checks, after scripts/install-deps.sh, `make kernel` and `make kube`, that
+# check-lab.sh checks, after scripts/install-deps.sh, `make kernel`, `make kube` and `make oidc`, that
 # this machine can run every test: root, the kernel features the lab tests
 # use (network namespaces, taps, loop devices, IPv6 on the loopback), the
 # tools they run and the Debian kernel they boot. `make test` runs it.
@@ -67,6 +67,7 @@ done
 [ -r /usr/lib/systemd/boot/efi/systemd-bootx64.efi ] || problem "no systemd-boot (Debian package systemd-boot-efi; the UEFI install image)"
 [ -s .cache/kernel/VERSION ] || problem "no Debian kernel in .cache/kernel (make kernel)"
 [ -x "${KUBE_APISERVER:-.cache/kube/bin/kube-apiserver}" ] || problem "no kube-apiserver in .cache/kube/bin (make kube)"
+[ -x "${ANVIL_TEST_IDP:-.cache/oidc/bin/anvil-test-idp}" ] || problem "no test OpenID Provider in .cache/oidc/bin (make oidc)"
 
 if [ ${#problems[@]} -eq 0 ]; then
   exit 0

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/anvilproj/anvil/internal/leader"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/server"
+	"github.com/anvilproj/anvil/internal/ui"
 	"github.com/anvilproj/anvil/internal/version"
 )
 
@@ -30,6 +33,8 @@ func newServeCmd() *cobra.Command {
 	var maxRequestMiB int64
 	var noConsole bool
 	var settings *config.Config // the file's and the environment's part, read before the logger is made
+	var oidc ui.OIDC
+	var oidcSecretFile string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Anvil server: API, workflow engine, boot services (DHCP, TFTP, HTTP, syslog), metadata, BMCs and the serial console",
@@ -101,6 +106,13 @@ docs/configuration.md.`,
 			}
 			if noConsole {
 				cfg.ConsolePort = 0
+			}
+			if oidc.Issuer != "" || oidc.ClientID != "" {
+				if oidc.ClientSecret, err = readSecretFile(oidcSecretFile); err != nil {
+					return fmt.Errorf("--ui-oidc-client-secret-file: %w", err)
+				}
+				oidc.CAFile = cfg.Auth.JWKSCAFile // the same provider's CAs
+				cfg.UIOIDC = &oidc
 			}
 			// A soft limit makes the garbage collector work harder near it
 			// instead of letting RSS float to 2-3x the live heap under a
@@ -176,6 +188,12 @@ docs/configuration.md.`,
 	f.StringVar(&cfg.Auth.RolesClaim, "auth-roles-claim", "", "claim listing the caller's roles viewer, operator, admin; a dotted path reads nested claims (default roles, then realm_access.roles)")
 	f.StringSliceVar(&cfg.Auth.Algorithms, "auth-algorithms", nil, "accepted JWS algorithms (default RS256,RS384,RS512,ES256,ES384,PS256,EdDSA; none and HS* are refused)")
 	f.DurationVar(&cfg.Auth.ClockSkew, "auth-clock-skew", 0, "tolerance in checking exp and nbf (default 30s)")
+	// OIDC login to the web UI (docs/ui.md).
+	f.StringVar(&oidc.Issuer, "ui-oidc-issuer", "", "the web UI offers \"Log in with\" this OpenID Connect provider (its issuer URL, as in its tokens' iss); its tokens must be ones the API accepts (--auth-jwks-url, --auth-issuer, --auth-audience)")
+	f.StringVar(&oidc.ClientID, "ui-oidc-client-id", "", "the web UI's client ID at the provider")
+	f.StringVar(&oidcSecretFile, "ui-oidc-client-secret-file", "", "file holding the web UI's client secret at the provider (none: a public client, PKCE only)")
+	f.StringSliceVar(&oidc.Scopes, "ui-oidc-scopes", nil, "scopes asked for besides openid, e.g. profile,roles (those that put the org and roles claims in the token)")
+	f.StringVar(&oidc.RedirectURL, "ui-oidc-redirect-url", "", "the callback registered at the provider (default https://HOST:HTTPS_PORT/ui/oidc/callback of the host the browser used)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
 	f.StringVar(&cfg.AssetsDir, "assets-dir", "", "directory served at /assets/ for boot profiles: kernels, initrds, images, sysext .raw and .conf files, with /assets/SHA256SUMS and a JSON listing at /assets/ (default DATA_DIR/assets)")
 	f.StringVar(&cfg.BootISO, "boot-iso", "", "ISO served to every machine at /iso/<mac>/anvil.iso, booted from virtual media by isoboot workflows without an isoURL; an iPXE ISO works as is: it asks DHCP, which answers each MAC with its script (default "+defaultBootISO+" when it exists)")
@@ -224,7 +242,7 @@ docs/configuration.md.`,
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for performance reports)")
 	// Secrets: keys, credentials, and the files that hold them, whose
 	// paths --print-config does not show either.
-	config.MarkSecret(f, "tls-key", "seal-key-file", "console-host-key", "registry-auth-file", "kubeconfig")
+	config.MarkSecret(f, "tls-key", "seal-key-file", "console-host-key", "registry-auth-file", "kubeconfig", "ui-oidc-client-secret-file")
 	config.AddFlags(f)
 	return cmd
 }
@@ -244,4 +262,21 @@ func writeHeapProfile(path string, log *slog.Logger) {
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		log.Error("heap profile", "path", path, "err", err)
 	}
+}
+
+// readSecretFile returns the secret in path without its trailing white
+// space; no path is no secret.
+func readSecretFile(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
 }

@@ -18,37 +18,46 @@ const (
 	claimTokenID   = "jti"
 )
 
-// principal checks the registered claims of a verified token and maps the
-// configured ones to a Principal.
-func (v *Verifier) principal(claims map[string]any) (*Principal, error) {
+// registered checks the registered claims of a verified token (exp, nbf,
+// iat, iss, aud) and returns its expiry.
+func (v *Verifier) registered(claims map[string]any) (time.Time, error) {
 	now := v.now()
 	exp, ok, err := numericDate(claims, claimExpiry)
 	switch {
 	case err != nil:
-		return nil, err
+		return time.Time{}, err
 	case !ok:
-		return nil, &TokenError{Reason: ReasonMissingClaim, Detail: "no exp (tokens must expire)"}
+		return time.Time{}, &TokenError{Reason: ReasonMissingClaim, Detail: "no exp (tokens must expire)"}
 	case !now.Before(exp.Add(v.skew)):
-		return nil, &TokenError{Reason: ReasonExpired, Detail: fmt.Sprintf("exp %s, %s ago", exp.UTC().Format(time.RFC3339), now.Sub(exp).Round(time.Second))}
+		return time.Time{}, &TokenError{Reason: ReasonExpired, Detail: fmt.Sprintf("exp %s, %s ago", exp.UTC().Format(time.RFC3339), now.Sub(exp).Round(time.Second))}
 	}
 	for _, name := range []string{claimNotBefore, claimIssuedAt} {
 		t, ok, err := numericDate(claims, name)
 		if err != nil {
-			return nil, err
+			return time.Time{}, err
 		}
 		if ok && now.Add(v.skew).Before(t) {
-			return nil, &TokenError{Reason: ReasonNotYetValid, Detail: fmt.Sprintf("%s %s, in %s", name, t.UTC().Format(time.RFC3339), t.Sub(now).Round(time.Second))}
+			return time.Time{}, &TokenError{Reason: ReasonNotYetValid, Detail: fmt.Sprintf("%s %s, in %s", name, t.UTC().Format(time.RFC3339), t.Sub(now).Round(time.Second))}
 		}
 	}
 	if v.issuer != "" {
 		if iss, _ := claims[claimIssuer].(string); iss != v.issuer {
-			return nil, &TokenError{Reason: ReasonIssuer, Detail: fmt.Sprintf("iss %s, want %q", quote(iss), v.issuer)}
+			return time.Time{}, &TokenError{Reason: ReasonIssuer, Detail: fmt.Sprintf("iss %s, want %q", quote(iss), v.issuer)}
 		}
 	}
 	if v.audience != "" && !hasAudience(claims[claimAudience], v.audience) {
-		return nil, &TokenError{Reason: ReasonAudience, Detail: fmt.Sprintf("aud does not contain %q", v.audience)}
+		return time.Time{}, &TokenError{Reason: ReasonAudience, Detail: fmt.Sprintf("aud does not contain %q", v.audience)}
 	}
+	return exp, nil
+}
 
+// principal checks the registered claims of a verified token and maps the
+// configured ones to a Principal.
+func (v *Verifier) principal(claims map[string]any) (*Principal, error) {
+	exp, err := v.registered(claims)
+	if err != nil {
+		return nil, err
+	}
 	p := &Principal{ExpiresAt: exp}
 	sub, ok, err := stringClaim(claims, v.subClaim)
 	if err != nil {

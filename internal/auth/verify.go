@@ -255,10 +255,16 @@ func orDefault[T comparable](v, def T) T {
 // checkJWKSURL refuses a JWKS URL that is not https, unless its host is a
 // loopback one (a test IdP, or a proxy on the same machine): keys fetched
 // in the clear could be replaced on the way.
-func checkJWKSURL(raw string) error {
+func checkJWKSURL(raw string) error { return CheckIdPURL("JWKS URL", raw) }
+
+// CheckIdPURL refuses an identity provider's URL — what names it (its
+// JWKS, its issuer, its token endpoint) — that is not https, unless its
+// host is a loopback one: keys or tokens fetched in the clear could be
+// replaced or read on the way.
+func CheckIdPURL(what, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("auth: JWKS URL: %w", err)
+		return fmt.Errorf("auth: %s: %w", what, err)
 	}
 	switch u.Scheme {
 	case "https":
@@ -268,14 +274,20 @@ func checkJWKSURL(raw string) error {
 		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
 			return nil
 		}
-		return fmt.Errorf("auth: JWKS URL %s: must be https (http only on a loopback host)", raw)
+		return fmt.Errorf("auth: %s %s: must be https (http only on a loopback host)", what, raw)
 	}
-	return fmt.Errorf("auth: JWKS URL %q: want an https:// URL", raw)
+	return fmt.Errorf("auth: %s %q: want an https:// URL", what, raw)
 }
 
-// jwksClient returns the HTTP client of JWKS fetches: a timeout, and the
-// system's CAs plus those of caFile, if any.
+// jwksClient returns the HTTP client of JWKS fetches (IdPClient).
 func jwksClient(caFile string, timeout time.Duration) (*http.Client, error) {
+	return IdPClient(caFile, timeout)
+}
+
+// IdPClient returns an HTTP client for an identity provider: a timeout,
+// the system's CAs plus those of caFile, if any, and redirects only to
+// URLs CheckIdPURL allows.
+func IdPClient(caFile string, timeout time.Duration) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
@@ -299,7 +311,7 @@ func jwksClient(caFile string, timeout time.Duration) (*http.Client, error) {
 			if len(via) >= maxJWKSRedirects {
 				return fmt.Errorf("more than %d redirects", maxJWKSRedirects)
 			}
-			return checkJWKSURL(req.URL.String())
+			return CheckIdPURL("redirect", req.URL.String())
 		},
 	}, nil
 }
@@ -377,6 +389,39 @@ func parseHeader(b []byte) (alg, kid string, err error) {
 // (ReasonOf gives its reason). ctx bounds the wait for a JWKS fetch when
 // the token names a kid the verifier does not hold.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
+	claims, err := v.signed(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := v.principal(claims)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.checkRevoked(pr); err != nil {
+		return nil, err
+	}
+	return pr, nil
+}
+
+// VerifyClaims checks raw as Verify does — signature, exp, nbf, iat, iss
+// and aud — but maps no claim to a Principal: it returns the claims, for
+// a token that proves a login rather than grants access (an OpenID
+// Connect ID token, whose nonce and azp the caller checks). Any refusal
+// is a *TokenError.
+func (v *Verifier) VerifyClaims(ctx context.Context, raw string) (map[string]any, error) {
+	claims, err := v.signed(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := v.registered(claims); err != nil {
+		return nil, err
+	}
+	return claims, nil
+}
+
+// signed checks raw's shape, algorithm and signature and returns its
+// claims, not yet checked.
+func (v *Verifier) signed(ctx context.Context, raw string) (map[string]any, error) {
 	h, p, s, err := splitToken(raw)
 	if err != nil {
 		return nil, err
@@ -408,14 +453,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
 	if err := json.Unmarshal(payload, &claims); err != nil || claims == nil {
 		return nil, malformed("payload is not a JSON object")
 	}
-	pr, err := v.principal(claims)
-	if err != nil {
-		return nil, err
-	}
-	if err := v.checkRevoked(pr); err != nil {
-		return nil, err
-	}
-	return pr, nil
+	return claims, nil
 }
 
 // splitToken returns the three base64url parts of a compact JWS, still

@@ -29,9 +29,10 @@ func Options(path string) []chromedp.ExecAllocatorOption {
 }
 
 // Start returns a chromedp context on a new headless chromium at path (it
-// starts at the context's first Run) and the function that ends both.
-func Start(parent context.Context, path string) (context.Context, context.CancelFunc) {
-	actx, cancelAlloc := chromedp.NewExecAllocator(parent, Options(path)...)
+// starts at the context's first Run), with the extra options after the
+// common ones, and the function that ends both.
+func Start(parent context.Context, path string, extra ...chromedp.ExecAllocatorOption) (context.Context, context.CancelFunc) {
+	actx, cancelAlloc := chromedp.NewExecAllocator(parent, append(Options(path), extra...)...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	return ctx, func() { cancelCtx(); cancelAlloc() }
 }

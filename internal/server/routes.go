@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -283,7 +284,7 @@ func newHandlers(cfg Config, set settings, services *api.Services, boot *bootSer
 // /ui/ requests are sent to (no token typed into a page sent in the
 // clear).
 func uiConfig(cfg Config, st store.Store, logs ui.RecordReader, sec *security, log *slog.Logger) ui.Config {
-	c := ui.Config{Store: st, Records: logs, Authenticate: sec.authenticate, Logger: log}
+	c := ui.Config{Store: st, Records: logs, Authenticate: sec.authenticate, Logger: log, OIDC: cfg.UIOIDC}
 	if cfg.TLS {
 		c.HTTPSPort = cfg.HTTPSPort
 	}
@@ -297,4 +298,22 @@ func requestClientIP(ctx context.Context) string {
 		return c.Addr.String()
 	}
 	return ""
+}
+
+// checkUIOIDC refuses an OIDC login to the UI whose tokens the API could
+// not accept: the session holds the provider's token and every request is
+// authenticated with it, so the API must trust the provider's keys.
+func checkUIOIDC(cfg Config) error {
+	o := cfg.UIOIDC
+	switch {
+	case o == nil:
+		return nil
+	case o.Issuer == "" || o.ClientID == "":
+		return errors.New("--ui-oidc-issuer and --ui-oidc-client-id go together")
+	case cfg.InsecureNoAuth:
+		return errors.New("--ui-oidc-issuer with --insecure-no-auth: there is no login to make without authentication")
+	case cfg.Auth.JWKSURL == "" && len(cfg.Auth.KeyFiles) == 0:
+		return errors.New("--ui-oidc-issuer needs --auth-jwks-url (or --auth-key-file) with the provider's keys: the API must accept the provider's tokens, and the local issuer's keys accept only its own")
+	}
+	return nil
 }

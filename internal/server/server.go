@@ -38,6 +38,7 @@ import (
 	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/store/backend"
 	"github.com/anvilproj/anvil/internal/supervise"
+	"github.com/anvilproj/anvil/internal/ui"
 	"github.com/anvilproj/anvil/internal/version"
 	"github.com/anvilproj/anvil/internal/workflow"
 )
@@ -255,6 +256,9 @@ type Config struct {
 	// issuer in DATA_DIR/auth is trusted and an admin token is written to
 	// DATA_DIR/auth/admin.token at each start.
 	Auth auth.Config
+	// UIOIDC, if set, lets the web UI log in through an OpenID Connect
+	// provider whose tokens Auth verifies (docs/ui.md).
+	UIOIDC *ui.OIDC
 
 	// TrustedProxies are the addresses or CIDR prefixes of proxies whose
 	// X-Forwarded-For is believed, on every listener (internal/clientip):
@@ -546,6 +550,9 @@ func settle(cfg *Config) (settings, error) {
 		return set, err
 	}
 	if err := checkTLSFlags(*cfg); err != nil {
+		return set, err
+	}
+	if err := checkUIOIDC(*cfg); err != nil {
 		return set, err
 	}
 	if err := actions.CheckRuntime(cfg.ActionRuntime); err != nil {

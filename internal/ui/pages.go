@@ -84,6 +84,9 @@ type pageData struct {
 	CSRF    string
 	Audit   bool // the nav links the audit log (canReadAudit)
 	Data    any
+	// Refresh, if set, is where the page sends the browser at once
+	// (oidc.go's continue page).
+	Refresh string
 }
 
 // render writes page name with status.
@@ -93,6 +96,11 @@ func (u *UI) render(w http.ResponseWriter, r *request, status int, name, title s
 		pd.Subject, pd.CSRF = r.principal.Subject, r.session.csrf
 		pd.Audit = canReadAudit(r.principal)
 	}
+	u.renderPage(w, status, name, pd)
+}
+
+// renderPage writes page name with status and pd.
+func (u *UI) renderPage(w http.ResponseWriter, status int, name string, pd pageData) {
 	var buf bytes.Buffer
 	if err := u.pages[name].Execute(&buf, pd); err != nil {
 		u.log.Error("ui: page failed to render", "page", name, "err", err)
@@ -112,12 +120,13 @@ func (u *UI) errorPage(w http.ResponseWriter, r *request, status int, msg string
 type loginData struct {
 	Next, Error   string
 	Ended, NoAuth bool
+	OIDC          string // the identity provider's name, with OIDC login on
 }
 
 func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
-	u.render(w, nil, http.StatusOK, "login", "Log in", loginData{
-		Next: safeNext(r.URL.Query().Get("next")), Ended: r.URL.Query().Get("ended") != "",
-		NoAuth: u.cfg.Authenticate == nil})
+	d := u.loginData(safeNext(r.URL.Query().Get("next")), "")
+	d.Ended = r.URL.Query().Get("ended") != ""
+	u.render(w, nil, http.StatusOK, "login", "Log in", d)
 }
 
 // login checks the token with the API's Authenticate and starts a
@@ -127,18 +136,37 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
 	if token == "" && u.cfg.Authenticate != nil {
-		u.render(w, nil, http.StatusBadRequest, "login", "Log in", loginData{Next: next, Error: "Paste a token: the field is empty."})
+		u.loginError(w, http.StatusBadRequest, next, "Paste a token: the field is empty.")
 		return
 	}
 	p, err := u.authenticate(r.Context(), token)
 	if err != nil {
-		u.render(w, nil, http.StatusUnauthorized, "login", "Log in", loginData{Next: next,
-			Error: "This token is not accepted: " + err.Error()})
+		u.loginError(w, http.StatusUnauthorized, next, "This token is not accepted: "+err.Error())
 		return
 	}
+	u.startSession(w, r, token, p, next)
+}
+
+// startSession starts a session holding token (whose principal is p) and
+// sends the browser to next.
+func (u *UI) startSession(w http.ResponseWriter, r *http.Request, token string, p *auth.Principal, next string) {
 	ss := u.sessions.create(token, u.cfg.Clock.Now(), p.ExpiresAt)
 	setCookie(w, r, ss)
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// loginError shows the login page with msg.
+func (u *UI) loginError(w http.ResponseWriter, status int, next, msg string) {
+	u.render(w, nil, status, "login", "Log in", u.loginData(next, msg))
+}
+
+// loginData is the login page's data for next, with msg as its error.
+func (u *UI) loginData(next, msg string) loginData {
+	d := loginData{Next: next, Error: msg, NoAuth: u.cfg.Authenticate == nil}
+	if u.oidc != nil {
+		d.OIDC = u.oidc.name()
+	}
+	return d
 }
 
 func (u *UI) logout(w http.ResponseWriter, r *request) {

@@ -1,5 +1,6 @@
 // Package ui owns Anvil's web UI: the pages `anvil serve` answers at /ui/
-// on the API's HTTP(S) port — login, the fleet overview, the hardware
+// on the API's HTTP(S) port — login (a token, or OpenID Connect through
+// the identity provider the API trusts: oidc.go), the fleet overview, the hardware
 // list and detail, the workflow detail with its Server-Sent Events — and
 // the embedded templates, stylesheet and script they use.
 //
@@ -83,6 +84,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock ends sessions. If nil, clock.Real.
 	Clock clock.Clock
+	// OIDC, if set, adds login through an OpenID Connect provider
+	// (oidc.go) beside the token field.
+	OIDC *OIDC
 	// HTTPSPort, if set, is the port that serves the UI over TLS: a
 	// request that arrives without TLS is redirected there, so a token
 	// is never typed into a page sent in the clear. If 0, the UI answers
@@ -108,6 +112,7 @@ type UI struct {
 	sessions sessions
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
+	oidc     *oidcLogin    // nil without Config.OIDC
 	stopped  chan struct{} // closed by Stop: event streams end
 	stopOnce sync.Once
 }
@@ -138,6 +143,13 @@ func New(cfg Config) (*UI, error) {
 	m.HandleFunc("GET /ui/login", u.loginPage)
 	m.HandleFunc("POST /ui/login", u.login)
 	m.HandleFunc("POST /ui/logout", u.authed(u.logout))
+	if cfg.OIDC != nil {
+		if u.oidc, err = newOIDCLogin(u, *cfg.OIDC); err != nil {
+			return nil, err
+		}
+		m.HandleFunc("GET /ui/oidc/login", u.oidcStart)
+		m.HandleFunc("GET "+oidcCallbackPath, u.oidcCallback)
+	}
 	m.HandleFunc("GET /ui/{$}", u.authed(u.fleetPage))
 	m.HandleFunc("GET /ui/hardware", u.authed(u.hardwareList))
 	m.HandleFunc("GET /ui/hardware/{ns}/{name}", u.authed(u.hardwareDetail))
@@ -174,7 +186,14 @@ func (u *UI) Run(ctx context.Context) error {
 // Stop ends the live event streams, so that a graceful shutdown of the
 // HTTP server need not wait for browsers to go away. Pages are still
 // served. It is safe to call more than once.
-func (u *UI) Stop() { u.stopOnce.Do(func() { close(u.stopped) }) }
+func (u *UI) Stop() {
+	u.stopOnce.Do(func() {
+		close(u.stopped)
+		if u.oidc != nil {
+			u.oidc.close()
+		}
+	})
+}
 
 // ServeHTTP serves /ui and everything under /ui/, with the security
 // headers on every answer.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -81,6 +82,24 @@ type serveConfig struct {
 	run     []func(ctx context.Context, st store.Store) // run beside the engine until the server stops
 	api     []func(*api.Config)                         // change the API's configuration first
 	ui      []func(*ui.Config)                          // change the UI's configuration first
+
+	listener     net.Listener // serve on it (its port known beforehand), with TLS; nil: plain HTTP on a new port
+	authenticate func(context.Context, http.Header) (*auth.Principal, error)
+}
+
+// onTLSListener serves over TLS (httptest's certificate) on ln.
+func onTLSListener(ln net.Listener) serveOption {
+	return func(sc *serveConfig) { sc.listener = ln }
+}
+
+// withAuthenticate authenticates with f instead of the tokens map.
+func withAuthenticate(f func(context.Context, http.Header) (*auth.Principal, error)) serveOption {
+	return func(sc *serveConfig) { sc.authenticate = f }
+}
+
+// withOIDC turns OIDC login on.
+func withOIDC(c ui.OIDC) serveOption {
+	return func(sc *serveConfig) { sc.ui = append(sc.ui, func(u *ui.Config) { u.OIDC = &c }) }
 }
 
 // withLogs gives the API (StreamLogs) and the UI (the pages' logs) a log
@@ -103,7 +122,7 @@ func withObjects(objs ...model.Object) serveOption {
 // machine and one template in namespace acme, and what opts add.
 func serve(t *testing.T, opts ...serveOption) string {
 	t.Helper()
-	var sc serveConfig
+	sc := serveConfig{authenticate: authenticate}
 	for _, o := range opts {
 		o(&sc)
 	}
@@ -132,12 +151,12 @@ func serve(t *testing.T, opts ...serveOption) string {
 		extra.Add(1)
 		go func() { defer extra.Done(); run(ctx, st) }()
 	}
-	apiCfg := api.Config{Store: st, Engine: eng, Logger: log, Authenticate: authenticate}
+	apiCfg := api.Config{Store: st, Engine: eng, Logger: log, Authenticate: sc.authenticate}
 	for _, c := range sc.api {
 		c(&apiCfg)
 	}
 	apiMux := http.NewServeMux()
-	uiCfg := ui.Config{Store: st, Authenticate: authenticate, API: apiMux, Logger: log}
+	uiCfg := ui.Config{Store: st, Authenticate: sc.authenticate, API: apiMux, Logger: log}
 	for _, c := range sc.ui {
 		c(&uiCfg)
 	}
@@ -152,7 +171,14 @@ func serve(t *testing.T, opts ...serveOption) string {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", web)
 	mux.Handle("/", apiMux)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	if sc.listener != nil {
+		srv.Listener.Close()
+		srv.Listener = sc.listener
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(func() {
 		cancel()
 		srv.CloseClientConnections()
@@ -166,11 +192,12 @@ func serve(t *testing.T, opts ...serveOption) string {
 	return srv.URL
 }
 
-// browser starts headless Chromium (internal/headless).
-func browser(t *testing.T) context.Context {
+// browser starts headless Chromium (internal/headless), with extra
+// flags.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := testtool.RequireBinary(t, "chromium", "chromium")
-	ctx, stop := headless.Start(context.Background(), path)
+	ctx, stop := headless.Start(context.Background(), path, extra...)
 	ctx, cancelBound := context.WithTimeout(ctx, testBound)
 	t.Cleanup(func() { cancelBound(); stop() })
 	return ctx
