@@ -204,6 +204,18 @@ func equalYAML(a, b any) bool {
 
 // TestServeConfigErrors: serve refuses a file with a typo, a wrong type
 // or that is missing when named, saying where, before starting anything.
+// TestServeKernelArgsKeepCommas: --kernel-args is repeatable and a comma
+// stays in its argument (console=ttyS1,115200 is one kernel argument; it
+// was split in two while the flag was a comma-separated list).
+func TestServeKernelArgsKeepCommas(t *testing.T) {
+	clearEnv(t)
+	values, comments, _ := printConfig(t, "--kernel-args", "console=ttyS1,115200", "--kernel-args", "quiet")
+	want := []any{"console=ttyS1,115200", "quiet"}
+	if got := values["kernel-args"]; !equalYAML(got, want) || comments["kernel-args"] != "# flag --kernel-args" {
+		t.Errorf("kernel-args: %#v %s; want %#v # flag --kernel-args", got, comments["kernel-args"], want)
+	}
+}
+
 func TestServeConfigErrors(t *testing.T) {
 	clearEnv(t)
 	data := t.TempDir()

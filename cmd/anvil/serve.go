@@ -197,7 +197,7 @@ docs/configuration.md.`,
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of OS images served at /images/ for image2disk's IMG_URL (default DATA_DIR/images)")
 	f.StringVar(&cfg.AssetsDir, "assets-dir", "", "directory served at /assets/ for boot profiles: kernels, initrds, images, sysext .raw and .conf files, with /assets/SHA256SUMS and a JSON listing at /assets/ (default DATA_DIR/assets)")
 	f.StringVar(&cfg.BootISO, "boot-iso", "", "ISO served to every machine at /iso/<mac>/anvil.iso, booted from virtual media by isoboot workflows without an isoURL; an iPXE ISO works as is: it asks DHCP, which answers each MAC with its script (default "+defaultBootISO+" when it exists)")
-	f.StringSliceVar(&cfg.KernelArgs, "kernel-args", nil, "extra kernel arguments for the boot environment, e.g. --kernel-args console=ttyS1,115200 (anvil.image_cache=2GiB sizes the agent's image cache)")
+	f.StringArrayVar(&cfg.KernelArgs, "kernel-args", nil, "an extra kernel argument for the boot environment, repeatable (a comma stays in its argument), e.g. --kernel-args console=ttyS1,115200 (anvil.image_cache=2GiB sizes the agent's image cache)")
 	// Registries of the images of actions that run in containers (docs/actions.md).
 	f.StringVar(&cfg.ActionRuntime, "action-runtime", "", "runtime of actions whose template names none: container runs every action's image itself, as Tinkerbell would; native refuses images Anvil does not implement; empty: native when Anvil implements the image, else a container")
 	f.StringArrayVar(&cfg.RegistryMirrors, "registry-mirror", nil, "REGISTRY=URL: pull the images of REGISTRY from a mirror, e.g. --registry-mirror quay.io=http://10.0.0.2:5000 (http:// is plain HTTP; a path prefixes the repositories) (repeatable)")
