@@ -41,7 +41,7 @@ func TestNetbootCommand(t *testing.T) {
 	mustRun(t, srv, "apply", "-f", filepath.Join(examples, "hardware.yaml"), "-f", writeFile(t, "node08.yaml", twoNICs))
 
 	out := mustRun(t, srv, "netboot", "deny", "rack1-node07")
-	if want := "hardware/rack1-node07: allowPXE false on 3c:ec:ef:12:34:07 (was true)\nhardware/rack1-node07: allowPXE true on 0 of 1 interfaces\n"; out != want {
+	if want := "hardware/rack1-node07: allowPXE false on 3c:ec:ef:12:34:07 (was true)\nhardware/rack1-node07: allowPXE false on every interface (1)\n"; out != want {
 		t.Errorf("netboot deny printed\n%s\nwant\n%s", out, want)
 	}
 	if got := allowPXE(t, srv, "rack1-node07"); !reflect.DeepEqual(got, []bool{false}) {
