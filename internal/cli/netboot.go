@@ -16,9 +16,10 @@ func newNetbootCmd() *cobra.Command {
 		Use:   "netboot",
 		Short: "Allow or deny a machine's network boot (allowPXE, allowWorkflow)",
 		Long: `netboot allow and netboot deny set spec.interfaces[].netboot.allowPXE of a
-Hardware — whether Anvil's DHCP, TFTP and HTTP servers answer the machine's
-network boot — and, with --workflow, allowWorkflow, whether that boot runs
-the machine's workflow. Nothing else of the Hardware changes, and a change
+Hardware — whether the machine gets a boot file when it boots from the
+network (denied, it gets its address only and goes on to its disk) — and,
+with --workflow, allowWorkflow, whether that boot runs the machine's
+workflow. Nothing else of the Hardware changes, and a change
 someone makes at the same time is kept.
 
 Operators may run it (it needs the permission reprovision needs), not only
