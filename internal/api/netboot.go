@@ -54,10 +54,10 @@ func (h hardwareHandler) SetNetboot(ctx context.Context, req *connect.Request[v1
 		return nil, invalid("nothing to change: set allow_pxe, allow_workflow or both")
 	}
 	macs := make([]macaddr.MAC, 0, len(m.GetInterfaces()))
-	for _, s := range m.GetInterfaces() {
-		mac, err := macaddr.Parse(s)
+	for _, v := range m.GetInterfaces() {
+		mac, err := macaddr.Parse(v)
 		if err != nil {
-			return nil, invalid("interface %q: %v", s, err)
+			return nil, invalid("interfaces: %v", err)
 		}
 		macs = append(macs, mac)
 	}

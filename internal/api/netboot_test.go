@@ -165,7 +165,7 @@ func TestSetNetbootRefusals(t *testing.T) {
 			Interfaces: []string{"52:54:00:0a:00:02", "52:54:00:0a:00:99"}},
 			connect.CodeInvalidArgument, "hardware acme/n2 has no interface with MAC 52:54:00:0a:00:99 (its MACs: 52:54:00:0a:00:02, 52:54:00:0a:00:03)"},
 		{"not a MAC", "acme-op", &v1.SetNetbootRequest{Namespace: "acme", Hardware: "n2", AllowPxe: model.Bool(false), Interfaces: []string{"eth0"}},
-			connect.CodeInvalidArgument, `interface "eth0"`},
+			connect.CodeInvalidArgument, `interfaces: "eth0" is not a MAC address`},
 		{"nothing to change", "acme-op", &v1.SetNetbootRequest{Namespace: "acme", Hardware: "n2"},
 			connect.CodeInvalidArgument, "nothing to change: set allow_pxe, allow_workflow or both"},
 		{"no hardware", "acme-op", &v1.SetNetbootRequest{Namespace: "acme", AllowPxe: model.Bool(false)},

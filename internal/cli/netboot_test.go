@@ -90,7 +90,7 @@ func TestNetbootCommand(t *testing.T) {
 		{"other namespace", []string{"netboot", "deny", "rack1-node07", "-n", "lab"}, "hardware lab/rack1-node07 not found"},
 		{"MAC not on it", []string{"netboot", "deny", "rack1-node07", "--mac", "3c:ec:ef:12:34:99"},
 			"hardware default/rack1-node07 has no interface with MAC 3c:ec:ef:12:34:99 (its MACs: 3c:ec:ef:12:34:07)"},
-		{"not a MAC", []string{"netboot", "deny", "rack1-node07", "--mac", "eth0"}, `interface "eth0"`},
+		{"not a MAC", []string{"netboot", "deny", "rack1-node07", "--mac", "eth0"}, `interfaces: "eth0" is not a MAC address`},
 		{"no flag", []string{"netboot", "allow", "rack1-node07", "--pxe=false"}, "nothing to allow: --pxe=false without --workflow changes no flag"},
 		{"no hardware", []string{"netboot", "allow"}, "accepts 1 arg(s), received 0"},
 	} {
