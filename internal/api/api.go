@@ -14,7 +14,7 @@
 // worker rule), apply's warnings of what can only fail later
 // (applycheck.go: images no registry has, a boot mode needing a BMC), and
 // the few operations that are several store calls in one (Reprovision,
-// ProvisionDevice). It must not hold state of its own
+// ProvisionDevice, SetNetboot's read-modify-write). It must not hold state of its own
 // beyond a lock, open listeners or decide policy — the store, the engine,
 // the model's validation and internal/auth decide; internal/server mounts
 // the handlers and serves them.
@@ -269,7 +269,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	maxMsg := connect.WithReadMaxBytes(int(min(s.cfg.MaxRequestBytes, math.MaxInt32)))
 	opts = append(opts, connect.WithInterceptors(guard{s}), maxMsg)
 	handle := func(prefix string, h http.Handler) { mux.Handle(prefix, s.gate(prefix, h)) }
-	handle(anvilv1connect.NewHardwareServiceHandler(newHardwareService(s), opts...))
+	handle(anvilv1connect.NewHardwareServiceHandler(hardwareHandler{newHardwareService(s)}, opts...))
 	handle(anvilv1connect.NewTemplateServiceHandler(templateHandler{newTemplateService(s)}, opts...))
 	handle(anvilv1connect.NewWorkflowServiceHandler(workflowHandler{newWorkflowService(s), newHardwareService(s)}, opts...))
 	handle(anvilv1connect.NewBootProfileServiceHandler(newBootProfileService(s), opts...))

@@ -100,7 +100,9 @@ spec:
       - {name: write, image: writefile, timeout: 60}
 `
 
-func newAuthEnv(t *testing.T) (*env, *audit.Log) {
+// newAuthEnv is an API with the test principals, an audit log and
+// twoOrgs applied; more, if given, change its configuration further.
+func newAuthEnv(t *testing.T, more ...func(*api.Config)) (*env, *audit.Log) {
 	t.Helper()
 	al, err := audit.Open(filepath.Join(t.TempDir(), "audit.log"))
 	if err != nil {
@@ -110,6 +112,9 @@ func newAuthEnv(t *testing.T) (*env, *audit.Log) {
 	e := newEnv(t, envOptions{configure: func(c *api.Config) {
 		c.Authenticate = testAuthenticate
 		c.Audit = al
+		for _, f := range more {
+			f(c)
+		}
 	}})
 	if _, err := e.man.Apply(context.Background(), as("admin", &v1.ApplyRequest{Source: "orgs.yaml", Content: twoOrgs})); err != nil {
 		t.Fatalf("Apply as admin: %v", err)

@@ -30,7 +30,7 @@ type guard struct{ s *Services }
 var mutatingMethods = map[string]bool{
 	"Create": true, "Update": true, "Delete": true, "Apply": true,
 	"Reprovision": true, "ProvisionDevice": true, "CancelJob": true,
-	"Enroll": true,
+	"Enroll": true, "SetNetboot": true,
 }
 
 func isMutating(procedure string) bool {
@@ -109,6 +109,11 @@ func (g guard) audit(ctx context.Context, procedure string, msg any, peer string
 // the order they are written into a record's object.
 var objectFields = []protoreflect.Name{"kind", "name", "hardware", "template", "workflow", "device_id", "job_id", "source", "idempotency_key"}
 
+// flagFields are the optional bool request fields that say what a call
+// does to its object (SetNetboot's allow or deny), written after
+// objectFields when set.
+var flagFields = []protoreflect.Name{"allow_pxe", "allow_workflow"}
+
 // describe returns the namespace and the object a request names: its own
 // fields, or those of the object it carries (a Create or Update request's
 // metadata).
@@ -126,6 +131,11 @@ func describe(m protoreflect.Message) (ns, object string) {
 			}
 			if v := m.Get(f).String(); v != "" {
 				parts = append(parts, fmt.Sprintf("%s=%s", name, v))
+			}
+		}
+		for _, name := range flagFields {
+			if f := fields.ByName(name); f != nil && f.Kind() == protoreflect.BoolKind && f.HasPresence() && m.Has(f) {
+				parts = append(parts, fmt.Sprintf("%s=%t", name, m.Get(f).Bool()))
 			}
 		}
 	}

@@ -23,10 +23,6 @@ const reprovisionNameTime = "20060102-150405"
 // machine's worker by ({{.device_1}}).
 const hardwareMapDevice = "device_1"
 
-// allowPXERetries bounds the re-reads when the Hardware changes between
-// reading it and setting allowPXE.
-const allowPXERetries = 5
-
 // workflowHandler is the WorkflowService: the shared resource methods and
 // Reprovision.
 type workflowHandler struct {
@@ -67,7 +63,7 @@ func (w workflowHandler) Reprovision(ctx context.Context, req *connect.Request[v
 
 	obj, err := s.cfg.Store.Get(ctx, model.KindHardware, ns, m.GetHardware())
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("hardware %s/%s not found (anvil get hardware -n %s lists them)", ns, m.GetHardware(), ns))
+		return nil, hardwareNotFound(ns, m.GetHardware())
 	}
 	if err != nil {
 		return nil, s.toConnect(err)
@@ -210,36 +206,13 @@ func busyError(hw *model.Hardware, busy []*model.Workflow) error {
 		hw.Key(), strings.Join(names, ", "), strings.Join(cancels, "; "), strings.Join(deletes, "; "))
 }
 
-// setAllowPXE sets allowPXE on every interface of hw with conditional
-// updates, re-reading on conflict (the engine, starting the new workflow,
-// may set it first). It returns the Hardware as stored.
+// setAllowPXE sets allowPXE on every interface of hw (modifyHardware:
+// conditional updates, re-reading on conflict, since the engine,
+// starting the new workflow, may set it first). It returns the Hardware
+// as stored.
 func setAllowPXE(ctx context.Context, st store.Store, hw *model.Hardware) (*model.Hardware, error) {
-	for attempt := 0; ; attempt++ {
-		n := 0
-		for i := range hw.Spec.Interfaces {
-			ifc := &hw.Spec.Interfaces[i]
-			if ifc.Netboot == nil {
-				ifc.Netboot = &model.Netboot{}
-			}
-			if !model.BoolValue(ifc.Netboot.AllowPXE, false) {
-				ifc.Netboot.AllowPXE = model.Bool(true)
-				n++
-			}
-		}
-		if n == 0 {
-			return hw, nil
-		}
-		updated, err := st.Update(ctx, hw) // hw carries the resourceVersion read: conditional
-		if err == nil {
-			return updated.(*model.Hardware), nil
-		}
-		if !errors.Is(err, store.ErrConflict) || attempt == allowPXERetries {
-			return hw, err
-		}
-		obj, gerr := st.Get(ctx, model.KindHardware, hw.Namespace, hw.Name)
-		if gerr != nil {
-			return hw, gerr
-		}
-		hw = obj.(*model.Hardware)
-	}
+	return modifyHardware(ctx, st, hw, func(hw *model.Hardware) (bool, error) {
+		changes, err := setNetbootFlags(hw, nil, model.Bool(true), nil)
+		return len(changes) > 0, err
+	})
 }

@@ -32,7 +32,8 @@ const (
 	// Read: get, list and watch objects; logs; job status; the audit log
 	// of the caller's organisation.
 	Read Permission = "read"
-	// Provision: create workflows and jobs, reprovision, cancel.
+	// Provision: create workflows and jobs, reprovision, cancel, allow or
+	// deny netboot (SetNetboot).
 	Provision Permission = "provision"
 	// Write: create, update and delete Hardware and Templates, apply
 	// manifests, delete workflows.

@@ -1,5 +1,5 @@
 // Package cli holds anvil's client commands: apply, get, describe, delete,
-// workflow watch and cancel, reprovision, job, logs, import, and power and
+// workflow watch and cancel, reprovision, netboot, job, logs, import, and power and
 // bootdev (which run BMC Jobs). They talk to a
 // running `anvil serve` through the anvil.v1 API (Connect protocol over
 // HTTP) and never open the store or any server package's state themselves.
@@ -63,6 +63,7 @@ func Commands() []*cobra.Command {
 		newDeleteCmd(),
 		newWorkflowCmd(),
 		newReprovisionCmd(),
+		newNetbootCmd(),
 		newEnrollCmd(),
 		newJobCmd(),
 		newLogsCmd(),

@@ -74,7 +74,7 @@ func bmcRefName(m *v1.Hardware) string {
 }
 
 // netbootSummary says on how many of a Hardware's interfaces allowPXE is
-// true, as the server answered it.
+// true, as the server answered it (reprovision, netboot).
 func netbootSummary(m *v1.Hardware) string {
 	total, on := 0, 0
 	for _, v := range m.GetSpec().GetFields()["interfaces"].GetListValue().GetValues() {
@@ -84,8 +84,11 @@ func netbootSummary(m *v1.Hardware) string {
 			on++
 		}
 	}
-	if on == total {
+	switch on {
+	case total:
 		return fmt.Sprintf("allowPXE true on every interface (%d)", total)
+	case 0:
+		return fmt.Sprintf("allowPXE false on every interface (%d)", total)
 	}
 	return fmt.Sprintf("allowPXE true on %d of %d interfaces", on, total)
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/anvilproj/anvil/internal/bmcjob"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store"
-	"github.com/anvilproj/anvil/internal/wire"
 )
 
 // powerButtons are the power actions the machine page offers, in its
@@ -56,7 +55,8 @@ func powerLabel(action string) string {
 // machineActions is what the machine page shows of netboot and power.
 type machineActions struct {
 	// Netboot: the interfaces' allowPXE and allowWorkflow, and whether
-	// the caller may change allowPXE (HardwareService.Update: write).
+	// the caller may change allowPXE (HardwareService.SetNetboot:
+	// provision, as reprovision).
 	Interfaces, PXEAllowed, WorkflowDenied int
 	CanNetboot                             bool
 	ResourceVersion                        string // of the Hardware shown, sent back with the change
@@ -95,7 +95,7 @@ func (a machineActions) PXESummary() string {
 // power; job is the BMC Job named in the page's query (the last press).
 func (u *UI) machineActionsOf(r *request, hw *model.Hardware, job string) machineActions {
 	ns := hw.Namespace
-	a := machineActions{ResourceVersion: hw.ResourceVersion, CanNetboot: r.principal.Allow(auth.Write, ns) == nil,
+	a := machineActions{ResourceVersion: hw.ResourceVersion, CanNetboot: r.principal.Allow(auth.Provision, ns) == nil,
 		Interfaces: len(hw.Spec.Interfaces)}
 	for _, ifc := range hw.Spec.Interfaces {
 		if ifc.Netboot != nil && model.BoolValue(ifc.Netboot.AllowPXE, false) {
@@ -173,11 +173,11 @@ func (u *UI) cancelWorkflow(w http.ResponseWriter, r *request) {
 }
 
 // setNetboot sets allowPXE on every interface of the machine to the
-// form's allow, as HardwareService.Update of the whole Hardware (the API
-// has no call for allowPXE alone; the CLI's way is `anvil apply` of an
-// edited manifest, with the same write permission) with the
-// resourceVersion the page showed: a change made meanwhile by someone
-// else is refused with a conflict, never overwritten.
+// form's allow with HardwareService.SetNetboot, what `anvil netboot
+// allow|deny` calls (operators may: it needs the permission reprovision
+// needs), with the resourceVersion the page showed: a change made
+// meanwhile by someone else is refused with a conflict, never
+// overwritten, and nothing but allowPXE is written.
 func (u *UI) setNetboot(w http.ResponseWriter, r *request) {
 	ns, name := r.PathValue("ns"), r.PathValue("name")
 	var allow bool
@@ -189,30 +189,9 @@ func (u *UI) setNetboot(w http.ResponseWriter, r *request) {
 		u.errorPage(w, r, http.StatusBadRequest, fmt.Sprintf("allow %q: want true or false", r.PostFormValue("allow")))
 		return
 	}
-	rv := r.PostFormValue("resourceVersion")
-	shown := u.view.hardwareByKey(ns + "/" + name)
-	if shown == nil || !r.principal.Sees(ns) || rv == "" {
-		u.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("No hardware %s/%s (or the form names no resourceVersion).", ns, name))
-		return
-	}
-	// The view's object is shared: change a copy. The view holds the
-	// version the page showed or a newer one; sent with the page's
-	// version, a newer one is refused by the store as a conflict.
-	hw := model.DeepCopy(shown)
-	hw.ResourceVersion = rv
-	for i := range hw.Spec.Interfaces {
-		ifc := &hw.Spec.Interfaces[i]
-		if ifc.Netboot == nil {
-			ifc.Netboot = &model.Netboot{}
-		}
-		ifc.Netboot.AllowPXE = model.Bool(allow)
-	}
-	p, err := wire.ToParts(hw)
-	if err == nil {
-		client := anvilv1connect.NewHardwareServiceClient(u.apiClient(r))
-		_, err = client.Update(r.Context(), asCaller(u, r, &v1.UpdateHardwareRequest{Hardware: &v1.Hardware{
-			ApiVersion: p.APIVersion, Kind: p.Kind, Metadata: p.Meta, Spec: p.Spec, Status: p.Status}}))
-	}
+	client := anvilv1connect.NewHardwareServiceClient(u.apiClient(r))
+	_, err := client.SetNetboot(r.Context(), asCaller(u, r, &v1.SetNetbootRequest{Namespace: ns, Hardware: name,
+		AllowPxe: &allow, ResourceVersion: r.PostFormValue("resourceVersion")}))
 	if err != nil {
 		msg := "Netboot not changed: " + connectMessage(err)
 		if connect.CodeOf(err) == connect.CodeAborted {

@@ -960,6 +960,236 @@ func (x *HardwareEvent) GetHardware() *Hardware {
 	return nil
 }
 
+// SetNetbootRequest changes a Hardware's netboot flags, and nothing else.
+type SetNetbootRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the Hardware. Empty: "default".
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Hardware  string `protobuf:"bytes,2,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	// The new spec.interfaces[].netboot.allowPXE; unset: unchanged.
+	AllowPxe *bool `protobuf:"varint,3,opt,name=allow_pxe,json=allowPxe,proto3,oneof" json:"allow_pxe,omitempty"`
+	// The new spec.interfaces[].netboot.allowWorkflow; unset: unchanged.
+	AllowWorkflow *bool `protobuf:"varint,4,opt,name=allow_workflow,json=allowWorkflow,proto3,oneof" json:"allow_workflow,omitempty"`
+	// MACs of the interfaces to change (any spelling of a MAC). Empty:
+	// every interface.
+	Interfaces []string `protobuf:"bytes,5,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	// If set, the Hardware's resourceVersion the caller saw: a Hardware
+	// changed since is refused (ABORTED) and nothing is written. Unset:
+	// the flags are set on the Hardware as it is stored now.
+	ResourceVersion string `protobuf:"bytes,6,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SetNetbootRequest) Reset() {
+	*x = SetNetbootRequest{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNetbootRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNetbootRequest) ProtoMessage() {}
+
+func (x *SetNetbootRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNetbootRequest.ProtoReflect.Descriptor instead.
+func (*SetNetbootRequest) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetNetbootRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetNetbootRequest) GetHardware() string {
+	if x != nil {
+		return x.Hardware
+	}
+	return ""
+}
+
+func (x *SetNetbootRequest) GetAllowPxe() bool {
+	if x != nil && x.AllowPxe != nil {
+		return *x.AllowPxe
+	}
+	return false
+}
+
+func (x *SetNetbootRequest) GetAllowWorkflow() bool {
+	if x != nil && x.AllowWorkflow != nil {
+		return *x.AllowWorkflow
+	}
+	return false
+}
+
+func (x *SetNetbootRequest) GetInterfaces() []string {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+func (x *SetNetbootRequest) GetResourceVersion() string {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return ""
+}
+
+// NetbootChange is one flag of one interface that SetNetboot changed.
+type NetbootChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Index of the interface in spec.interfaces.
+	Interface int32 `protobuf:"varint,1,opt,name=interface,proto3" json:"interface,omitempty"`
+	// Its MAC (spec.interfaces[].dhcp.mac), "" if it has none.
+	Mac string `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	// "allowPXE" or "allowWorkflow".
+	Field string `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	// The flag's value before (an unset flag counts as its default:
+	// allowPXE false, allowWorkflow true) and after.
+	Before        bool `protobuf:"varint,4,opt,name=before,proto3" json:"before,omitempty"`
+	After         bool `protobuf:"varint,5,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetbootChange) Reset() {
+	*x = NetbootChange{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetbootChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetbootChange) ProtoMessage() {}
+
+func (x *NetbootChange) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetbootChange.ProtoReflect.Descriptor instead.
+func (*NetbootChange) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *NetbootChange) GetInterface() int32 {
+	if x != nil {
+		return x.Interface
+	}
+	return 0
+}
+
+func (x *NetbootChange) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *NetbootChange) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *NetbootChange) GetBefore() bool {
+	if x != nil {
+		return x.Before
+	}
+	return false
+}
+
+func (x *NetbootChange) GetAfter() bool {
+	if x != nil {
+		return x.After
+	}
+	return false
+}
+
+type SetNetbootResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Hardware as stored after the call.
+	Hardware *Hardware `protobuf:"bytes,1,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	// What changed; empty when every flag already had the value asked
+	// for (then nothing was written).
+	Changes       []*NetbootChange `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNetbootResponse) Reset() {
+	*x = SetNetbootResponse{}
+	mi := &file_anvil_v1_resources_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNetbootResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNetbootResponse) ProtoMessage() {}
+
+func (x *SetNetbootResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_anvil_v1_resources_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNetbootResponse.ProtoReflect.Descriptor instead.
+func (*SetNetbootResponse) Descriptor() ([]byte, []int) {
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetNetbootResponse) GetHardware() *Hardware {
+	if x != nil {
+		return x.Hardware
+	}
+	return nil
+}
+
+func (x *SetNetbootResponse) GetChanges() []*NetbootChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
 type CreateTemplateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
@@ -969,7 +1199,7 @@ type CreateTemplateRequest struct {
 
 func (x *CreateTemplateRequest) Reset() {
 	*x = CreateTemplateRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[14]
+	mi := &file_anvil_v1_resources_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1211,7 @@ func (x *CreateTemplateRequest) String() string {
 func (*CreateTemplateRequest) ProtoMessage() {}
 
 func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[14]
+	mi := &file_anvil_v1_resources_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1224,7 @@ func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*CreateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{14}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateTemplateRequest) GetTemplate() *Template {
@@ -1013,7 +1243,7 @@ type UpdateTemplateRequest struct {
 
 func (x *UpdateTemplateRequest) Reset() {
 	*x = UpdateTemplateRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[15]
+	mi := &file_anvil_v1_resources_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1255,7 @@ func (x *UpdateTemplateRequest) String() string {
 func (*UpdateTemplateRequest) ProtoMessage() {}
 
 func (x *UpdateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[15]
+	mi := &file_anvil_v1_resources_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1268,7 @@ func (x *UpdateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{15}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateTemplateRequest) GetTemplate() *Template {
@@ -1058,7 +1288,7 @@ type TemplateList struct {
 
 func (x *TemplateList) Reset() {
 	*x = TemplateList{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[16]
+	mi := &file_anvil_v1_resources_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1300,7 @@ func (x *TemplateList) String() string {
 func (*TemplateList) ProtoMessage() {}
 
 func (x *TemplateList) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[16]
+	mi := &file_anvil_v1_resources_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1313,7 @@ func (x *TemplateList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateList.ProtoReflect.Descriptor instead.
 func (*TemplateList) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{16}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TemplateList) GetItems() []*Template {
@@ -1110,7 +1340,7 @@ type TemplateEvent struct {
 
 func (x *TemplateEvent) Reset() {
 	*x = TemplateEvent{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[17]
+	mi := &file_anvil_v1_resources_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1352,7 @@ func (x *TemplateEvent) String() string {
 func (*TemplateEvent) ProtoMessage() {}
 
 func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[17]
+	mi := &file_anvil_v1_resources_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1365,7 @@ func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEvent.ProtoReflect.Descriptor instead.
 func (*TemplateEvent) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{17}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TemplateEvent) GetType() EventType {
@@ -1166,7 +1396,7 @@ type RenderTemplateRequest struct {
 
 func (x *RenderTemplateRequest) Reset() {
 	*x = RenderTemplateRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	mi := &file_anvil_v1_resources_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1408,7 @@ func (x *RenderTemplateRequest) String() string {
 func (*RenderTemplateRequest) ProtoMessage() {}
 
 func (x *RenderTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[18]
+	mi := &file_anvil_v1_resources_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1421,7 @@ func (x *RenderTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderTemplateRequest.ProtoReflect.Descriptor instead.
 func (*RenderTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{18}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RenderTemplateRequest) GetNamespace() string {
@@ -1240,7 +1470,7 @@ type RenderTemplateResponse struct {
 
 func (x *RenderTemplateResponse) Reset() {
 	*x = RenderTemplateResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	mi := &file_anvil_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1482,7 @@ func (x *RenderTemplateResponse) String() string {
 func (*RenderTemplateResponse) ProtoMessage() {}
 
 func (x *RenderTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[19]
+	mi := &file_anvil_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1495,7 @@ func (x *RenderTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderTemplateResponse.ProtoReflect.Descriptor instead.
 func (*RenderTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{19}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenderTemplateResponse) GetOutput() string {
@@ -1319,7 +1549,7 @@ type CreateBootProfileRequest struct {
 
 func (x *CreateBootProfileRequest) Reset() {
 	*x = CreateBootProfileRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[20]
+	mi := &file_anvil_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1561,7 @@ func (x *CreateBootProfileRequest) String() string {
 func (*CreateBootProfileRequest) ProtoMessage() {}
 
 func (x *CreateBootProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[20]
+	mi := &file_anvil_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1574,7 @@ func (x *CreateBootProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBootProfileRequest.ProtoReflect.Descriptor instead.
 func (*CreateBootProfileRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{20}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateBootProfileRequest) GetBootProfile() *BootProfile {
@@ -1363,7 +1593,7 @@ type UpdateBootProfileRequest struct {
 
 func (x *UpdateBootProfileRequest) Reset() {
 	*x = UpdateBootProfileRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	mi := &file_anvil_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1605,7 @@ func (x *UpdateBootProfileRequest) String() string {
 func (*UpdateBootProfileRequest) ProtoMessage() {}
 
 func (x *UpdateBootProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[21]
+	mi := &file_anvil_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1618,7 @@ func (x *UpdateBootProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBootProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateBootProfileRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{21}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateBootProfileRequest) GetBootProfile() *BootProfile {
@@ -1408,7 +1638,7 @@ type BootProfileList struct {
 
 func (x *BootProfileList) Reset() {
 	*x = BootProfileList{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	mi := &file_anvil_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1650,7 @@ func (x *BootProfileList) String() string {
 func (*BootProfileList) ProtoMessage() {}
 
 func (x *BootProfileList) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[22]
+	mi := &file_anvil_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1663,7 @@ func (x *BootProfileList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootProfileList.ProtoReflect.Descriptor instead.
 func (*BootProfileList) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BootProfileList) GetItems() []*BootProfile {
@@ -1460,7 +1690,7 @@ type BootProfileEvent struct {
 
 func (x *BootProfileEvent) Reset() {
 	*x = BootProfileEvent{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[23]
+	mi := &file_anvil_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1702,7 @@ func (x *BootProfileEvent) String() string {
 func (*BootProfileEvent) ProtoMessage() {}
 
 func (x *BootProfileEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[23]
+	mi := &file_anvil_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1715,7 @@ func (x *BootProfileEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootProfileEvent.ProtoReflect.Descriptor instead.
 func (*BootProfileEvent) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BootProfileEvent) GetType() EventType {
@@ -1511,7 +1741,7 @@ type CreateWorkflowRequest struct {
 
 func (x *CreateWorkflowRequest) Reset() {
 	*x = CreateWorkflowRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[24]
+	mi := &file_anvil_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1753,7 @@ func (x *CreateWorkflowRequest) String() string {
 func (*CreateWorkflowRequest) ProtoMessage() {}
 
 func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[24]
+	mi := &file_anvil_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1766,7 @@ func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateWorkflowRequest) GetWorkflow() *Workflow {
@@ -1555,7 +1785,7 @@ type UpdateWorkflowRequest struct {
 
 func (x *UpdateWorkflowRequest) Reset() {
 	*x = UpdateWorkflowRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[25]
+	mi := &file_anvil_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1797,7 @@ func (x *UpdateWorkflowRequest) String() string {
 func (*UpdateWorkflowRequest) ProtoMessage() {}
 
 func (x *UpdateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[25]
+	mi := &file_anvil_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1810,7 @@ func (x *UpdateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateWorkflowRequest) GetWorkflow() *Workflow {
@@ -1600,7 +1830,7 @@ type WorkflowList struct {
 
 func (x *WorkflowList) Reset() {
 	*x = WorkflowList{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[26]
+	mi := &file_anvil_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1842,7 @@ func (x *WorkflowList) String() string {
 func (*WorkflowList) ProtoMessage() {}
 
 func (x *WorkflowList) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[26]
+	mi := &file_anvil_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1855,7 @@ func (x *WorkflowList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowList.ProtoReflect.Descriptor instead.
 func (*WorkflowList) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{26}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkflowList) GetItems() []*Workflow {
@@ -1652,7 +1882,7 @@ type WorkflowEvent struct {
 
 func (x *WorkflowEvent) Reset() {
 	*x = WorkflowEvent{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[27]
+	mi := &file_anvil_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1894,7 @@ func (x *WorkflowEvent) String() string {
 func (*WorkflowEvent) ProtoMessage() {}
 
 func (x *WorkflowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[27]
+	mi := &file_anvil_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1907,7 @@ func (x *WorkflowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowEvent.ProtoReflect.Descriptor instead.
 func (*WorkflowEvent) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{27}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkflowEvent) GetType() EventType {
@@ -1710,7 +1940,7 @@ type ReprovisionRequest struct {
 
 func (x *ReprovisionRequest) Reset() {
 	*x = ReprovisionRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[28]
+	mi := &file_anvil_v1_resources_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1952,7 @@ func (x *ReprovisionRequest) String() string {
 func (*ReprovisionRequest) ProtoMessage() {}
 
 func (x *ReprovisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[28]
+	mi := &file_anvil_v1_resources_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1965,7 @@ func (x *ReprovisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{28}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReprovisionRequest) GetNamespace() string {
@@ -1783,7 +2013,7 @@ type ReprovisionResponse struct {
 
 func (x *ReprovisionResponse) Reset() {
 	*x = ReprovisionResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[29]
+	mi := &file_anvil_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2025,7 @@ func (x *ReprovisionResponse) String() string {
 func (*ReprovisionResponse) ProtoMessage() {}
 
 func (x *ReprovisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[29]
+	mi := &file_anvil_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2038,7 @@ func (x *ReprovisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionResponse.ProtoReflect.Descriptor instead.
 func (*ReprovisionResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{29}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReprovisionResponse) GetWorkflow() *Workflow {
@@ -1856,7 +2086,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[30]
+	mi := &file_anvil_v1_resources_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2098,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[30]
+	mi := &file_anvil_v1_resources_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2111,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{30}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ApplyRequest) GetSource() string {
@@ -1925,7 +2155,7 @@ type AppliedObject struct {
 
 func (x *AppliedObject) Reset() {
 	*x = AppliedObject{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[31]
+	mi := &file_anvil_v1_resources_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2167,7 @@ func (x *AppliedObject) String() string {
 func (*AppliedObject) ProtoMessage() {}
 
 func (x *AppliedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[31]
+	mi := &file_anvil_v1_resources_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2180,7 @@ func (x *AppliedObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedObject.ProtoReflect.Descriptor instead.
 func (*AppliedObject) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{31}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AppliedObject) GetKind() string {
@@ -1996,7 +2226,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_anvil_v1_resources_proto_msgTypes[32]
+	mi := &file_anvil_v1_resources_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2238,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_anvil_v1_resources_proto_msgTypes[32]
+	mi := &file_anvil_v1_resources_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2251,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{32}
+	return file_anvil_v1_resources_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ApplyResponse) GetObjects() []*AppliedObject {
@@ -2116,7 +2346,28 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"h\n" +
 	"\rHardwareEvent\x12'\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x13.anvil.v1.EventTypeR\x04type\x12.\n" +
-	"\bhardware\x18\x02 \x01(\v2\x12.anvil.v1.HardwareR\bhardware\"G\n" +
+	"\bhardware\x18\x02 \x01(\v2\x12.anvil.v1.HardwareR\bhardware\"\x87\x02\n" +
+	"\x11SetNetbootRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bhardware\x18\x02 \x01(\tR\bhardware\x12 \n" +
+	"\tallow_pxe\x18\x03 \x01(\bH\x00R\ballowPxe\x88\x01\x01\x12*\n" +
+	"\x0eallow_workflow\x18\x04 \x01(\bH\x01R\rallowWorkflow\x88\x01\x01\x12\x1e\n" +
+	"\n" +
+	"interfaces\x18\x05 \x03(\tR\n" +
+	"interfaces\x12)\n" +
+	"\x10resource_version\x18\x06 \x01(\tR\x0fresourceVersionB\f\n" +
+	"\n" +
+	"_allow_pxeB\x11\n" +
+	"\x0f_allow_workflow\"\x83\x01\n" +
+	"\rNetbootChange\x12\x1c\n" +
+	"\tinterface\x18\x01 \x01(\x05R\tinterface\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x14\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\x12\x16\n" +
+	"\x06before\x18\x04 \x01(\bR\x06before\x12\x14\n" +
+	"\x05after\x18\x05 \x01(\bR\x05after\"w\n" +
+	"\x12SetNetbootResponse\x12.\n" +
+	"\bhardware\x18\x01 \x01(\v2\x12.anvil.v1.HardwareR\bhardware\x121\n" +
+	"\achanges\x18\x02 \x03(\v2\x17.anvil.v1.NetbootChangeR\achanges\"G\n" +
 	"\x15CreateTemplateRequest\x12.\n" +
 	"\btemplate\x18\x01 \x01(\v2\x12.anvil.v1.TemplateR\btemplate\"G\n" +
 	"\x15UpdateTemplateRequest\x12.\n" +
@@ -2187,14 +2438,16 @@ const file_anvil_v1_resources_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10EVENT_TYPE_ADDED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_MODIFIED\x10\x02\x12\x16\n" +
-	"\x12EVENT_TYPE_DELETED\x10\x032\xf0\x02\n" +
+	"\x12EVENT_TYPE_DELETED\x10\x032\xb9\x03\n" +
 	"\x0fHardwareService\x12=\n" +
 	"\x06Create\x12\x1f.anvil.v1.CreateHardwareRequest\x1a\x12.anvil.v1.Hardware\x12/\n" +
 	"\x03Get\x12\x14.anvil.v1.GetRequest\x1a\x12.anvil.v1.Hardware\x125\n" +
 	"\x04List\x12\x15.anvil.v1.ListRequest\x1a\x16.anvil.v1.HardwareList\x12=\n" +
 	"\x06Update\x12\x1f.anvil.v1.UpdateHardwareRequest\x1a\x12.anvil.v1.Hardware\x12;\n" +
 	"\x06Delete\x12\x17.anvil.v1.DeleteRequest\x1a\x18.anvil.v1.DeleteResponse\x12:\n" +
-	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.HardwareEvent0\x012\xbd\x03\n" +
+	"\x05Watch\x12\x16.anvil.v1.WatchRequest\x1a\x17.anvil.v1.HardwareEvent0\x01\x12G\n" +
+	"\n" +
+	"SetNetboot\x12\x1b.anvil.v1.SetNetbootRequest\x1a\x1c.anvil.v1.SetNetbootResponse2\xbd\x03\n" +
 	"\x0fTemplateService\x12=\n" +
 	"\x06Create\x12\x1f.anvil.v1.CreateTemplateRequest\x1a\x12.anvil.v1.Template\x12/\n" +
 	"\x03Get\x12\x14.anvil.v1.GetRequest\x1a\x12.anvil.v1.Template\x125\n" +
@@ -2234,7 +2487,7 @@ func file_anvil_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_anvil_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_anvil_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_anvil_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_anvil_v1_resources_proto_goTypes = []any{
 	(EventType)(0),                   // 0: anvil.v1.EventType
 	(*ObjectMeta)(nil),               // 1: anvil.v1.ObjectMeta
@@ -2251,130 +2504,137 @@ var file_anvil_v1_resources_proto_goTypes = []any{
 	(*UpdateHardwareRequest)(nil),    // 12: anvil.v1.UpdateHardwareRequest
 	(*HardwareList)(nil),             // 13: anvil.v1.HardwareList
 	(*HardwareEvent)(nil),            // 14: anvil.v1.HardwareEvent
-	(*CreateTemplateRequest)(nil),    // 15: anvil.v1.CreateTemplateRequest
-	(*UpdateTemplateRequest)(nil),    // 16: anvil.v1.UpdateTemplateRequest
-	(*TemplateList)(nil),             // 17: anvil.v1.TemplateList
-	(*TemplateEvent)(nil),            // 18: anvil.v1.TemplateEvent
-	(*RenderTemplateRequest)(nil),    // 19: anvil.v1.RenderTemplateRequest
-	(*RenderTemplateResponse)(nil),   // 20: anvil.v1.RenderTemplateResponse
-	(*CreateBootProfileRequest)(nil), // 21: anvil.v1.CreateBootProfileRequest
-	(*UpdateBootProfileRequest)(nil), // 22: anvil.v1.UpdateBootProfileRequest
-	(*BootProfileList)(nil),          // 23: anvil.v1.BootProfileList
-	(*BootProfileEvent)(nil),         // 24: anvil.v1.BootProfileEvent
-	(*CreateWorkflowRequest)(nil),    // 25: anvil.v1.CreateWorkflowRequest
-	(*UpdateWorkflowRequest)(nil),    // 26: anvil.v1.UpdateWorkflowRequest
-	(*WorkflowList)(nil),             // 27: anvil.v1.WorkflowList
-	(*WorkflowEvent)(nil),            // 28: anvil.v1.WorkflowEvent
-	(*ReprovisionRequest)(nil),       // 29: anvil.v1.ReprovisionRequest
-	(*ReprovisionResponse)(nil),      // 30: anvil.v1.ReprovisionResponse
-	(*ApplyRequest)(nil),             // 31: anvil.v1.ApplyRequest
-	(*AppliedObject)(nil),            // 32: anvil.v1.AppliedObject
-	(*ApplyResponse)(nil),            // 33: anvil.v1.ApplyResponse
-	nil,                              // 34: anvil.v1.ObjectMeta.LabelsEntry
-	nil,                              // 35: anvil.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 36: anvil.v1.RenderTemplateResponse.HardwareMapEntry
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),          // 38: google.protobuf.Struct
+	(*SetNetbootRequest)(nil),        // 15: anvil.v1.SetNetbootRequest
+	(*NetbootChange)(nil),            // 16: anvil.v1.NetbootChange
+	(*SetNetbootResponse)(nil),       // 17: anvil.v1.SetNetbootResponse
+	(*CreateTemplateRequest)(nil),    // 18: anvil.v1.CreateTemplateRequest
+	(*UpdateTemplateRequest)(nil),    // 19: anvil.v1.UpdateTemplateRequest
+	(*TemplateList)(nil),             // 20: anvil.v1.TemplateList
+	(*TemplateEvent)(nil),            // 21: anvil.v1.TemplateEvent
+	(*RenderTemplateRequest)(nil),    // 22: anvil.v1.RenderTemplateRequest
+	(*RenderTemplateResponse)(nil),   // 23: anvil.v1.RenderTemplateResponse
+	(*CreateBootProfileRequest)(nil), // 24: anvil.v1.CreateBootProfileRequest
+	(*UpdateBootProfileRequest)(nil), // 25: anvil.v1.UpdateBootProfileRequest
+	(*BootProfileList)(nil),          // 26: anvil.v1.BootProfileList
+	(*BootProfileEvent)(nil),         // 27: anvil.v1.BootProfileEvent
+	(*CreateWorkflowRequest)(nil),    // 28: anvil.v1.CreateWorkflowRequest
+	(*UpdateWorkflowRequest)(nil),    // 29: anvil.v1.UpdateWorkflowRequest
+	(*WorkflowList)(nil),             // 30: anvil.v1.WorkflowList
+	(*WorkflowEvent)(nil),            // 31: anvil.v1.WorkflowEvent
+	(*ReprovisionRequest)(nil),       // 32: anvil.v1.ReprovisionRequest
+	(*ReprovisionResponse)(nil),      // 33: anvil.v1.ReprovisionResponse
+	(*ApplyRequest)(nil),             // 34: anvil.v1.ApplyRequest
+	(*AppliedObject)(nil),            // 35: anvil.v1.AppliedObject
+	(*ApplyResponse)(nil),            // 36: anvil.v1.ApplyResponse
+	nil,                              // 37: anvil.v1.ObjectMeta.LabelsEntry
+	nil,                              // 38: anvil.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 39: anvil.v1.RenderTemplateResponse.HardwareMapEntry
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 41: google.protobuf.Struct
 }
 var file_anvil_v1_resources_proto_depIdxs = []int32{
-	37, // 0: anvil.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	34, // 1: anvil.v1.ObjectMeta.labels:type_name -> anvil.v1.ObjectMeta.LabelsEntry
-	35, // 2: anvil.v1.ObjectMeta.annotations:type_name -> anvil.v1.ObjectMeta.AnnotationsEntry
+	40, // 0: anvil.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	37, // 1: anvil.v1.ObjectMeta.labels:type_name -> anvil.v1.ObjectMeta.LabelsEntry
+	38, // 2: anvil.v1.ObjectMeta.annotations:type_name -> anvil.v1.ObjectMeta.AnnotationsEntry
 	1,  // 3: anvil.v1.Hardware.metadata:type_name -> anvil.v1.ObjectMeta
-	38, // 4: anvil.v1.Hardware.spec:type_name -> google.protobuf.Struct
-	38, // 5: anvil.v1.Hardware.status:type_name -> google.protobuf.Struct
+	41, // 4: anvil.v1.Hardware.spec:type_name -> google.protobuf.Struct
+	41, // 5: anvil.v1.Hardware.status:type_name -> google.protobuf.Struct
 	1,  // 6: anvil.v1.Template.metadata:type_name -> anvil.v1.ObjectMeta
-	38, // 7: anvil.v1.Template.spec:type_name -> google.protobuf.Struct
-	38, // 8: anvil.v1.Template.status:type_name -> google.protobuf.Struct
+	41, // 7: anvil.v1.Template.spec:type_name -> google.protobuf.Struct
+	41, // 8: anvil.v1.Template.status:type_name -> google.protobuf.Struct
 	1,  // 9: anvil.v1.BootProfile.metadata:type_name -> anvil.v1.ObjectMeta
-	38, // 10: anvil.v1.BootProfile.spec:type_name -> google.protobuf.Struct
-	38, // 11: anvil.v1.BootProfile.status:type_name -> google.protobuf.Struct
+	41, // 10: anvil.v1.BootProfile.spec:type_name -> google.protobuf.Struct
+	41, // 11: anvil.v1.BootProfile.status:type_name -> google.protobuf.Struct
 	1,  // 12: anvil.v1.Workflow.metadata:type_name -> anvil.v1.ObjectMeta
-	38, // 13: anvil.v1.Workflow.spec:type_name -> google.protobuf.Struct
-	38, // 14: anvil.v1.Workflow.status:type_name -> google.protobuf.Struct
+	41, // 13: anvil.v1.Workflow.spec:type_name -> google.protobuf.Struct
+	41, // 14: anvil.v1.Workflow.status:type_name -> google.protobuf.Struct
 	2,  // 15: anvil.v1.CreateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
 	2,  // 16: anvil.v1.UpdateHardwareRequest.hardware:type_name -> anvil.v1.Hardware
 	2,  // 17: anvil.v1.HardwareList.items:type_name -> anvil.v1.Hardware
 	0,  // 18: anvil.v1.HardwareEvent.type:type_name -> anvil.v1.EventType
 	2,  // 19: anvil.v1.HardwareEvent.hardware:type_name -> anvil.v1.Hardware
-	3,  // 20: anvil.v1.CreateTemplateRequest.template:type_name -> anvil.v1.Template
-	3,  // 21: anvil.v1.UpdateTemplateRequest.template:type_name -> anvil.v1.Template
-	3,  // 22: anvil.v1.TemplateList.items:type_name -> anvil.v1.Template
-	0,  // 23: anvil.v1.TemplateEvent.type:type_name -> anvil.v1.EventType
-	3,  // 24: anvil.v1.TemplateEvent.template:type_name -> anvil.v1.Template
-	36, // 25: anvil.v1.RenderTemplateResponse.hardware_map:type_name -> anvil.v1.RenderTemplateResponse.HardwareMapEntry
-	4,  // 26: anvil.v1.CreateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
-	4,  // 27: anvil.v1.UpdateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
-	4,  // 28: anvil.v1.BootProfileList.items:type_name -> anvil.v1.BootProfile
-	0,  // 29: anvil.v1.BootProfileEvent.type:type_name -> anvil.v1.EventType
-	4,  // 30: anvil.v1.BootProfileEvent.boot_profile:type_name -> anvil.v1.BootProfile
-	5,  // 31: anvil.v1.CreateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
-	5,  // 32: anvil.v1.UpdateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
-	5,  // 33: anvil.v1.WorkflowList.items:type_name -> anvil.v1.Workflow
-	0,  // 34: anvil.v1.WorkflowEvent.type:type_name -> anvil.v1.EventType
-	5,  // 35: anvil.v1.WorkflowEvent.workflow:type_name -> anvil.v1.Workflow
-	5,  // 36: anvil.v1.ReprovisionResponse.workflow:type_name -> anvil.v1.Workflow
-	2,  // 37: anvil.v1.ReprovisionResponse.hardware:type_name -> anvil.v1.Hardware
-	32, // 38: anvil.v1.ApplyResponse.objects:type_name -> anvil.v1.AppliedObject
-	11, // 39: anvil.v1.HardwareService.Create:input_type -> anvil.v1.CreateHardwareRequest
-	6,  // 40: anvil.v1.HardwareService.Get:input_type -> anvil.v1.GetRequest
-	7,  // 41: anvil.v1.HardwareService.List:input_type -> anvil.v1.ListRequest
-	12, // 42: anvil.v1.HardwareService.Update:input_type -> anvil.v1.UpdateHardwareRequest
-	8,  // 43: anvil.v1.HardwareService.Delete:input_type -> anvil.v1.DeleteRequest
-	10, // 44: anvil.v1.HardwareService.Watch:input_type -> anvil.v1.WatchRequest
-	15, // 45: anvil.v1.TemplateService.Create:input_type -> anvil.v1.CreateTemplateRequest
-	6,  // 46: anvil.v1.TemplateService.Get:input_type -> anvil.v1.GetRequest
-	7,  // 47: anvil.v1.TemplateService.List:input_type -> anvil.v1.ListRequest
-	16, // 48: anvil.v1.TemplateService.Update:input_type -> anvil.v1.UpdateTemplateRequest
-	8,  // 49: anvil.v1.TemplateService.Delete:input_type -> anvil.v1.DeleteRequest
-	10, // 50: anvil.v1.TemplateService.Watch:input_type -> anvil.v1.WatchRequest
-	19, // 51: anvil.v1.TemplateService.Render:input_type -> anvil.v1.RenderTemplateRequest
-	21, // 52: anvil.v1.BootProfileService.Create:input_type -> anvil.v1.CreateBootProfileRequest
-	6,  // 53: anvil.v1.BootProfileService.Get:input_type -> anvil.v1.GetRequest
-	7,  // 54: anvil.v1.BootProfileService.List:input_type -> anvil.v1.ListRequest
-	22, // 55: anvil.v1.BootProfileService.Update:input_type -> anvil.v1.UpdateBootProfileRequest
-	8,  // 56: anvil.v1.BootProfileService.Delete:input_type -> anvil.v1.DeleteRequest
-	10, // 57: anvil.v1.BootProfileService.Watch:input_type -> anvil.v1.WatchRequest
-	25, // 58: anvil.v1.WorkflowService.Create:input_type -> anvil.v1.CreateWorkflowRequest
-	6,  // 59: anvil.v1.WorkflowService.Get:input_type -> anvil.v1.GetRequest
-	7,  // 60: anvil.v1.WorkflowService.List:input_type -> anvil.v1.ListRequest
-	26, // 61: anvil.v1.WorkflowService.Update:input_type -> anvil.v1.UpdateWorkflowRequest
-	8,  // 62: anvil.v1.WorkflowService.Delete:input_type -> anvil.v1.DeleteRequest
-	10, // 63: anvil.v1.WorkflowService.Watch:input_type -> anvil.v1.WatchRequest
-	29, // 64: anvil.v1.WorkflowService.Reprovision:input_type -> anvil.v1.ReprovisionRequest
-	31, // 65: anvil.v1.ManifestService.Apply:input_type -> anvil.v1.ApplyRequest
-	2,  // 66: anvil.v1.HardwareService.Create:output_type -> anvil.v1.Hardware
-	2,  // 67: anvil.v1.HardwareService.Get:output_type -> anvil.v1.Hardware
-	13, // 68: anvil.v1.HardwareService.List:output_type -> anvil.v1.HardwareList
-	2,  // 69: anvil.v1.HardwareService.Update:output_type -> anvil.v1.Hardware
-	9,  // 70: anvil.v1.HardwareService.Delete:output_type -> anvil.v1.DeleteResponse
-	14, // 71: anvil.v1.HardwareService.Watch:output_type -> anvil.v1.HardwareEvent
-	3,  // 72: anvil.v1.TemplateService.Create:output_type -> anvil.v1.Template
-	3,  // 73: anvil.v1.TemplateService.Get:output_type -> anvil.v1.Template
-	17, // 74: anvil.v1.TemplateService.List:output_type -> anvil.v1.TemplateList
-	3,  // 75: anvil.v1.TemplateService.Update:output_type -> anvil.v1.Template
-	9,  // 76: anvil.v1.TemplateService.Delete:output_type -> anvil.v1.DeleteResponse
-	18, // 77: anvil.v1.TemplateService.Watch:output_type -> anvil.v1.TemplateEvent
-	20, // 78: anvil.v1.TemplateService.Render:output_type -> anvil.v1.RenderTemplateResponse
-	4,  // 79: anvil.v1.BootProfileService.Create:output_type -> anvil.v1.BootProfile
-	4,  // 80: anvil.v1.BootProfileService.Get:output_type -> anvil.v1.BootProfile
-	23, // 81: anvil.v1.BootProfileService.List:output_type -> anvil.v1.BootProfileList
-	4,  // 82: anvil.v1.BootProfileService.Update:output_type -> anvil.v1.BootProfile
-	9,  // 83: anvil.v1.BootProfileService.Delete:output_type -> anvil.v1.DeleteResponse
-	24, // 84: anvil.v1.BootProfileService.Watch:output_type -> anvil.v1.BootProfileEvent
-	5,  // 85: anvil.v1.WorkflowService.Create:output_type -> anvil.v1.Workflow
-	5,  // 86: anvil.v1.WorkflowService.Get:output_type -> anvil.v1.Workflow
-	27, // 87: anvil.v1.WorkflowService.List:output_type -> anvil.v1.WorkflowList
-	5,  // 88: anvil.v1.WorkflowService.Update:output_type -> anvil.v1.Workflow
-	9,  // 89: anvil.v1.WorkflowService.Delete:output_type -> anvil.v1.DeleteResponse
-	28, // 90: anvil.v1.WorkflowService.Watch:output_type -> anvil.v1.WorkflowEvent
-	30, // 91: anvil.v1.WorkflowService.Reprovision:output_type -> anvil.v1.ReprovisionResponse
-	33, // 92: anvil.v1.ManifestService.Apply:output_type -> anvil.v1.ApplyResponse
-	66, // [66:93] is the sub-list for method output_type
-	39, // [39:66] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	2,  // 20: anvil.v1.SetNetbootResponse.hardware:type_name -> anvil.v1.Hardware
+	16, // 21: anvil.v1.SetNetbootResponse.changes:type_name -> anvil.v1.NetbootChange
+	3,  // 22: anvil.v1.CreateTemplateRequest.template:type_name -> anvil.v1.Template
+	3,  // 23: anvil.v1.UpdateTemplateRequest.template:type_name -> anvil.v1.Template
+	3,  // 24: anvil.v1.TemplateList.items:type_name -> anvil.v1.Template
+	0,  // 25: anvil.v1.TemplateEvent.type:type_name -> anvil.v1.EventType
+	3,  // 26: anvil.v1.TemplateEvent.template:type_name -> anvil.v1.Template
+	39, // 27: anvil.v1.RenderTemplateResponse.hardware_map:type_name -> anvil.v1.RenderTemplateResponse.HardwareMapEntry
+	4,  // 28: anvil.v1.CreateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
+	4,  // 29: anvil.v1.UpdateBootProfileRequest.boot_profile:type_name -> anvil.v1.BootProfile
+	4,  // 30: anvil.v1.BootProfileList.items:type_name -> anvil.v1.BootProfile
+	0,  // 31: anvil.v1.BootProfileEvent.type:type_name -> anvil.v1.EventType
+	4,  // 32: anvil.v1.BootProfileEvent.boot_profile:type_name -> anvil.v1.BootProfile
+	5,  // 33: anvil.v1.CreateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
+	5,  // 34: anvil.v1.UpdateWorkflowRequest.workflow:type_name -> anvil.v1.Workflow
+	5,  // 35: anvil.v1.WorkflowList.items:type_name -> anvil.v1.Workflow
+	0,  // 36: anvil.v1.WorkflowEvent.type:type_name -> anvil.v1.EventType
+	5,  // 37: anvil.v1.WorkflowEvent.workflow:type_name -> anvil.v1.Workflow
+	5,  // 38: anvil.v1.ReprovisionResponse.workflow:type_name -> anvil.v1.Workflow
+	2,  // 39: anvil.v1.ReprovisionResponse.hardware:type_name -> anvil.v1.Hardware
+	35, // 40: anvil.v1.ApplyResponse.objects:type_name -> anvil.v1.AppliedObject
+	11, // 41: anvil.v1.HardwareService.Create:input_type -> anvil.v1.CreateHardwareRequest
+	6,  // 42: anvil.v1.HardwareService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 43: anvil.v1.HardwareService.List:input_type -> anvil.v1.ListRequest
+	12, // 44: anvil.v1.HardwareService.Update:input_type -> anvil.v1.UpdateHardwareRequest
+	8,  // 45: anvil.v1.HardwareService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 46: anvil.v1.HardwareService.Watch:input_type -> anvil.v1.WatchRequest
+	15, // 47: anvil.v1.HardwareService.SetNetboot:input_type -> anvil.v1.SetNetbootRequest
+	18, // 48: anvil.v1.TemplateService.Create:input_type -> anvil.v1.CreateTemplateRequest
+	6,  // 49: anvil.v1.TemplateService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 50: anvil.v1.TemplateService.List:input_type -> anvil.v1.ListRequest
+	19, // 51: anvil.v1.TemplateService.Update:input_type -> anvil.v1.UpdateTemplateRequest
+	8,  // 52: anvil.v1.TemplateService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 53: anvil.v1.TemplateService.Watch:input_type -> anvil.v1.WatchRequest
+	22, // 54: anvil.v1.TemplateService.Render:input_type -> anvil.v1.RenderTemplateRequest
+	24, // 55: anvil.v1.BootProfileService.Create:input_type -> anvil.v1.CreateBootProfileRequest
+	6,  // 56: anvil.v1.BootProfileService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 57: anvil.v1.BootProfileService.List:input_type -> anvil.v1.ListRequest
+	25, // 58: anvil.v1.BootProfileService.Update:input_type -> anvil.v1.UpdateBootProfileRequest
+	8,  // 59: anvil.v1.BootProfileService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 60: anvil.v1.BootProfileService.Watch:input_type -> anvil.v1.WatchRequest
+	28, // 61: anvil.v1.WorkflowService.Create:input_type -> anvil.v1.CreateWorkflowRequest
+	6,  // 62: anvil.v1.WorkflowService.Get:input_type -> anvil.v1.GetRequest
+	7,  // 63: anvil.v1.WorkflowService.List:input_type -> anvil.v1.ListRequest
+	29, // 64: anvil.v1.WorkflowService.Update:input_type -> anvil.v1.UpdateWorkflowRequest
+	8,  // 65: anvil.v1.WorkflowService.Delete:input_type -> anvil.v1.DeleteRequest
+	10, // 66: anvil.v1.WorkflowService.Watch:input_type -> anvil.v1.WatchRequest
+	32, // 67: anvil.v1.WorkflowService.Reprovision:input_type -> anvil.v1.ReprovisionRequest
+	34, // 68: anvil.v1.ManifestService.Apply:input_type -> anvil.v1.ApplyRequest
+	2,  // 69: anvil.v1.HardwareService.Create:output_type -> anvil.v1.Hardware
+	2,  // 70: anvil.v1.HardwareService.Get:output_type -> anvil.v1.Hardware
+	13, // 71: anvil.v1.HardwareService.List:output_type -> anvil.v1.HardwareList
+	2,  // 72: anvil.v1.HardwareService.Update:output_type -> anvil.v1.Hardware
+	9,  // 73: anvil.v1.HardwareService.Delete:output_type -> anvil.v1.DeleteResponse
+	14, // 74: anvil.v1.HardwareService.Watch:output_type -> anvil.v1.HardwareEvent
+	17, // 75: anvil.v1.HardwareService.SetNetboot:output_type -> anvil.v1.SetNetbootResponse
+	3,  // 76: anvil.v1.TemplateService.Create:output_type -> anvil.v1.Template
+	3,  // 77: anvil.v1.TemplateService.Get:output_type -> anvil.v1.Template
+	20, // 78: anvil.v1.TemplateService.List:output_type -> anvil.v1.TemplateList
+	3,  // 79: anvil.v1.TemplateService.Update:output_type -> anvil.v1.Template
+	9,  // 80: anvil.v1.TemplateService.Delete:output_type -> anvil.v1.DeleteResponse
+	21, // 81: anvil.v1.TemplateService.Watch:output_type -> anvil.v1.TemplateEvent
+	23, // 82: anvil.v1.TemplateService.Render:output_type -> anvil.v1.RenderTemplateResponse
+	4,  // 83: anvil.v1.BootProfileService.Create:output_type -> anvil.v1.BootProfile
+	4,  // 84: anvil.v1.BootProfileService.Get:output_type -> anvil.v1.BootProfile
+	26, // 85: anvil.v1.BootProfileService.List:output_type -> anvil.v1.BootProfileList
+	4,  // 86: anvil.v1.BootProfileService.Update:output_type -> anvil.v1.BootProfile
+	9,  // 87: anvil.v1.BootProfileService.Delete:output_type -> anvil.v1.DeleteResponse
+	27, // 88: anvil.v1.BootProfileService.Watch:output_type -> anvil.v1.BootProfileEvent
+	5,  // 89: anvil.v1.WorkflowService.Create:output_type -> anvil.v1.Workflow
+	5,  // 90: anvil.v1.WorkflowService.Get:output_type -> anvil.v1.Workflow
+	30, // 91: anvil.v1.WorkflowService.List:output_type -> anvil.v1.WorkflowList
+	5,  // 92: anvil.v1.WorkflowService.Update:output_type -> anvil.v1.Workflow
+	9,  // 93: anvil.v1.WorkflowService.Delete:output_type -> anvil.v1.DeleteResponse
+	31, // 94: anvil.v1.WorkflowService.Watch:output_type -> anvil.v1.WorkflowEvent
+	33, // 95: anvil.v1.WorkflowService.Reprovision:output_type -> anvil.v1.ReprovisionResponse
+	36, // 96: anvil.v1.ManifestService.Apply:output_type -> anvil.v1.ApplyResponse
+	69, // [69:97] is the sub-list for method output_type
+	41, // [41:69] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_anvil_v1_resources_proto_init() }
@@ -2382,13 +2642,14 @@ func file_anvil_v1_resources_proto_init() {
 	if File_anvil_v1_resources_proto != nil {
 		return
 	}
+	file_anvil_v1_resources_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_anvil_v1_resources_proto_rawDesc), len(file_anvil_v1_resources_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -60,6 +60,9 @@ const (
 	HardwareServiceDeleteProcedure = "/anvil.v1.HardwareService/Delete"
 	// HardwareServiceWatchProcedure is the fully-qualified name of the HardwareService's Watch RPC.
 	HardwareServiceWatchProcedure = "/anvil.v1.HardwareService/Watch"
+	// HardwareServiceSetNetbootProcedure is the fully-qualified name of the HardwareService's
+	// SetNetboot RPC.
+	HardwareServiceSetNetbootProcedure = "/anvil.v1.HardwareService/SetNetboot"
 	// TemplateServiceCreateProcedure is the fully-qualified name of the TemplateService's Create RPC.
 	TemplateServiceCreateProcedure = "/anvil.v1.TemplateService/Create"
 	// TemplateServiceGetProcedure is the fully-qualified name of the TemplateService's Get RPC.
@@ -117,6 +120,14 @@ type HardwareServiceClient interface {
 	Update(context.Context, *connect.Request[v1.UpdateHardwareRequest]) (*connect.Response[v1.Hardware], error)
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.HardwareEvent], error)
+	// SetNetboot sets allowPXE and/or allowWorkflow on some or all of a
+	// Hardware's interfaces, changing nothing else of it: whether the
+	// machine may boot from the network (and run its workflow). It needs
+	// the permission Reprovision needs (operators have it), not the write
+	// permission of Update. Refusals: NOT_FOUND an unknown Hardware,
+	// INVALID_ARGUMENT a MAC not on it or a request that sets no flag,
+	// ABORTED a resource_version that is no longer the Hardware's.
+	SetNetboot(context.Context, *connect.Request[v1.SetNetbootRequest]) (*connect.Response[v1.SetNetbootResponse], error)
 }
 
 // NewHardwareServiceClient constructs a client for the anvil.v1.HardwareService service. By
@@ -166,17 +177,24 @@ func NewHardwareServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(hardwareServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		setNetboot: connect.NewClient[v1.SetNetbootRequest, v1.SetNetbootResponse](
+			httpClient,
+			baseURL+HardwareServiceSetNetbootProcedure,
+			connect.WithSchema(hardwareServiceMethods.ByName("SetNetboot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // hardwareServiceClient implements HardwareServiceClient.
 type hardwareServiceClient struct {
-	create *connect.Client[v1.CreateHardwareRequest, v1.Hardware]
-	get    *connect.Client[v1.GetRequest, v1.Hardware]
-	list   *connect.Client[v1.ListRequest, v1.HardwareList]
-	update *connect.Client[v1.UpdateHardwareRequest, v1.Hardware]
-	delete *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
-	watch  *connect.Client[v1.WatchRequest, v1.HardwareEvent]
+	create     *connect.Client[v1.CreateHardwareRequest, v1.Hardware]
+	get        *connect.Client[v1.GetRequest, v1.Hardware]
+	list       *connect.Client[v1.ListRequest, v1.HardwareList]
+	update     *connect.Client[v1.UpdateHardwareRequest, v1.Hardware]
+	delete     *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	watch      *connect.Client[v1.WatchRequest, v1.HardwareEvent]
+	setNetboot *connect.Client[v1.SetNetbootRequest, v1.SetNetbootResponse]
 }
 
 // Create calls anvil.v1.HardwareService.Create.
@@ -209,6 +227,11 @@ func (c *hardwareServiceClient) Watch(ctx context.Context, req *connect.Request[
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// SetNetboot calls anvil.v1.HardwareService.SetNetboot.
+func (c *hardwareServiceClient) SetNetboot(ctx context.Context, req *connect.Request[v1.SetNetbootRequest]) (*connect.Response[v1.SetNetbootResponse], error) {
+	return c.setNetboot.CallUnary(ctx, req)
+}
+
 // HardwareServiceHandler is an implementation of the anvil.v1.HardwareService service.
 type HardwareServiceHandler interface {
 	Create(context.Context, *connect.Request[v1.CreateHardwareRequest]) (*connect.Response[v1.Hardware], error)
@@ -217,6 +240,14 @@ type HardwareServiceHandler interface {
 	Update(context.Context, *connect.Request[v1.UpdateHardwareRequest]) (*connect.Response[v1.Hardware], error)
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.DeleteResponse], error)
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.HardwareEvent]) error
+	// SetNetboot sets allowPXE and/or allowWorkflow on some or all of a
+	// Hardware's interfaces, changing nothing else of it: whether the
+	// machine may boot from the network (and run its workflow). It needs
+	// the permission Reprovision needs (operators have it), not the write
+	// permission of Update. Refusals: NOT_FOUND an unknown Hardware,
+	// INVALID_ARGUMENT a MAC not on it or a request that sets no flag,
+	// ABORTED a resource_version that is no longer the Hardware's.
+	SetNetboot(context.Context, *connect.Request[v1.SetNetbootRequest]) (*connect.Response[v1.SetNetbootResponse], error)
 }
 
 // NewHardwareServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -262,6 +293,12 @@ func NewHardwareServiceHandler(svc HardwareServiceHandler, opts ...connect.Handl
 		connect.WithSchema(hardwareServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	hardwareServiceSetNetbootHandler := connect.NewUnaryHandler(
+		HardwareServiceSetNetbootProcedure,
+		svc.SetNetboot,
+		connect.WithSchema(hardwareServiceMethods.ByName("SetNetboot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/anvil.v1.HardwareService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case HardwareServiceCreateProcedure:
@@ -276,6 +313,8 @@ func NewHardwareServiceHandler(svc HardwareServiceHandler, opts ...connect.Handl
 			hardwareServiceDeleteHandler.ServeHTTP(w, r)
 		case HardwareServiceWatchProcedure:
 			hardwareServiceWatchHandler.ServeHTTP(w, r)
+		case HardwareServiceSetNetbootProcedure:
+			hardwareServiceSetNetbootHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -307,6 +346,10 @@ func (UnimplementedHardwareServiceHandler) Delete(context.Context, *connect.Requ
 
 func (UnimplementedHardwareServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.HardwareEvent]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.HardwareService.Watch is not implemented"))
+}
+
+func (UnimplementedHardwareServiceHandler) SetNetboot(context.Context, *connect.Request[v1.SetNetbootRequest]) (*connect.Response[v1.SetNetbootResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("anvil.v1.HardwareService.SetNetboot is not implemented"))
 }
 
 // TemplateServiceClient is a client for the anvil.v1.TemplateService service.
