@@ -277,11 +277,8 @@ func (u *UI) powerEvents(w http.ResponseWriter, r *request) {
 		http.Error(w, "the store cannot be watched: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	tick := time.NewTicker(sseKeepAlive)
-	defer tick.Stop()
+	es := u.openEvents(w, r.Request)
+	defer es.close()
 	var last string
 	for {
 		var buf bytes.Buffer
@@ -291,19 +288,15 @@ func (u *UI) powerEvents(w http.ResponseWriter, r *request) {
 		}
 		if s := buf.String(); s != last {
 			last = s
-			writeEvent(w, "power", s)
-			if err := rc.Flush(); err != nil {
+			if es.send("power", s) != nil {
 				return
 			}
 		}
 		select {
-		case <-ctx.Done():
+		case <-es.done():
 			return
-		case <-u.stopped:
-			return
-		case <-tick.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-			if err := rc.Flush(); err != nil {
+		case <-es.keepAlive():
+			if es.ping() != nil {
 				return
 			}
 		case ev, ok := <-machines:

@@ -3,7 +3,6 @@ package ui
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -188,29 +187,23 @@ func (u *UI) hardwareEvents(w http.ResponseWriter, r *request) {
 	}
 	feed := u.followLogs(logstore.MachineSelection(hw))
 	defer feed.close()
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	if feed.start(w) != nil || rc.Flush() != nil {
+	es := u.openEvents(w, r.Request)
+	defer es.close()
+	if feed.start(w) != nil || es.flush() != nil {
 		return
 	}
-	tick := time.NewTicker(sseKeepAlive)
-	defer tick.Stop()
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-es.done():
 			return
-		case <-u.stopped:
-			return
-		case <-tick.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-		case <-feed.ready():
-			if feed.next(w) != nil {
+		case <-es.keepAlive():
+			if es.ping() != nil {
 				return
 			}
-		}
-		if rc.Flush() != nil {
-			return
+		case <-feed.ready():
+			if feed.next(w) != nil || es.flush() != nil {
+				return
+			}
 		}
 	}
 }

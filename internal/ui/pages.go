@@ -22,10 +22,6 @@ import (
 	"github.com/anvilproj/anvil/internal/store"
 )
 
-// sseKeepAlive is how often an idle event stream sends a comment, so a
-// proxy between the browser and the server does not cut it as idle.
-const sseKeepAlive = 25 * time.Second
-
 // parsePages parses each page of templates/ with the layout.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -350,21 +346,17 @@ func (u *UI) workflowEvents(w http.ResponseWriter, r *request) {
 		http.Error(w, "no workflow "+key, http.StatusNotFound)
 		return
 	}
-	rc := http.NewResponseController(w)
 	changed, stop := u.view.subscribe(key)
 	defer stop()
 	feed := u.followLogs(logstore.Selection{WorkflowID: key})
 	defer feed.close()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	tick := time.NewTicker(sseKeepAlive)
-	defer tick.Stop()
+	es := u.openEvents(w, r.Request)
+	defer es.close()
 	var last string
 	for {
 		wf := u.view.workflow(key)
 		if wf == nil {
-			fmt.Fprint(w, "event: gone\ndata: deleted\n\n")
-			_ = rc.Flush()
+			_ = es.send("gone", "deleted")
 			return
 		}
 		if wf.ResourceVersion != last {
@@ -374,46 +366,30 @@ func (u *UI) workflowEvents(w http.ResponseWriter, r *request) {
 				u.log.Error("ui: workflow fragment failed to render", "workflow", key, "err", err)
 				return
 			}
-			writeEvent(w, "actions", buf.String())
-			if err := rc.Flush(); err != nil {
+			if es.send("actions", buf.String()) != nil {
 				return
 			}
 		}
 		if feed != nil && !feed.started {
 			// The log's tail follows the first progress event.
-			if feed.start(w) != nil || rc.Flush() != nil {
+			if feed.start(w) != nil || es.flush() != nil {
 				return
 			}
 		}
 		select {
-		case <-r.Context().Done():
+		case <-es.done():
 			return
-		case <-u.stopped:
-			return
-		case <-tick.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-			if err := rc.Flush(); err != nil {
+		case <-es.keepAlive():
+			if es.ping() != nil {
 				return
 			}
 		case <-changed:
 		case <-feed.ready():
-			if feed.next(w) != nil || rc.Flush() != nil {
+			if feed.next(w) != nil || es.flush() != nil {
 				return
 			}
 		}
 	}
-}
-
-// writeEvent writes one SSE event; each line of data is a "data:" field
-// (the browser joins them with newlines).
-func writeEvent(w http.ResponseWriter, event, data string) {
-	var b strings.Builder
-	b.WriteString("event: " + event + "\n")
-	for line := range strings.SplitSeq(data, "\n") {
-		b.WriteString("data: " + strings.TrimSuffix(line, "\r") + "\n")
-	}
-	b.WriteString("\n")
-	_, _ = w.Write([]byte(b.String()))
 }
 
 // stateClass is the CSS class of a state, for its colour.
