@@ -108,4 +108,3 @@ func (r *Reloader) ReloadTLS() (string, error) {
 	}
 	return "certificate files reloaded", nil
 }
-

@@ -97,7 +97,7 @@ type Supervisor struct {
 	cause    *Error // the first failure; it ends the start and the run
 	failed   chan struct{}
 	serving  chan struct{} // closed when the state becomes serving
-	errs     []error // every failure, the cause first, in the order seen
+	errs     []error       // every failure, the cause first, in the order seen
 }
 
 type stage struct {
