@@ -9,7 +9,8 @@
 // It owns reading and checking the file and the environment (unknown keys
 // and wrong types refused with the key and its line), recording which
 // source each value came from, and printing the effective configuration
-// (--print-config) with secrets redacted. It does not know what any flag
+// (--print-config) with secrets redacted, and reading it all again while
+// the command runs (reload.go). It does not know what any flag
 // means: the command validates the values as it validates flags.
 package config
 
