@@ -70,3 +70,7 @@ func (c *Config) Adopt(s Setting) error {
 	}
 	return fmt.Errorf("config: no setting %s", s.Flag.Name)
 }
+
+// Strings is the setting's value in the form its flag takes: one string,
+// or a list's items.
+func (s Setting) Strings() []string { return current(s.Flag) }

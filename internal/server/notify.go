@@ -17,19 +17,25 @@ import (
 // What Run tells a service manager (Config.Notify), and what a reload can
 // change in a running server (Config.Reloader).
 
-// notifyComponent is the last stage's component: READY=1 once every stage
-// is up (every listener bound and served, the store open), then the
-// watchdog's pings while the server is alive, and STOPPING=1 when the
-// shutdown starts (this stage stops first). Nil when there is nothing to
+// notifyComponent is the last stage's component. Once every stage is up
+// (every listener bound and served, the store open) it lets reloads
+// through (Reloader.Serving) and tells systemd READY=1; then it pings the
+// watchdog while the server is alive, and says STOPPING=1 when the
+// shutdown starts (this stage stops first). Nil when there is no one to
 // tell.
 func notifyComponent(cfg Config, sup *supervise.Supervisor, st store.Store, status string) []supervise.Component {
-	if cfg.Notify == nil {
+	if cfg.Notify == nil && cfg.Reloader == nil {
 		return nil
 	}
 	return []supervise.Component{{Name: "systemd notify", Run: func(ctx context.Context) error {
 		select {
 		case <-sup.Serving():
 		case <-ctx.Done():
+			return nil
+		}
+		cfg.Reloader.serve()
+		if cfg.Notify == nil {
+			<-ctx.Done()
 			return nil
 		}
 		if err := cfg.Notify.Ready(status); err != nil {
@@ -78,8 +84,34 @@ func readyStatus(lns []namedListener, boot *bootServices) string {
 // caller makes it and passes it in Config.Reloader, Run fills it in. Its
 // zero value reloads nothing. Safe for concurrent use.
 type Reloader struct {
-	mu  sync.Mutex
-	tls *tlsconf.FileSource // nil: TLS off, or a generated certificate
+	mu      sync.Mutex
+	tls     *tlsconf.FileSource // nil: TLS off, or a generated certificate
+	serving chan struct{}       // closed once the server is up
+}
+
+// Serving returns a channel closed once every stage of the server is up.
+// A reload asked for before then waits for it: it would tell systemd
+// READY=1 before the server is.
+func (r *Reloader) Serving() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.servingLocked()
+}
+
+func (r *Reloader) servingLocked() chan struct{} {
+	if r.serving == nil {
+		r.serving = make(chan struct{})
+	}
+	return r.serving
+}
+
+func (r *Reloader) serve() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	close(r.servingLocked())
 }
 
 func (r *Reloader) setTLS(src *tlsconf.FileSource) {
