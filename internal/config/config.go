@@ -185,6 +185,12 @@ type Config struct {
 	// Warnings are what is suspicious but not refused: an ANVIL_*
 	// variable that is no setting (a typo?).
 	Warnings []string
+
+	// loaded is each setting's value as Load left it, by name: what
+	// Changed compares with, since the command may change the variables
+	// its flags are bound to after (a default filled in, an "off" flag
+	// turned into a zero).
+	loaded map[string][]string
 }
 
 // Load reads the file and the environment and sets each flag of
@@ -300,6 +306,10 @@ func load(o Options, data []byte, found bool) (*Config, error) {
 		}
 	}
 	c.Warnings = strayVariables(o)
+	c.loaded = map[string][]string{}
+	for _, s := range c.Settings {
+		c.loaded[s.Flag.Name] = current(s.Flag)
+	}
 	return c, nil
 }
 

@@ -42,16 +42,13 @@ func (c CommandLine) Apply(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// Changed lists the settings of next whose values differ from c's, in
+// Changed lists the settings of next whose values differ from those c
+// was loaded with (whatever the command did with its flags since), in
 // name order: next's Settings, holding the new values and their sources.
 func (c *Config) Changed(next *Config) []Setting {
-	was := map[string][]string{}
-	for _, s := range c.Settings {
-		was[s.Flag.Name] = current(s.Flag)
-	}
 	var changed []Setting
 	for _, s := range next.Settings {
-		if old, ok := was[s.Flag.Name]; !ok || !slices.Equal(old, current(s.Flag)) {
+		if old, ok := c.loaded[s.Flag.Name]; !ok || !slices.Equal(old, current(s.Flag)) {
 			changed = append(changed, s)
 		}
 	}
@@ -65,6 +62,7 @@ func (c *Config) Adopt(s Setting) error {
 	for i := range c.Settings {
 		if c.Settings[i].Flag.Name == s.Flag.Name {
 			c.Settings[i].Source, c.Settings[i].Line = s.Source, s.Line
+			c.loaded[s.Flag.Name] = current(s.Flag)
 			return set(c.Settings[i].Flag, current(s.Flag))
 		}
 	}

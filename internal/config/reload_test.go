@@ -18,6 +18,11 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the command does with its flags after Load is no change of
+	// the configuration.
+	if err := fs.Set("bind", "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
 	fresh := testFlags()
 	if err := cmdLine.Apply(fresh); err != nil {
 		t.Fatal(err)
