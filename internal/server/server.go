@@ -6,7 +6,8 @@
 // and its own), then shuts all of it down gracefully when its context ends.
 //
 // It owns the wiring only — what is opened, in which order, and which
-// long-lived components run in which stage (Run); the lifecycle of those
+// long-lived components run in which stage (Run), and when it is ready
+// and alive for systemd (notify.go); the lifecycle of those
 // components, their ordered start and stop, is internal/supervise's. It
 // must not implement request handling (internal/api), workflow logic
 // (internal/workflow), storage (internal/store) or a protocol (dhcp, tftp,
