@@ -59,7 +59,7 @@ func TestNotifyLifecycle(t *testing.T) {
 		TLS:       true, TLSCertFile: certFile, TLSKeyFile: keyFile,
 		Logger:      slog.New(slog.NewTextHandler(newSyncBuffer(), nil)),
 		DisableDHCP: true, DisableTFTP: true, DisableSyslog: true, DisableMetadata: true,
-		Notify: n, WatchdogEvery: 10 * time.Millisecond, Reloader: reloader,
+		Notify: n, WatchdogEvery: 50 * time.Millisecond, Reloader: reloader,
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -96,9 +96,15 @@ func TestNotifyLifecycle(t *testing.T) {
 	if len(statuses) == 0 || statuses[0] != "STATUS=opening the store\n" {
 		t.Errorf("statuses before READY=1: %q; want the start's phases, from opening the store", statuses)
 	}
-	for range 2 {
-		if msg := next(); msg != "WATCHDOG=1\n" {
-			t.Errorf("after READY=1: %q; want watchdog pings", msg)
+	// Two pings; a check that did not pass in time on a machine loaded
+	// by other tests says so in between (internal/systemd's tests show
+	// what the watchdog sends when).
+	for pings := 0; pings < 2; {
+		switch msg := next(); {
+		case strings.HasPrefix(msg, "WATCHDOG=1\n"):
+			pings++
+		case !strings.HasPrefix(msg, "STATUS=not alive: "):
+			t.Fatalf("after READY=1: %q; want watchdog pings", msg)
 		}
 	}
 
@@ -116,7 +122,7 @@ func TestNotifyLifecycle(t *testing.T) {
 	cancel()
 	for {
 		msg := next()
-		if msg == "WATCHDOG=1\n" {
+		if strings.HasPrefix(msg, "WATCHDOG=1\n") || strings.HasPrefix(msg, "STATUS=not alive: ") {
 			continue
 		}
 		if msg != "STOPPING=1\nSTATUS=shutting down\n" {

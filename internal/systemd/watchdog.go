@@ -22,9 +22,12 @@ type Watchdog struct {
 	// Every is the ping interval (WatchdogEvery). Required.
 	Every time.Duration
 	// Check reports whether the process is alive: nil if so. Its context
-	// ends after Every. A check that never returns is a failing one; no
-	// second check is started while it hangs. Required.
+	// ends after Timeout. A check that has not returned by then is a
+	// failing one, and no second check is started while it hangs: its
+	// answer, when it comes, is the next one. Required.
 	Check func(context.Context) error
+	// Timeout bounds a check; if 0, Every (the next ping is due then).
+	Timeout time.Duration
 	// Status is the STATUS= text sent again when a failing check passes
 	// again.
 	Status string
@@ -45,6 +48,10 @@ func (w *Watchdog) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	timeout := w.Timeout
+	if timeout <= 0 {
+		timeout = w.Every
+	}
 	t := clk.NewTicker(w.Every)
 	defer t.Stop()
 	var pending chan error // the hung check's answer, nil when none hangs
@@ -58,7 +65,7 @@ func (w *Watchdog) Run(ctx context.Context) error {
 		if pending == nil {
 			pending = make(chan error, 1)
 			go func(done chan<- error) {
-				cctx, cancel := context.WithTimeout(ctx, w.Every)
+				cctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
 				done <- w.Check(cctx)
 			}(pending)
@@ -67,7 +74,7 @@ func (w *Watchdog) Run(ctx context.Context) error {
 		select {
 		case err = <-pending:
 			pending = nil
-		case <-clk.After(w.Every):
+		case <-clk.After(timeout):
 			err = errHung
 		case <-ctx.Done():
 			return nil
