@@ -38,6 +38,7 @@ FUZZ_TARGETS := \
 	./internal/agentcmdline:FuzzParse \
 	./internal/agentcmdline:FuzzBuild \
 	./internal/macaddr:FuzzParse \
+	./internal/systemd:FuzzEnv \
 	./internal/untar:FuzzEntryPath \
 	./internal/untar:FuzzExtract \
 	./internal/oci:FuzzParseSettings \

@@ -326,18 +326,8 @@ func servesFlag(t *testing.T, name string) *pflag.Flag {
 // log lines in JSON.
 func TestServeConfigFileTakesEffect(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "anvil")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close() // a free port for the file to name; taken again by anvil at once
+	bin := buildAnvil(t, dir)
+	port := freePort(t)
 	file := filepath.Join(dir, "anvil.yaml")
 	if err := os.WriteFile(file, []byte(`# anvil serve on loopback, HTTP only
 data-dir: `+filepath.Join(dir, "data")+`
@@ -420,6 +410,32 @@ no-console: true
 	if strings.Contains(stderr.String(), `"service":"grpc"`) || !strings.Contains(stderr.String(), "config file read") {
 		t.Errorf("the file's no-grpc did not take, or its reading was not logged:\n%s", stderr.String())
 	}
+}
+
+// buildAnvil builds this command into dir and returns its path, for
+// tests that run `anvil serve` as a process of its own (signals, its
+// environment).
+func buildAnvil(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "anvil")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freePort returns a TCP port free on 127.0.0.1 now, for a config file to
+// name; anvil takes it again at once.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // writeFile writes a config file of text to a new temporary directory.

@@ -20,6 +20,7 @@ import (
 	"github.com/anvilproj/anvil/internal/leader"
 	"github.com/anvilproj/anvil/internal/metadata"
 	"github.com/anvilproj/anvil/internal/server"
+	"github.com/anvilproj/anvil/internal/systemd"
 	"github.com/anvilproj/anvil/internal/ui"
 	"github.com/anvilproj/anvil/internal/version"
 )
@@ -35,6 +36,7 @@ func newServeCmd() *cobra.Command {
 	var settings *config.Config // the file's and the environment's part, read before the logger is made
 	var oidc ui.OIDC
 	var oidcSecretFile string
+	var cmdLine config.CommandLine // what the command line gave, for a reload
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Anvil server: API, workflow engine, boot services (DHCP, TFTP, HTTP, syslog), metadata, BMCs and the serial console",
@@ -51,6 +53,13 @@ change), or is issued by a CA generated once in DATA_DIR/tls; its SHA-256
 fingerprint is logged at start and ` + "`anvil tls ca`" + ` prints it for clients to
 trust. The HTTP port stays plain: firmware cannot do TLS. See docs/tls.md.
 
+Under systemd (Type=notify) it says READY=1 once every listener serves,
+pings the watchdog while its store answers, and on SIGHUP re-reads the
+TLS certificate files and the config file: log-level changes at once,
+other changed settings are logged as taking effect at restart, and a
+file that does not parse is logged and the running configuration kept.
+See docs/systemd.md.
+
 Under systemd socket activation (LISTEN_FDS, LISTEN_FDNAMES naming each
 socket http, https, grpc or metadata) the TCP listeners passed are served
 instead of --bind and the ports.
@@ -65,11 +74,11 @@ docs/configuration.md.`,
 		// The file and the environment fill in the flags before the
 		// root's hook makes the logger from --log-format and --log-level.
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			o, err := config.ForCommand(cmd, cmdbase.FlagLogFormat, cmdbase.FlagLogLevel)
+			o, err := serveOptions(cmd)
 			if err != nil {
 				return err
 			}
-			o.Reserved = append(slices.Clone(cli.EnvVars), agentcmd.EnvToken)
+			cmdLine = config.CommandLineOf(cmd.Flags())
 			if settings, err = config.Load(o); err != nil {
 				return err
 			}
@@ -87,6 +96,18 @@ docs/configuration.md.`,
 				cfg.Logger.Info("config file read", "path", settings.File)
 			}
 			cfg.TLS = !noTLS
+			// systemd (docs/systemd.md): readiness, the watchdog, and
+			// SIGHUP reloads, caught from here on.
+			sd, err := systemd.FromEnv()
+			if err != nil {
+				return err
+			}
+			cfg.Notify, cfg.WatchdogEvery, cfg.Reloader = sd.Notifier, sd.WatchdogEvery, &server.Reloader{}
+			if cfg.WatchdogEvery > 0 && cfg.Notify == nil {
+				cfg.Logger.Warn("WATCHDOG_USEC is set but NOTIFY_SOCKET is not: no watchdog pings can be sent")
+			}
+			stopReloads := (&reloader{cmdLine: cmdLine, running: settings, server: cfg.Reloader, notify: cfg.Notify, log: cfg.Logger}).watch(cmd.Context())
+			defer stopReloads()
 			lns, err := server.InheritedListeners() // socket activation, if any
 			if err != nil {
 				return err
@@ -245,6 +266,18 @@ docs/configuration.md.`,
 	config.MarkSecret(f, "tls-key", "seal-key-file", "console-host-key", "registry-auth-file", "kubeconfig", "ui-oidc-client-secret-file")
 	config.AddFlags(f)
 	return cmd
+}
+
+// serveOptions is what `anvil serve` reads its config file and
+// environment with, at start and at each reload: its flags and the
+// logging ones as keys, none of the clients' variables.
+func serveOptions(cmd *cobra.Command) (config.Options, error) {
+	o, err := config.ForCommand(cmd, cmdbase.FlagLogFormat, cmdbase.FlagLogLevel)
+	if err != nil {
+		return o, err
+	}
+	o.Reserved = append(slices.Clone(cli.EnvVars), agentcmd.EnvToken)
+	return o, nil
 }
 
 // defaultBootISO is Debian's iPXE ISO (package ipxe): --boot-iso's default.

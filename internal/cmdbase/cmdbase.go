@@ -14,14 +14,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/anvilproj/anvil/internal/systemd"
 	"github.com/anvilproj/anvil/internal/version"
 )
 
@@ -75,23 +78,58 @@ func NewRoot(use, short string) *cobra.Command {
 	return root
 }
 
+// logLevel is the level of the logger the root's hook made last: what
+// SetLogLevel changes while the program runs.
+var logLevel atomic.Pointer[slog.LevelVar]
+
 // newLogger builds the slog logger the --log-format and --log-level flags
-// ask for, writing to standard error.
+// ask for, writing to standard error: as journald wants it (no time, a
+// priority prefix) when standard error is the journal stream systemd
+// gave the service, else with the time.
 func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
 	format, _ := cmd.Flags().GetString(FlagLogFormat)
 	levelName, _ := cmd.Flags().GetString(FlagLogLevel)
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(levelName)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", levelName)
+	level := new(slog.LevelVar)
+	if err := setLevel(level, levelName); err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var mk func(io.Writer, *slog.HandlerOptions) slog.Handler
 	switch strings.ToLower(format) {
 	case "text":
-		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts)), nil
+		mk = func(w io.Writer, o *slog.HandlerOptions) slog.Handler { return slog.NewTextHandler(w, o) }
 	case "json":
-		return slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts)), nil
+		mk = func(w io.Writer, o *slog.HandlerOptions) slog.Handler { return slog.NewJSONHandler(w, o) }
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	w := cmd.ErrOrStderr()
+	logLevel.Store(level)
+	if f, ok := w.(*os.File); ok && systemd.IsJournalStream(f) {
+		return slog.New(systemd.NewJournalHandler(w, opts, mk)), nil
+	}
+	return slog.New(mk(w, opts)), nil
+}
+
+// setLevel sets v to the level name (--log-level's values).
+func setLevel(v *slog.LevelVar, name string) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(name)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", name)
+	}
+	v.Set(level)
+	return nil
+}
+
+// SetLogLevel changes the level of the default logger the root's hook
+// made, at once and for every goroutine: `anvil serve` applies a changed
+// log-level on SIGHUP so.
+func SetLogLevel(name string) error {
+	v := logLevel.Load()
+	if v == nil {
+		return errors.New("no logger made by the root command")
+	}
+	return setLevel(v, name)
 }
 
 // NewVersionCmd returns the version command.

@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -79,5 +84,71 @@ func TestVersionCmd(t *testing.T) {
 	code, out := execute(root, "version")
 	if code != 0 || !strings.HasPrefix(out, "anvil ") {
 		t.Errorf("version: exit code %d, output %q; want 0 and the version line", code, out)
+	}
+}
+
+// TestJournaldLogs: with standard error the journal stream systemd named
+// in JOURNAL_STREAM, each line carries its priority as journald's <N>
+// prefix and no time (the journal stamps it); with the variable naming
+// another stream, lines are as on a terminal, with the time. SetLogLevel
+// changes the level of the logger made.
+func TestJournaldLogs(t *testing.T) {
+	defer slog.SetDefault(slog.Default())
+	for _, tc := range []struct {
+		name    string
+		journal bool
+		format  string
+		want    *regexp.Regexp
+	}{
+		{"journal text", true, "text", regexp.MustCompile(`^<6>level=INFO msg=hello n=1\n<4>level=WARN msg=careful\n<7>level=DEBUG msg=detail\n$`)},
+		{"journal json", true, "json", regexp.MustCompile(`^<6>\{"level":"INFO","msg":"hello","n":1\}\n<4>\{"level":"WARN","msg":"careful"\}\n<7>\{"level":"DEBUG","msg":"detail"\}\n$`)},
+		{"terminal", false, "text", regexp.MustCompile(`^time=\S+ level=INFO msg=hello n=1\ntime=\S+ level=WARN msg=careful\ntime=\S+ level=DEBUG msg=detail\n$`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			stderr, err := os.Create(filepath.Join(dir, "stderr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stderr.Close()
+			named := stderr
+			if !tc.journal {
+				// JOURNAL_STREAM inherited from a service whose stderr
+				// this is not.
+				if named, err = os.Create(filepath.Join(dir, "journal")); err != nil {
+					t.Fatal(err)
+				}
+				defer named.Close()
+			}
+			fi, err := named.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
+			root := NewRoot("tool", "a test tool")
+			root.AddCommand(&cobra.Command{Use: "do", RunE: func(*cobra.Command, []string) error {
+				slog.Info("hello", "n", 1)
+				slog.Warn("careful")
+				slog.Debug("hidden") // at info
+				if err := SetLogLevel("debug"); err != nil {
+					return err
+				}
+				slog.Debug("detail")
+				return SetLogLevel("loud")
+			}})
+			root.SetErr(stderr)
+			root.SetArgs([]string{"do", "--log-format", tc.format})
+			if err := root.Execute(); err == nil || !strings.Contains(err.Error(), `--log-level "loud"`) {
+				t.Errorf("SetLogLevel(loud) = %v; want refused", err)
+			}
+			b, err := os.ReadFile(stderr.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want.Match(b) {
+				t.Errorf("got\n%s\nwant %s", b, tc.want)
+			}
+		})
 	}
 }

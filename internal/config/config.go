@@ -9,7 +9,8 @@
 // It owns reading and checking the file and the environment (unknown keys
 // and wrong types refused with the key and its line), recording which
 // source each value came from, and printing the effective configuration
-// (--print-config) with secrets redacted. It does not know what any flag
+// (--print-config) with secrets redacted, and reading it all again while
+// the command runs (reload.go). It does not know what any flag
 // means: the command validates the values as it validates flags.
 package config
 
@@ -184,6 +185,12 @@ type Config struct {
 	// Warnings are what is suspicious but not refused: an ANVIL_*
 	// variable that is no setting (a typo?).
 	Warnings []string
+
+	// loaded is each setting's value as Load left it, by name: what
+	// Changed compares with, since the command may change the variables
+	// its flags are bound to after (a default filled in, an "off" flag
+	// turned into a zero).
+	loaded map[string][]string
 }
 
 // Load reads the file and the environment and sets each flag of
@@ -299,6 +306,10 @@ func load(o Options, data []byte, found bool) (*Config, error) {
 		}
 	}
 	c.Warnings = strayVariables(o)
+	c.loaded = map[string][]string{}
+	for _, s := range c.Settings {
+		c.loaded[s.Flag.Name] = current(s.Flag)
+	}
 	return c, nil
 }
 

@@ -256,14 +256,26 @@ func httpServers(cfg Config, lns []namedListener, h handlers, tlsConf *tls.Confi
 // opens the gate of a server already running) and returns what Serve
 // returns. Asked to stop, it ends the API's watches and long polls
 // (stopping), stops accepting and gives the calls in flight up to timeout
-// before closing their connections.
+// before closing their connections. It is ready once begun: the HTTP
+// port's gate is open then, so that what comes after it (READY=1 to
+// systemd) finds the real routes answering, not the gate's 503.
 func serveHTTP(l namedListener, srv *http.Server, begin func() <-chan error, stopping func(), timeout time.Duration, log *slog.Logger) supervise.Component {
+	begun := make(chan struct{})
 	return supervise.Component{
 		Name:        fmt.Sprintf("%s listener %s", l.name, l.ln.Addr()),
 		StopTimeout: timeout + closeGrace,
+		Ready: func(ctx context.Context) error {
+			select {
+			case <-begun:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
 		Run: func(ctx context.Context) error {
 			log.Info("listening", "service", l.name, "addr", l.ln.Addr().String())
 			served := begin()
+			close(begun)
 			select {
 			case err := <-served:
 				return err

@@ -6,7 +6,8 @@
 // and its own), then shuts all of it down gracefully when its context ends.
 //
 // It owns the wiring only — what is opened, in which order, and which
-// long-lived components run in which stage (Run); the lifecycle of those
+// long-lived components run in which stage (Run), and when it is ready
+// and alive for systemd (notify.go); the lifecycle of those
 // components, their ordered start and stop, is internal/supervise's. It
 // must not implement request handling (internal/api), workflow logic
 // (internal/workflow), storage (internal/store) or a protocol (dhcp, tftp,
@@ -38,6 +39,7 @@ import (
 	"github.com/anvilproj/anvil/internal/oci"
 	"github.com/anvilproj/anvil/internal/store/backend"
 	"github.com/anvilproj/anvil/internal/supervise"
+	"github.com/anvilproj/anvil/internal/systemd"
 	"github.com/anvilproj/anvil/internal/ui"
 	"github.com/anvilproj/anvil/internal/version"
 	"github.com/anvilproj/anvil/internal/workflow"
@@ -331,6 +333,19 @@ type Config struct {
 	// certificate, besides the public IP, the bind address, the machine's
 	// addresses, localhost and the hostname.
 	TLSSANs []string
+
+	// Notify, if not nil, is told of the server's lifecycle as systemd's
+	// Type=notify wants it (docs/systemd.md): STATUS= lines while it
+	// starts, READY=1 once every stage is up — every listener bound and
+	// served, the store open — and STOPPING=1 when the shutdown starts.
+	Notify *systemd.Notifier
+	// WatchdogEvery, with Notify, pings systemd's watchdog this often
+	// while the server is alive: its stages up and its store answering a
+	// read. 0: no pings.
+	WatchdogEvery time.Duration
+	// Reloader, if not nil, is filled in by Run with what a reload
+	// (SIGHUP) can reload in the running server.
+	Reloader *Reloader
 }
 
 // Listeners are the TCP listeners a caller may open for Run (see
@@ -384,9 +399,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	early := serveEarly(lns)
 	res.add(early.close)
 	cfg.Store.Waiting = early.waiting
+	phase := func(doing string) {
+		early.phase(doing)
+		cfg.Notify.Status(doing)
+	}
 
 	// Stage 1: storage, and the writer of machine records into it.
-	early.phase("opening the store")
+	phase("opening the store")
 	st, logs, err := openStores(ctx, cfg, &res)
 	if err != nil {
 		return err
@@ -398,7 +417,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Stage 2: the keys the replicas share (the generated CA among
 	// them), the certificate the listeners serve, what the API and the
 	// boot scripts need; all before anything runs.
-	early.phase("sharing keys with the other replicas")
+	phase("sharing keys with the other replicas")
 	if err := shareKeys(ctx, cfg); err != nil {
 		return err
 	}
@@ -406,11 +425,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	early.phase("building the boot environment")
+	phase("building the boot environment")
 	if err := buildBootEnv(ctx, cfg, log); err != nil {
 		return err
 	}
-	early.phase("starting")
+	phase("starting")
 	sec, err := setupSecurity(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -497,6 +516,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	sup.Stage("transports", append(boot.components(), httpServers(cfg, lns, h, tlsConf, early, func() { services.Stop(); h.ui.Stop() })...)...)
 	if registry != nil {
 		sup.Stage("replica registry", supervise.Component{Name: "replica registry", Run: registry.Run})
+	}
+	if n := notifyComponent(cfg, sup, st, readyStatus(lns, boot)); n != nil {
+		sup.Stage("systemd", n...)
 	}
 	return sup.Run(ctx)
 }

@@ -42,7 +42,8 @@ func newTLSConfig(cfg Config, log *slog.Logger) (*tls.Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		log.Info("TLS on", "certificate", cfg.TLSCertFile, "reload", "when the files change", "grpc", grpcMode)
+		cfg.Reloader.setTLS(src)
+		log.Info("TLS on", "certificate", cfg.TLSCertFile, "reload", "when the files change, and on SIGHUP", "grpc", grpcMode)
 		return tlsconf.ServerConfig(src.GetCertificate), nil
 	}
 	src, err := tlsconf.NewGeneratedSource(tlsconf.GeneratedConfig{Dir: TLSDir(cfg.DataDir), Hosts: tlsHosts(cfg), Logger: log})

@@ -96,7 +96,8 @@ type Supervisor struct {
 	starting string // the component being started, for Ready
 	cause    *Error // the first failure; it ends the start and the run
 	failed   chan struct{}
-	errs     []error // every failure, the cause first, in the order seen
+	serving  chan struct{} // closed when the state becomes serving
+	errs     []error       // every failure, the cause first, in the order seen
 }
 
 type stage struct {
@@ -186,6 +187,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.cause == nil && ctx.Err() == nil {
 		s.state = serving
+		close(s.servingLocked())
 	}
 	s.mu.Unlock()
 	select {
@@ -326,6 +328,24 @@ func (s *Supervisor) stop(st stage) {
 			s.log.Error("component did not stop in time; abandoned", "component", c.Name, "stop_timeout", c.StopTimeout.String())
 		}
 	}
+}
+
+// Serving returns a channel closed once every component has been started
+// and is ready, when Ready first answers nil; never closed if the start
+// fails or is cut short. It may be called before Run: a component of the
+// last stage can wait on it (to tell a service manager the program is
+// up) without Ready's answer racing its own start.
+func (s *Supervisor) Serving() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.servingLocked()
+}
+
+func (s *Supervisor) servingLocked() chan struct{} {
+	if s.serving == nil {
+		s.serving = make(chan struct{})
+	}
+	return s.serving
 }
 
 // Ready reports whether every component has been started and is ready and

@@ -389,3 +389,62 @@ func TestMisuse(t *testing.T) {
 	}
 	mustPanic("Stage after Run", func() { s.Stage("late", Component{Name: "x", Run: func(context.Context) error { return nil }}) })
 }
+
+// TestServing: a component of the last stage waiting on Serving is let go
+// once every component is ready, when Ready already says so; a start that
+// fails never closes it.
+func TestServing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var j journal
+		s := &Supervisor{Logger: quiet()}
+		slow := j.until("listener")
+		release := make(chan struct{})
+		ready := slow.Ready
+		slow.Ready = func(ctx context.Context) error { <-release; return ready(ctx) }
+		s.Stage("transports", slow)
+		s.Stage("notify", Component{Name: "notify", Run: func(ctx context.Context) error {
+			select {
+			case <-s.Serving():
+				j.add("serving, ready: " + errString(s.Ready()))
+			case <-ctx.Done():
+			}
+			<-ctx.Done()
+			return nil
+		}})
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := runAsync(ctx, s)
+		synctest.Wait()
+		if got := j.get(); !slices.Equal(got, []string{"start listener"}) {
+			t.Fatalf("journal %q before the listener is ready; want only its start", got)
+		}
+		close(release)
+		synctest.Wait()
+		cancel()
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"start listener", "serving, ready: <nil>", "stop listener"}
+		if got := j.get(); !slices.Equal(got, want) {
+			t.Errorf("journal %q; want %q", got, want)
+		}
+
+		failed := &Supervisor{Logger: quiet()}
+		failed.Stage("store", Component{Name: "store", Run: func(ctx context.Context) error { <-ctx.Done(); return nil },
+			Ready: func(context.Context) error { return errors.New("locked") }})
+		if err := failed.Run(context.Background()); err == nil {
+			t.Fatal("Run of a failing component: nil")
+		}
+		select {
+		case <-failed.Serving():
+			t.Error("Serving closed after a failed start")
+		default:
+		}
+	})
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}

@@ -99,6 +99,30 @@ func (s *FileSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 	return s.cert, nil
 }
 
+// Reload reads the pair now, whether or not the files look changed: a
+// certificate rewritten with its old modification time and size (a copy
+// keeping timestamps, a renewal of the same length within the file
+// system's timestamp granularity) is seen only so. SIGHUP calls it. A
+// pair that cannot be used is returned as the error, and the previous
+// one keeps serving.
+func (s *FileSource) Reload() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastCheck = s.cfg.Clock.Now()
+	stamps, err := s.stat()
+	var cert *tls.Certificate
+	if err == nil {
+		cert, err = s.load()
+	}
+	if err != nil {
+		s.failing, s.failed = true, stamps
+		return fmt.Errorf("%w; still serving the previous certificate", err)
+	}
+	s.cert, s.loaded, s.failing = cert, stamps, false
+	s.logLoaded("TLS certificate reloaded", cert)
+	return nil
+}
+
 // reloadLocked reads the pair again when a file changed since it was
 // loaded. A pair that fails is tried again at the next look (the writer may
 // not be done), but logged only once per change.

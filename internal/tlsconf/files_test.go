@@ -280,3 +280,56 @@ func TestServerConfig(t *testing.T) {
 		t.Error("a TLS 1.1 handshake succeeded; want TLS 1.2 at least")
 	}
 }
+
+// TestFileSourceForcedReload: a pair rewritten with the old modification
+// time and size looks unchanged, so only Reload (SIGHUP) serves it; a pair
+// that cannot be used is Reload's error, and the last good one keeps
+// serving.
+func TestFileSourceForcedReload(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	mod := time.Now().Add(-time.Hour)
+	certA, keyA := selfSigned(t, "a")
+	certB, keyB := selfSigned(t, "b")
+	for i := 0; len(certB) != len(certA) || len(keyB) != len(keyA); i++ { // ECDSA signatures vary in length
+		if i == 100 {
+			t.Fatal("no certificate of the same size")
+		}
+		certB, keyB = selfSigned(t, "b")
+	}
+	replace(t, certFile, certA, mod)
+	replace(t, keyFile, keyA, mod)
+	clock := newFakeClock()
+	src, err := NewFileSource(FileConfig{CertFile: certFile, KeyFile: keyFile, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := func() string {
+		t.Helper()
+		c, err := src.GetCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Leaf.Subject.CommonName
+	}
+	replace(t, certFile, certB, mod)
+	replace(t, keyFile, keyB, mod)
+	clock.Advance(DefaultReloadInterval)
+	if got := cn(); got != "a" {
+		t.Fatalf("the rewrite is seen without Reload (served %q): this test shows nothing", got)
+	}
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cn(); got != "b" {
+		t.Errorf("after Reload: served %q; want b", got)
+	}
+	replace(t, keyFile, keyA, mod)
+	if err := src.Reload(); err == nil || !strings.Contains(err.Error(), "still serving the previous certificate") {
+		t.Errorf("Reload of a key of another certificate = %v; want an error", err)
+	}
+	clock.Advance(DefaultReloadInterval)
+	if got := cn(); got != "b" {
+		t.Errorf("after a bad Reload: served %q; want b", got)
+	}
+}
