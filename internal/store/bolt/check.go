@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -34,6 +36,10 @@ func CheckFile(path string) (*FileContents, error) {
 		return nil, fmt.Errorf("check store %s: %w", path, err)
 	}
 	defer db.Close()
+	// Before bbolt's own check, which panics out of reach on some damage.
+	if err := verify(db); err != nil {
+		return nil, fmt.Errorf("check store %s: %w", path, err)
+	}
 	c := &FileContents{Objects: map[string]map[string]model.Object{}}
 	err = db.View(func(tx *bolt.Tx) error {
 		var errs []error
@@ -88,4 +94,59 @@ func CheckFile(path string) (*FileContents, error) {
 		return nil, fmt.Errorf("check store %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// verify reads every page of the file db holds, in a read transaction,
+// before anything else does: the file must be as long as its last
+// transaction says, and every bucket, key and value must be readable.
+// bbolt trusts the file: on a damaged one (a lost tail, zeroed pages) its
+// own reads panic, some on goroutines of its own, which no caller can
+// recover, so a damaged file must be found here, where a panic (or a
+// fault in the memory map) is turned into an error wrapping errDamaged.
+func verify(db *bolt.DB) (err error) {
+	fi, err := os.Stat(db.Path())
+	if err != nil {
+		return err
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errDamaged, r)
+		}
+	}()
+	return db.View(func(tx *bolt.Tx) error {
+		if need := tx.Size(); need > fi.Size() {
+			return fmt.Errorf("%w: the file is %d bytes but its last transaction spans %d: its tail is missing", errDamaged, fi.Size(), need)
+		}
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return walk(b) })
+	})
+}
+
+// walk reads every key and value of b and of the buckets inside it.
+func walk(b *bolt.Bucket) error {
+	return b.ForEach(func(k, v []byte) error {
+		if v == nil {
+			if nb := b.Bucket(k); nb != nil {
+				return walk(nb)
+			}
+		}
+		return nil
+	})
+}
+
+// preflight verifies the file at path, if there is one, opened read-only
+// (a running server's lock makes it wait up to timeout, then fail).
+func preflight(path string, timeout time.Duration) error {
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		return nil // new: bbolt makes it
+	}
+	db, err := openReadOnly(path, timeout)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := verify(db); err != nil {
+		return openError(path, err)
+	}
+	return nil
 }
