@@ -223,17 +223,20 @@ func writeTx(tx *bolt.Tx) func(io.Writer) error {
 	}
 }
 
-// WriteBackup writes a consistent copy of the open store to w (a read
-// transaction: writes go on meanwhile) and returns its size and schema.
-// It is the online backup's source.
-func (s *Store) WriteBackup(w io.Writer) (int64, error) {
-	var n int64
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		n, err = tx.WriteTo(w)
+// Backup implements store.Backuper: the file as one read transaction
+// sees it, written while writes go on.
+func (s *Store) Backup(open func(size int64, schema int) (io.Writer, error)) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	return s.db.View(func(tx *bolt.Tx) error {
+		w, err := open(tx.Size(), currentSchema)
+		if err != nil {
+			return err
+		}
+		_, err = tx.WriteTo(w)
 		return err
 	})
-	return n, err
 }
 
 // BackupFile writes a consistent copy of the store file at path (not
