@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
