@@ -17,6 +17,8 @@ import (
 type FileContents struct {
 	// Revision is the revision counter: the last revision handed out.
 	Revision uint64
+	// Schema is the file's layout and last writer.
+	Schema Schema
 	// Objects holds every stored object, by kind, then by
 	// "namespace/name".
 	Objects map[string]map[string]model.Object
@@ -52,6 +54,15 @@ func CheckFile(path string) (*FileContents, error) {
 		mb := tx.Bucket(metaBucket)
 		if mb == nil {
 			return fmt.Errorf("no %s bucket", metaBucket)
+		}
+		var err error
+		if c.Schema, err = readSchema(tx); err != nil {
+			return err
+		}
+		if c.Schema.Version != currentSchema {
+			// Its buckets may be other than this build's: only a build
+			// of its schema can check them.
+			return nil
 		}
 		v := mb.Get(revisionKey)
 		if len(v) != 8 {

@@ -207,10 +207,14 @@ func TestSchemaBadVersionRefused(t *testing.T) {
 
 // withSchema makes the tests' build one of schema v with steps, as a
 // later build that changes the layout will be.
-func withSchema(t *testing.T, v int, steps []migration) {
+// The returned func (also run at the test's end) makes it this build
+// again.
+func withSchema(t *testing.T, v int, steps []migration) func() {
 	oldV, oldM := currentSchema, migrations
 	currentSchema, migrations = v, steps
-	t.Cleanup(func() { currentSchema, migrations = oldV, oldM })
+	undo := func() { currentSchema, migrations = oldV, oldM }
+	t.Cleanup(undo)
+	return undo
 }
 
 // The runner: steps run in order, from the file's version to the
@@ -257,7 +261,7 @@ func TestSchemaFailedMigrationChangesNothing(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "anvil.db")
 	fill(t, p, 2)
-	withSchema(t, 3, []migration{
+	undo := withSchema(t, 3, []migration{
 		{from: 1, what: "first", run: func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(model.KindHardware)) }},
 		{from: 2, what: "second", run: func(*bolt.Tx) error { return errors.New("cannot") }},
 	})
@@ -265,6 +269,7 @@ func TestSchemaFailedMigrationChangesNothing(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "from schema 2 to 3 (second): cannot") || !strings.Contains(err.Error(), "the file is unchanged") {
 		t.Fatalf("Open: %v", err)
 	}
+	undo() // CheckFile reads objects of its own build's schema
 	c, err := CheckFile(p)
 	if err != nil {
 		t.Fatal(err)
