@@ -272,7 +272,9 @@ func openError(path string, err error) error {
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch),
 		errors.Is(err, errDamaged):
 		return fmt.Errorf("open store %s: the file is damaged or not a store (%w); nothing was changed. "+
-			"Move it aside and restore a backup: `anvil restore FILE --data-dir %s` (docs/upgrades.md)", path, err, filepath.Dir(path))
+			"Restore a backup over it (the damaged file is kept aside): `anvil restore FILE --data-dir %s`, "+
+			"FILE one of your `anvil backup` copies or the copy an upgrade left in %s (docs/upgrades.md)",
+			path, err, filepath.Dir(path), path+".*"+backupSuffix)
 	}
 	return fmt.Errorf("open store %s: %w", path, err)
 }
