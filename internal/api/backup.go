@@ -25,7 +25,7 @@ type backupService struct{ s *Services }
 // every organisation's objects. The call is audited, refused or not,
 // although it changes nothing: who took a copy of everything matters.
 func (b backupService) Backup(ctx context.Context, req *connect.Request[v1.BackupRequest], stream *connect.ServerStream[v1.BackupChunk]) (err error) {
-	defer func() { guard{b.s}.audit(ctx, req.Spec().Procedure, req.Msg, req.Peer().Addr, err) }()
+	defer func() { guard(b).audit(ctx, req.Spec().Procedure, req.Msg, req.Peer().Addr, err) }()
 	if err := authorize(ctx, auth.Write, ""); err != nil {
 		return err
 	}
