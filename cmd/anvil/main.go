@@ -33,7 +33,7 @@ func newRootCmd() *cobra.Command {
 	cli.AddTokenFlags(root)
 
 	root.AddCommand(newServeCmd(), cmdbase.NewVersionCmd(), newRelayCmd(), agentcmd.NewCommand(), newBootenvCmd(), newTokenCmd(), newTLSCmd(),
-		newExportCmd(), newRestoreCmd())
+		newExportCmd(), newRestoreCmd(), newBackupCmd())
 	root.AddCommand(cli.Commands()...)
 	return root
 }

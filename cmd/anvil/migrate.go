@@ -17,6 +17,7 @@ import (
 	"github.com/anvilproj/anvil/internal/secrets"
 	"github.com/anvilproj/anvil/internal/store"
 	"github.com/anvilproj/anvil/internal/store/backend"
+	"github.com/anvilproj/anvil/internal/store/bolt"
 )
 
 // secretsDir holds the seal key and the generated secrets in a data
@@ -185,8 +186,16 @@ func newRestoreCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "restore FILE|- [--store bolt --data-dir DIR | --store kubernetes --kubeconfig FILE] [--overwrite]",
-		Short: "Write the objects of an export, status included, into a store",
-		Long: `restore writes every object of FILE (an 'anvil export', or any manifest of
+		Short: "Put a backup in place of the embedded store, or write the objects of an export into a store",
+		Long: `restore FILE --data-dir DIR, FILE a backup ('anvil backup'), puts it in place
+of the embedded store of DIR, whose server must be stopped (its lock refuses
+the restore). The backup is checked whole first; one from a newer Anvil
+(a newer store schema) is refused. The store file it replaces is kept as
+DIR/anvil.db.replaced-by-restore.TIME (docs/upgrades.md).
+
+  anvil restore /srv/backups/anvil.db --data-dir /var/lib/anvil
+
+restore FILE, FILE an export, writes every object of FILE (an 'anvil export', or any manifest of
 Anvil's kinds) into a store directly, with its status: a finished workflow
 keeps its state, tasks, actions, times and history. Every document is checked
 first, and an object the store already holds is refused unless --overwrite:
@@ -204,6 +213,9 @@ Into a cluster, Secrets are written as the file has them.
 			var data []byte
 			var err error
 			source := args[0]
+			if source != "-" && bolt.IsStoreFile(source) {
+				return restoreBackup(cmd, sf, source)
+			}
 			if source == "-" {
 				data, err = io.ReadAll(cmd.InOrStdin())
 			} else {
@@ -250,4 +262,32 @@ Into a cluster, Secrets are written as the file has them.
 	sf.add(cmd)
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace objects the store already holds")
 	return cmd
+}
+
+// restoreBackup puts the backup file in place of the embedded store of
+// --data-dir (bolt.RestoreFile).
+func restoreBackup(cmd *cobra.Command, sf storeFlags, file string) error {
+	if sf.cfg.IsKubernetes() {
+		return fmt.Errorf("%s is a backup of the embedded store: it restores into --data-dir, not into --store kubernetes (move objects with 'anvil export' from it)", file)
+	}
+	path := filepath.Join(sf.cfg.DataDir, backend.StoreFile)
+	r, err := bolt.RestoreFile(file, path, time.Now())
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, objs := range r.Contents.Objects {
+		n += len(objs)
+	}
+	w := cmd.ErrOrStderr()
+	what := fmt.Sprintf("%d objects", n)
+	if r.Contents.Schema.Version != bolt.SchemaVersion {
+		what = "a store of an older schema (the server migrates it when it opens it, keeping a copy)"
+	}
+	fmt.Fprintf(w, "restored %s (store schema %d, last written by Anvil %s) from %s into %s\n",
+		what, r.Contents.Schema.Version, r.Contents.Schema.Writer, file, path)
+	if r.Replaced != "" {
+		fmt.Fprintf(w, "the store it replaced is kept as %s\n", r.Replaced)
+	}
+	return nil
 }

@@ -245,6 +245,7 @@ func ServiceNames() []string {
 		anvilv1connect.AgentServiceName,
 		anvilv1connect.LogServiceName,
 		anvilv1connect.AuditServiceName,
+		anvilv1connect.BackupServiceName,
 		anvilv1connect.SecretServiceName,
 		anvilv1connect.JobServiceName,
 		anvilv1connect.MachineServiceName,
@@ -282,6 +283,7 @@ func (s *Services) Mount(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	handle(anvilv1connect.NewAgentServiceHandler(agentService{s}, opts...))
 	handle(anvilv1connect.NewLogServiceHandler(logService{s}, opts...))
 	handle(anvilv1connect.NewAuditServiceHandler(auditService{s}, opts...))
+	handle(anvilv1connect.NewBackupServiceHandler(backupService{s}, opts...))
 	handle(anvilv1connect.NewSecretServiceHandler(secretService{s}, opts...))
 	handle(anvilv1connect.NewJobServiceHandler(jobService{s}, opts...))
 	handle(tinkprotoconnect.NewWorkflowServiceHandler(tinkService{s}, opts...))

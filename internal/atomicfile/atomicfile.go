@@ -9,6 +9,7 @@ package atomicfile
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -18,7 +19,13 @@ import (
 // synced, so a reader sees the old content or the new one, and after a
 // crash the file holds one of them.
 func Write(path string, data []byte, perm os.FileMode) error {
-	tmp, err := writeTemp(path, data, perm)
+	return WriteFrom(path, perm, bytesFill(data))
+}
+
+// WriteFrom is Write with the content streamed by fill, for files too
+// large to hold in memory (a store's backup).
+func WriteFrom(path string, perm os.FileMode, fill func(io.Writer) error) error {
+	tmp, err := writeTemp(path, fill, perm)
 	if err == nil {
 		if err = os.Rename(tmp, path); err != nil {
 			os.Remove(tmp)
@@ -37,7 +44,12 @@ func Write(path string, data []byte, perm os.FileMode) error {
 // processes creating the same key, one wins and the other reads the
 // winner's.
 func Create(path string, data []byte, perm os.FileMode) error {
-	tmp, err := writeTemp(path, data, perm)
+	return CreateFrom(path, perm, bytesFill(data))
+}
+
+// CreateFrom is Create with the content streamed by fill.
+func CreateFrom(path string, perm os.FileMode, fill func(io.Writer) error) error {
+	tmp, err := writeTemp(path, fill, perm)
 	if err == nil {
 		err = os.Link(tmp, path)
 		os.Remove(tmp) // after the link, path keeps the content
@@ -48,9 +60,16 @@ func Create(path string, data []byte, perm os.FileMode) error {
 	return syncDir(path)
 }
 
-// writeTemp writes data, synced, to a new file of mode perm next to path
-// and returns its name; on error nothing is left behind.
-func writeTemp(path string, data []byte, perm os.FileMode) (string, error) {
+func bytesFill(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}
+}
+
+// writeTemp writes what fill writes, synced, to a new file of mode perm
+// next to path and returns its name; on error nothing is left behind.
+func writeTemp(path string, fill func(io.Writer) error, perm os.FileMode) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return "", err
@@ -58,7 +77,7 @@ func writeTemp(path string, data []byte, perm os.FileMode) (string, error) {
 	tmp := f.Name()
 	err = f.Chmod(perm) // before any byte: a secret is never readable by others
 	if err == nil {
-		_, err = f.Write(data)
+		err = fill(f)
 	}
 	if err == nil {
 		err = f.Sync()

@@ -83,7 +83,8 @@ type ExitError = cmdbase.ExitError
 // clients bundles the API clients for one server.
 type clients struct {
 	server    string
-	http      *http.Client // with the TLS settings, for other services' clients
+	http      *http.Client           // with the TLS settings, for other services' clients
+	opts      []connect.ClientOption // the token, for other services' clients
 	hardware  anvilv1connect.HardwareServiceClient
 	templates anvilv1connect.TemplateServiceClient
 	workflows anvilv1connect.WorkflowServiceClient
@@ -169,6 +170,7 @@ func newClients(cmd *cobra.Command) (*clients, error) {
 	return &clients{
 		server:    addr,
 		http:      hc,
+		opts:      opts,
 		hardware:  anvilv1connect.NewHardwareServiceClient(hc, addr, opts...),
 		templates: anvilv1connect.NewTemplateServiceClient(hc, addr, opts...),
 		workflows: anvilv1connect.NewWorkflowServiceClient(hc, addr, opts...),

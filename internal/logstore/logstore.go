@@ -377,7 +377,12 @@ func (s *Store) openLocked(name string) (*file, error) {
 	fs.f = f
 	s.open[name] = fs
 	if fs.lines < 0 {
-		n, err := countLines(path)
+		n, torn, err := countLinesTorn(path)
+		if err == nil && torn {
+			// A crash's torn last line is closed off, so that the next
+			// line starts on its own and only the torn one is lost.
+			_, err = f.Write([]byte{'\n'})
+		}
 		if err != nil {
 			s.closeFileLocked(name, fs)
 			return nil, err
@@ -715,26 +720,32 @@ func fileName(prefix, id string) string {
 	return prefix + esc + suffix
 }
 
-// countLines counts the newline-terminated lines of path (0 if missing).
-func countLines(path string) (int, error) {
+// countLinesTorn counts the newline-terminated lines of path (0 if
+// missing) and reports whether it ends in a torn line (a crash's: its
+// last byte is not a newline).
+func countLinesTorn(path string) (int, bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("logstore: %w", err)
+		return 0, false, fmt.Errorf("logstore: %w", err)
 	}
 	defer f.Close()
 	buf := make([]byte, 64*1024)
 	n := 0
+	torn := false
 	for {
 		k, err := f.Read(buf)
 		n += bytes.Count(buf[:k], []byte{'\n'})
+		if k > 0 {
+			torn = buf[k-1] != '\n'
+		}
 		if err == io.EOF {
-			return n, nil
+			return n, torn, nil
 		}
 		if err != nil {
-			return 0, fmt.Errorf("logstore: count %s: %w", path, err)
+			return 0, false, fmt.Errorf("logstore: count %s: %w", path, err)
 		}
 	}
 }

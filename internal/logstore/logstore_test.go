@@ -440,3 +440,32 @@ func TestSyncDuringAppends(t *testing.T) {
 	}()
 	wg.Wait()
 }
+
+// A crash's torn last line costs that line only: after a restart, the
+// next line appended to the file is read back whole.
+func TestTornTailThenAppend(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Config{Dir: dir})
+	if err := s.Append(line("default/wf", "", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fileName("wf-", "default/wf")), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"line":"tor`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s = open(t, Config{Dir: dir})
+	if err := s.Append(line("default/wf", "", 1)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Read("default/wf", "", 0)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("Read after a torn line and an append = %q, %v; want lines 0 and 1", texts(got), err)
+	}
+}

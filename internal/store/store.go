@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/anvilproj/anvil/internal/labels"
 	"github.com/anvilproj/anvil/internal/model"
@@ -126,6 +127,17 @@ type Store interface {
 // that the version read is still the stored one.
 type LiveReader interface {
 	StoredVersion(ctx context.Context, kind, namespace, name string) (string, error)
+}
+
+// Backuper is a store that copies itself while it serves: the embedded
+// one, whose copy is its file (`anvil backup`). The Kubernetes store is
+// not one: the cluster's etcd is backed up by the cluster's tools.
+type Backuper interface {
+	// Backup writes a consistent copy of the store, as one read
+	// transaction sees it while writes go on, to the writer open
+	// returns; open is told the copy's size in bytes and its schema
+	// version first.
+	Backup(open func(size int64, schema int) (io.Writer, error)) error
 }
 
 // Sharer is a Store that can hand out the objects it caches instead of

@@ -109,7 +109,7 @@ func Open(ctx context.Context, c Config) (store.Store, error) {
 		}
 		st, err := bolt.Open(filepath.Join(c.DataDir, StoreFile), bolt.Options{Logger: c.Logger})
 		if err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
+			return nil, err // bolt's errors name the store and its file
 		}
 		return st, nil
 	}

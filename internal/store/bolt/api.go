@@ -12,8 +12,9 @@ import (
 )
 
 var (
-	_ store.Store  = (*Store)(nil)
-	_ store.Sharer = (*Store)(nil)
+	_ store.Store    = (*Store)(nil)
+	_ store.Sharer   = (*Store)(nil)
+	_ store.Backuper = (*Store)(nil)
 )
 
 // Create implements store.Writer.

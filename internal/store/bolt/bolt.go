@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -146,8 +147,10 @@ func (kc *kindCache) remove(key string) {
 	}
 }
 
-// Open opens (creating if needed) the database at path and loads every
-// object into memory.
+// Open opens (creating if needed) the database at path, brings its
+// schema to SchemaVersion (checkSchema: a newer file is refused with
+// ErrNewerSchema, an older one backed up next to it and migrated) and
+// loads every object into memory.
 func Open(path string, opts Options) (*Store, error) {
 	opts.Clock = clock.Or(opts.Clock)
 	if opts.WatchHistory <= 0 {
@@ -162,6 +165,11 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = defaultLockTimeout
 	}
+	// Read first: opened for writing, bbolt scans the file on a
+	// goroutine of its own that panics, out of reach, on a damaged one.
+	if err := preflight(path, opts.LockTimeout); err != nil {
+		return nil, err
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      opts.LockTimeout,
 		FreelistType: bolt.FreelistMapType,
@@ -169,11 +177,13 @@ func Open(path string, opts Options) (*Store, error) {
 		// written on every commit (as etcd does); commits stay fsynced.
 		NoFreelistSync: true,
 	})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		// bbolt's own word is just "timeout".
-		return nil, fmt.Errorf("open store %s: another process holds its lock (is `anvil serve` running on this data directory? stop it first): %w", path, err)
-	}
 	if err != nil {
+		return nil, openError(path, err)
+	}
+	// Before anything is loaded or written: a file from a newer Anvil is
+	// refused untouched, an older one is backed up and migrated.
+	if _, err := checkSchema(db, path, opts); err != nil {
+		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s := &Store{
@@ -249,6 +259,24 @@ func (s *Store) load() error {
 		}
 		return nil
 	})
+}
+
+// openError explains why bbolt could not open path: a lock another
+// process holds, or a file bbolt cannot read (torn by a crash of the disk
+// or the file system, or not a store at all) — bbolt's own words are just
+// "timeout" and "invalid database".
+func openError(path string, err error) error {
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return fmt.Errorf("open store %s: another process holds its lock (is `anvil serve` running on this data directory? stop it first): %w", path, err)
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch),
+		errors.Is(err, errDamaged):
+		return fmt.Errorf("open store %s: the file is damaged or not a store (%w); nothing was changed. "+
+			"Restore a backup over it (the damaged file is kept aside): `anvil restore FILE --data-dir %s`, "+
+			"FILE one of your `anvil backup` copies or the copy an upgrade left in %s (docs/upgrades.md)",
+			path, err, filepath.Dir(path), path+".*"+backupSuffix)
+	}
+	return fmt.Errorf("open store %s: %w", path, err)
 }
 
 func specSum(obj model.Object) ([32]byte, error) {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 type FileContents struct {
 	// Revision is the revision counter: the last revision handed out.
 	Revision uint64
+	// Schema is the file's layout and last writer.
+	Schema Schema
 	// Objects holds every stored object, by kind, then by
 	// "namespace/name".
 	Objects map[string]map[string]model.Object
@@ -34,6 +38,10 @@ func CheckFile(path string) (*FileContents, error) {
 		return nil, fmt.Errorf("check store %s: %w", path, err)
 	}
 	defer db.Close()
+	// Before bbolt's own check, which panics out of reach on some damage.
+	if err := verify(db); err != nil {
+		return nil, fmt.Errorf("check store %s: %w", path, err)
+	}
 	c := &FileContents{Objects: map[string]map[string]model.Object{}}
 	err = db.View(func(tx *bolt.Tx) error {
 		var errs []error
@@ -46,6 +54,15 @@ func CheckFile(path string) (*FileContents, error) {
 		mb := tx.Bucket(metaBucket)
 		if mb == nil {
 			return fmt.Errorf("no %s bucket", metaBucket)
+		}
+		var err error
+		if c.Schema, err = readSchema(tx); err != nil {
+			return err
+		}
+		if c.Schema.Version != currentSchema {
+			// Its buckets may be other than this build's: only a build
+			// of its schema can check them.
+			return nil
 		}
 		v := mb.Get(revisionKey)
 		if len(v) != 8 {
@@ -88,4 +105,59 @@ func CheckFile(path string) (*FileContents, error) {
 		return nil, fmt.Errorf("check store %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// verify reads every page of the file db holds, in a read transaction,
+// before anything else does: the file must be as long as its last
+// transaction says, and every bucket, key and value must be readable.
+// bbolt trusts the file: on a damaged one (a lost tail, zeroed pages) its
+// own reads panic, some on goroutines of its own, which no caller can
+// recover, so a damaged file must be found here, where a panic (or a
+// fault in the memory map) is turned into an error wrapping errDamaged.
+func verify(db *bolt.DB) (err error) {
+	fi, err := os.Stat(db.Path())
+	if err != nil {
+		return err
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errDamaged, r)
+		}
+	}()
+	return db.View(func(tx *bolt.Tx) error {
+		if need := tx.Size(); need > fi.Size() {
+			return fmt.Errorf("%w: the file is %d bytes but its last transaction spans %d: its tail is missing", errDamaged, fi.Size(), need)
+		}
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return walk(b) })
+	})
+}
+
+// walk reads every key and value of b and of the buckets inside it.
+func walk(b *bolt.Bucket) error {
+	return b.ForEach(func(k, v []byte) error {
+		if v == nil {
+			if nb := b.Bucket(k); nb != nil {
+				return walk(nb)
+			}
+		}
+		return nil
+	})
+}
+
+// preflight verifies the file at path, if there is one, opened read-only
+// (a running server's lock makes it wait up to timeout, then fail).
+func preflight(path string, timeout time.Duration) error {
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		return nil // new: bbolt makes it
+	}
+	db, err := openReadOnly(path, timeout)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := verify(db); err != nil {
+		return openError(path, err)
+	}
+	return nil
 }
