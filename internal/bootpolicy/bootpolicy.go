@@ -134,14 +134,14 @@ type Policy struct {
 	publicHTTP string
 	bootEnvURL string
 	agentArgs  agentcmdline.Params // the agent's arguments but the per-machine ones
-	consoleArg []string // x86_64's, and every architecture's if Config.Console was set
+	consoleArg []string            // x86_64's, and every architecture's if Config.Console was set
 	// consoleARM64 is aarch64's console= arguments (console).
 	consoleARM64 []string
-	extraArgs  []string
-	agentToken func(*model.Workflow) string
-	replicas   func(context.Context) ([]string, error)
-	discovery  bool
-	log        *slog.Logger
+	extraArgs    []string
+	agentToken   func(*model.Workflow) string
+	replicas     func(context.Context) ([]string, error)
+	discovery    bool
+	log          *slog.Logger
 
 	hosts    hostCache    // fed by Run
 	profiles profileCache // fed by Run
