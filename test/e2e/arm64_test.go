@@ -161,8 +161,16 @@ func TestInstallARM64(t *testing.T) {
 		t.Errorf("console order: agent at %d, local-disk script at %d, installed OS at %d; want them in that order", agent, local, installed)
 	}
 	record := a.cli(t, "logs", "hardware/"+name)
-	assertRecord(t, record, "dhcp", "uefi-arm64")
+	// The first boot: AAVMF's PXE client (architecture 11) gets
+	// ipxe-arm64.efi over TFTP.
+	assertRecord(t, record, "dhcp", "(uefi-arm64, PXEClient)", "boot file ipxe-arm64.efi via TFTP")
 	assertRecord(t, record, "tftp", "RRQ ipxe-arm64.efi", "sent")
+	// After the install, the local-disk script's `exit` returns to AAVMF,
+	// whose next boot option is UEFI HTTP boot over IPv4 (architecture
+	// 19, HTTPClient): it gets ipxe-arm64.efi's URL and loads it, whose
+	// script exits again, and AAVMF goes on to the disk.
+	assertRecord(t, record, "dhcp", "(http-uefi-arm64, HTTPClient)", "boot file http://"+serverIP+":7080/ipxe/binary/ipxe-arm64.efi")
+	assertRecord(t, record, "http", "GET /ipxe/binary/ipxe-arm64.efi", "200")
 	assertRecord(t, record, "http", "vmlinuz-aarch64", "200")
 	assertRecord(t, record, "http", "initramfs-aarch64", "200")
 	assertRecord(t, record, "http", arm64OS.file, "200")
