@@ -92,9 +92,11 @@ tools:
 	@scripts/install-deps.sh tools
 
 # kernel: Debian's kernel, its modules and its package in .cache/kernel, for
-# the boot environment's tests (internal/kmod, internal/bootenv) and e2e.
+# the boot environment's tests (internal/kmod, internal/bootenv) and e2e;
+# Debian's arm64 kernel in .cache/kernel-arm64 for the ARM64 install (e2e).
 kernel:
 	@scripts/fetch-kernel.sh .cache/kernel
+	@scripts/fetch-kernel.sh .cache/kernel-arm64 arm64
 
 # kube: kube-apiserver in .cache/kube/bin, built from the Go module proxy by
 # the separate module tools/kube (the main module does not depend on

@@ -51,7 +51,7 @@ fi
 # The programs the tests run as peers, by the Debian package that has them
 # (scripts/install-deps.sh installs each).
 tools=(
-  ip:iproute2 qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils qemu-io:qemu-utils
+  ip:iproute2 qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm qemu-img:qemu-utils qemu-io:qemu-utils
   dnsmasq:dnsmasq-base curl:curl cpio:cpio atftp:atftp tftp:tftp-hpa logger:bsdutils
   wrk:wrk nginx:nginx-light cloud-init:cloud-init perfdhcp:kea-admin kea-dhcp4:kea-dhcp4-server
   zstd:zstd lz4:lz4 gzip:gzip bzip2:bzip2 mkfs.vfat:dosfstools mkfs.ext4:e2fsprogs
@@ -65,7 +65,9 @@ done
 [ -x /bin/busybox ] || problem "no /bin/busybox (Debian package busybox-static)"
 [ -r /usr/share/OVMF/OVMF_CODE.fd ] || problem "no OVMF firmware (Debian package ovmf)"
 [ -r /usr/lib/systemd/boot/efi/systemd-bootx64.efi ] || problem "no systemd-boot (Debian package systemd-boot-efi; the UEFI install image)"
+[ -r /usr/share/AAVMF/AAVMF_CODE.fd ] || problem "no AAVMF firmware (Debian package qemu-efi-aarch64; the ARM64 install)"
 [ -s .cache/kernel/VERSION ] || problem "no Debian kernel in .cache/kernel (make kernel)"
+[ -s .cache/kernel-arm64/VERSION ] || problem "no Debian arm64 kernel in .cache/kernel-arm64 (make kernel)"
 [ -x "${KUBE_APISERVER:-.cache/kube/bin/kube-apiserver}" ] || problem "no kube-apiserver in .cache/kube/bin (make kube)"
 [ -x "${ANVIL_TEST_IDP:-.cache/oidc/bin/anvil-test-idp}" ] || problem "no test OpenID Provider in .cache/oidc/bin (make oidc)"
 

@@ -31,6 +31,12 @@ APT_PACKAGES+=(bsdutils)
 # path), cpio for the test initramfs, dnsmasq to send IPv6 router
 # advertisements, Debian's ipxe for `make ipxe-refresh`.
 APT_PACKAGES+=(qemu-system-x86 ipxe-qemu qemu-utils ovmf cpio dnsmasq-base ipxe)
+# The ARM64 install (test/e2e TestInstallARM64): QEMU's aarch64 emulator
+# and AAVMF, the ARM64 UEFI firmware. The arm64 kernel, systemd-boot and
+# busybox come from Debian's arm64 packages, downloaded and unpacked by
+# scripts/fetch-kernel.sh and make-os-image.sh (never installed), and
+# anvil-agent is cross-compiled by Go itself: no cross C compiler needed.
+APT_PACKAGES+=(qemu-system-arm qemu-efi-aarch64)
 # The DHCP benchmark's peers and load generator (bench/dhcp): perfdhcp is in
 # kea-admin, Kea's server in kea-dhcp4-server, dnsmasq in dnsmasq-base.
 APT_PACKAGES+=(kea-admin kea-dhcp4-server dnsmasq-base)

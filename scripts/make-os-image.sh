@@ -7,6 +7,8 @@
 #
 #   scripts/make-os-image.sh OUTDIR KERNEL INITRD          # BIOS: os.raw
 #   scripts/make-os-image.sh --uefi OUTDIR KERNEL INITRD   # UEFI: os-uefi.raw
+#   scripts/make-os-image.sh --uefi --arch arm64 OUTDIR KERNEL INITRD
+#                                                          # ARM64 UEFI: os-uefi-arm64.raw
 #
 # BIOS: an MBR disk whose bootable partition holds SYSLINUX; its
 # /syslinux.cfg boots KERNEL with INITRD.
@@ -15,27 +17,70 @@
 # which UEFI firmware boots from a disk without any boot entry in NVRAM);
 # its loader entry /loader/entries/anvil.conf boots KERNEL (an EFI-stub
 # kernel, as Debian's is) with INITRD.
+# ARM64 UEFI: the same with Debian's arm64 systemd-boot (/EFI/BOOT/BOOTAA64.EFI)
+# and arm64 busybox, taken from the arm64 packages systemd-boot-efi and
+# busybox-static (apt-get download, unpacked, never installed; kept in
+# $FOREIGN_CACHE, default .cache/debs-arm64); the console is ttyAMA0.
 #
 # Either boot config gives the kernel the arguments
-# `console=ttyS0 anvil.installed=1 anvil.hostname=unset`: a workflow's
+# `console=ttyS0 anvil.installed=1 anvil.hostname=unset` (ttyAMA0 on arm64): a workflow's
 # writefile action replaces that file to name the machine, so the installed
 # OS proves on its console what the workflow wrote. OUTDIR/NAME.raw is the
 # disk, OUTDIR/NAME.raw.zst what image2disk streams. Built without loop
 # devices or mounts (mtools, sfdisk), so it runs anywhere as any user.
 set -euo pipefail
 uefi=false
-if [ "${1:-}" = --uefi ]; then
-  uefi=true
-  shift
-fi
-[ $# -eq 3 ] || { echo "usage: $0 [--uefi] OUTDIR KERNEL INITRD" >&2; exit 2; }
+arch=amd64
+while [ $# -gt 0 ]; do
+  case $1 in
+  --uefi) uefi=true; shift ;;
+  --arch) arch=${2:-}; shift 2 ;;
+  *) break ;;
+  esac
+done
+[ $# -eq 3 ] || { echo "usage: $0 [--uefi] [--arch amd64|arm64] OUTDIR KERNEL INITRD" >&2; exit 2; }
+case $arch in
+amd64) ;;
+arm64) $uefi || { echo "$0: --arch arm64 needs --uefi (arm64 machines boot UEFI)" >&2; exit 2; } ;;
+*) echo "$0: architecture $arch: want amd64 or arm64" >&2; exit 2 ;;
+esac
 out=$1 kernel=$2 initrd=$3
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+# foreign_file PKG PATH prints where PATH of the arm64 package PKG is,
+# downloading and unpacking the package once into FOREIGN_CACHE.
+foreign_file() {
+  local cache=${FOREIGN_CACHE:-$here/.cache/debs-arm64} pkg=$1 path=$2
+  if [ ! -e "$cache/$pkg/root/$path" ]; then
+    if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+      dpkg --add-architecture arm64
+      apt-get update -qq
+    fi
+    rm -rf "$cache/$pkg"
+    mkdir -p "$cache/$pkg"
+    (cd "$cache/$pkg" && apt-get download -qq "$pkg:arm64" 2>/dev/null) || {
+      apt-get update -qq
+      (cd "$cache/$pkg" && apt-get download -qq "$pkg:arm64")
+    }
+    dpkg-deb -x "$cache/$pkg"/*.deb "$cache/$pkg/root"
+  fi
+  [ -e "$cache/$pkg/root/$path" ] || { echo "$0: $pkg:arm64 has no $path" >&2; exit 1; }
+  echo "$cache/$pkg/root/$path"
+}
 for tool in mkfs.vfat mcopy mmd sfdisk zstd; do
   command -v "$tool" >/dev/null || { echo "$0: needs $tool (scripts/install-deps.sh installs it)" >&2; exit 1; }
 done
-if $uefi; then
+console=ttyS0
+if [ "$arch" = arm64 ]; then
+  name=os-uefi-arm64
+  sdboot=$(foreign_file systemd-boot-efi usr/lib/systemd/boot/efi/systemd-bootaa64.efi)
+  loader=BOOTAA64.EFI
+  busybox=$(foreign_file busybox-static bin/busybox)
+  console=ttyAMA0
+elif $uefi; then
   name=os-uefi
   sdboot=/usr/lib/systemd/boot/efi/systemd-bootx64.efi
+  loader=BOOTX64.EFI
   [ -r "$sdboot" ] || { echo "$0: needs $sdboot (Debian package systemd-boot-efi)" >&2; exit 1; }
 else
   name=os
@@ -43,7 +88,7 @@ else
   mbr=/usr/lib/syslinux/mbr/mbr.bin
   [ -r "$mbr" ] || { echo "$0: needs $mbr (Debian package syslinux-common)" >&2; exit 1; }
 fi
-busybox=$(command -v busybox || true)
+[ "$arch" = arm64 ] || busybox=$(command -v busybox || true)
 
 mkdir -p "$out"
 tmp=$(mktemp -d)
@@ -54,7 +99,7 @@ trap 'rm -rf "$tmp"' EXIT
 ksize=$(( ($(stat -c %s "$kernel") + $(stat -c %s "$initrd") + 4*1024*1024) / 1024 ))
 part_kib=$(( ksize + 8192 ))
 mkfs.vfat -C -n ANVILOS "$tmp/part.img" "$part_kib" >/dev/null
-args="console=ttyS0 anvil.installed=1 anvil.hostname=unset"
+args="console=$console anvil.installed=1 anvil.hostname=unset"
 export MTOOLS_SKIP_CHECK=1
 mmd -i "$tmp/part.img" ::/dev ::/proc ::/sys ::/tmp
 mcopy -i "$tmp/part.img" "$kernel" ::/vmlinuz
@@ -69,7 +114,7 @@ if $uefi; then
   printf 'default anvil.conf\ntimeout 0\n' >"$tmp/loader.conf"
   printf 'title Anvil test OS\nlinux /vmlinuz\ninitrd /initrd\noptions %s\n' "$args" >"$tmp/anvil.conf"
   mmd -i "$tmp/part.img" ::/EFI ::/EFI/BOOT ::/loader ::/loader/entries
-  mcopy -i "$tmp/part.img" "$sdboot" ::/EFI/BOOT/BOOTX64.EFI
+  mcopy -i "$tmp/part.img" "$sdboot" "::/EFI/BOOT/$loader"
   mcopy -i "$tmp/part.img" "$tmp/loader.conf" ::/loader/loader.conf
   mcopy -i "$tmp/part.img" "$tmp/anvil.conf" ::/loader/entries/anvil.conf
   # The disk: 1 MiB for the protective MBR, the GPT and alignment, the

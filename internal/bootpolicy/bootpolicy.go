@@ -49,8 +49,15 @@ const (
 	ModeOff = "off"
 )
 
-// DefaultConsole is the console= kernel arguments when Config.Console is nil.
+// DefaultConsole is the console= kernel arguments when Config.Console is
+// nil, for x86_64 machines.
 var DefaultConsole = []string{"tty0", "ttyS0,115200"}
+
+// DefaultConsoleARM64 is DefaultConsole for aarch64 machines: their
+// first serial port is usually a PL011, ttyAMA0 (QEMU's virt machine,
+// most Arm servers' SBSA UART). Given console=ttyS0 alone, an arm64
+// kernel writes nothing on it.
+var DefaultConsoleARM64 = []string{"tty0", "ttyAMA0,115200"}
 
 // Config configures a Policy.
 type Config struct {
@@ -85,8 +92,9 @@ type Config struct {
 	// BootEnvURL is the URL of the boot environment files. If "", uses
 	// PublicHTTP + "/bootenv".
 	BootEnvURL string
-	// Console lists the console= kernel arguments. If nil, uses
-	// DefaultConsole; an empty non-nil slice gives none.
+	// Console lists the console= kernel arguments, for every
+	// architecture. If nil, uses DefaultConsole (DefaultConsoleARM64 for
+	// aarch64 machines); an empty non-nil slice gives none.
 	Console []string
 	// ExtraKernelArgs are appended to every boot environment's kernel
 	// command line, after the Hardware's own osie.kernelParams.
@@ -126,12 +134,14 @@ type Policy struct {
 	publicHTTP string
 	bootEnvURL string
 	agentArgs  agentcmdline.Params // the agent's arguments but the per-machine ones
-	consoleArg []string
-	extraArgs  []string
-	agentToken func(*model.Workflow) string
-	replicas   func(context.Context) ([]string, error)
-	discovery  bool
-	log        *slog.Logger
+	consoleArg []string            // x86_64's, and every architecture's if Config.Console was set
+	// consoleARM64 is aarch64's console= arguments (console).
+	consoleARM64 []string
+	extraArgs    []string
+	agentToken   func(*model.Workflow) string
+	replicas     func(context.Context) ([]string, error)
+	discovery    bool
+	log          *slog.Logger
 
 	hosts    hostCache    // fed by Run
 	profiles profileCache // fed by Run
@@ -189,12 +199,15 @@ func New(cfg Config) (*Policy, error) {
 		SyslogHost:    cfg.SyslogHost,
 		Server:        p.publicHTTP,
 	}
-	console := cfg.Console
+	console, consoleARM64 := cfg.Console, cfg.Console
 	if console == nil {
-		console = DefaultConsole
+		console, consoleARM64 = DefaultConsole, DefaultConsoleARM64
 	}
 	for _, c := range console {
 		p.consoleArg = append(p.consoleArg, "console="+c)
+	}
+	for _, c := range consoleARM64 {
+		p.consoleARM64 = append(p.consoleARM64, "console="+c)
 	}
 	p.extraArgs = append([]string(nil), cfg.ExtraKernelArgs...)
 	// The line without a machine's arguments: what is wrong with it is a

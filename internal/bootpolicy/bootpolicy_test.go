@@ -169,6 +169,10 @@ const (
 var defaultArgs = []string{"tinkerbell_tls=false", "tinkerbell_insecure_tls=false", "syslog_host=10.0.0.1", "anvil.server=http://10.0.0.1:7080",
 	"console=tty0", "console=ttyS0,115200"}
 
+// defaultArgsARM64 is defaultArgs for aarch64 machines: their serial
+// console is ttyAMA0.
+var defaultArgsARM64 = append(slices.Clip(defaultArgs[:len(defaultArgs)-1]), "console=ttyAMA0,115200")
+
 // bootEnvLine is the kernel line of the machine that booted from mac,
 // whose agent is that MAC.
 func bootEnvLine(arch, mac string, extra ...string) []string {
@@ -180,7 +184,11 @@ func bootEnvLine(arch, mac string, extra ...string) []string {
 func bootEnvLineAs(arch, worker, mac string, extra ...string) []string {
 	l := []string{"kernel", "http://10.0.0.1:7080/bootenv/vmlinuz-" + arch, "initrd=initramfs-" + arch,
 		"grpc_authority=10.0.0.1:42113", "worker_id=" + worker, "hw_addr=" + mac}
-	l = append(l, defaultArgs...)
+	if arch == "aarch64" {
+		l = append(l, defaultArgsARM64...)
+	} else {
+		l = append(l, defaultArgs...)
+	}
 	return append(l, extra...)
 }
 
@@ -696,8 +704,11 @@ func TestDefaults(t *testing.T) {
 	if p.bootEnvURL != "http://10.0.0.1:7080/bootenv" {
 		t.Errorf("boot env URL = %q", p.bootEnvURL)
 	}
-	if !slices.Equal(p.consoleArg, []string{"console=tty0", "console=ttyS0,115200"}) {
-		t.Errorf("console args = %q", p.consoleArg)
+	if got := p.console("x86_64"); !slices.Equal(got, []string{"console=tty0", "console=ttyS0,115200"}) {
+		t.Errorf("x86_64 console args = %q", got)
+	}
+	if got := p.console("aarch64"); !slices.Equal(got, []string{"console=tty0", "console=ttyAMA0,115200"}) {
+		t.Errorf("aarch64 console args = %q", got)
 	}
 	if p.agentArgs.SyslogHost != "" {
 		t.Errorf("syslog_host=%s given with no SyslogHost", p.agentArgs.SyslogHost)
@@ -706,8 +717,16 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.consoleArg) != 0 {
-		t.Errorf("Console: []string{} gave %q; want no console= arguments", p.consoleArg)
+	if len(p.console("x86_64")) != 0 || len(p.console("aarch64")) != 0 {
+		t.Errorf("Console: []string{} gave %q and %q (aarch64); want no console= arguments", p.console("x86_64"), p.console("aarch64"))
+	}
+	// An operator's consoles are every architecture's.
+	p, err = New(Config{Store: openStore(t), PublicHTTP: "http://h", GRPCAuthority: "h:1", Console: []string{"ttyS1,9600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.console("aarch64"); !slices.Equal(got, []string{"console=ttyS1,9600"}) {
+		t.Errorf("aarch64 console args with Console set = %q", got)
 	}
 }
 

@@ -242,7 +242,7 @@ func (p *Policy) bootEnv(ctx context.Context, hw *model.Hardware, i int, nb *mod
 		}
 		return nil, fmt.Errorf("hardware %s: kernel argument: %w", key, err)
 	}
-	args, err := a.Build(p.consoleArg, operator)
+	args, err := a.Build(p.console(arch), operator)
 	if err != nil {
 		var ae *agentcmdline.ArgError
 		if errors.As(err, &ae) {
@@ -291,7 +291,8 @@ func (p *Policy) discoveryScript(ctx context.Context, mac macaddr.MAC, arch stri
 	a.HWAddr = mac.String()
 	a.WorkerID = mac.String()
 	a.Discovery = true
-	args, err := a.Build(p.consoleArg, p.extraArgs)
+	a64 := bootArch(arch, r.BuildArch)
+	args, err := a.Build(p.console(a64), p.extraArgs)
 	if err != nil {
 		return nil, fmt.Errorf("discovery boot of %s: %w", mac, err)
 	}
@@ -300,7 +301,6 @@ func (p *Policy) discoveryScript(ctx context.Context, mac macaddr.MAC, arch stri
 			return nil, fmt.Errorf("discovery boot of %s: kernel argument: %w", mac, err)
 		}
 	}
-	a64 := bootArch(arch, r.BuildArch)
 	reason := why + ": discovery boot"
 	body, err := ipxe.BootEnv(ipxe.BootEnvParams{Reason: reason, KernelURL: p.bootEnvURL + "/vmlinuz-" + a64,
 		InitrdURLs: []string{p.bootEnvURL + "/initramfs-" + a64}, KernelArgs: args})
@@ -358,6 +358,15 @@ func osieURL(base, name, def string) string {
 		return name
 	}
 	return base + "/" + strings.TrimLeft(name, "/")
+}
+
+// console is the console= arguments of a machine of the boot
+// environment architecture arch (bootArch's name).
+func (p *Policy) console(arch string) []string {
+	if arch == "aarch64" {
+		return p.consoleARM64
+	}
+	return p.consoleArg
 }
 
 // bootArch names the boot environment's architecture as its files do

@@ -96,6 +96,8 @@ var (
 	fwUEFI  = firmware{"uefi-x86_64", 7, "PXEClient:Arch:00007:UNDI:003016"}
 	fwARM64 = firmware{"uefi-arm64", 11, "PXEClient:Arch:00011:UNDI:003000"}
 	fwHTTP  = firmware{"http-x86_64", 16, "HTTPClient:Arch:00016:UNDI:003001"}
+	// What AAVMF (qemu-efi-aarch64) sends for UEFI HTTP boot.
+	fwHTTPARM64 = firmware{"http-arm64", 19, "HTTPClient:Arch:00019:UNDI:003000"}
 )
 
 // packet describes a request to build.
@@ -699,7 +701,7 @@ func TestReplyMatrix(t *testing.T) {
 	}
 	for _, mode := range []dhcp.Mode{dhcp.ModeReservation, dhcp.ModeProxy, dhcp.ModeAutoProxy} {
 		s := newServer(t, mode, testBackend())
-		for _, fw := range []firmware{fwNone, fwBIOS, fwUEFI, fwARM64, fwHTTP} {
+		for _, fw := range []firmware{fwNone, fwBIOS, fwUEFI, fwARM64, fwHTTP, fwHTTPARM64} {
 			for _, uc := range []string{"", "iPXE", "Tinkerbell"} {
 				for _, h := range hosts {
 					for _, relayed := range []bool{false, true} {
@@ -801,15 +803,17 @@ func checkMatrix(t *testing.T, mode dhcp.Mode, fw firmware, uc string, known, al
 			wantFile = httpBase + ipxe.ScriptPath(d.MAC)
 		case fw == fwHTTP:
 			wantFile = httpBase + "/ipxe/binary/ipxe.efi"
+		case fw == fwHTTPARM64:
+			wantFile = httpBase + "/ipxe/binary/ipxe-arm64.efi"
 		case fw == fwBIOS:
 			wantFile = "undionly.kpxe"
 		case fw == fwUEFI:
 			wantFile = "ipxe.efi"
 		case fw == fwARM64:
-			wantFile = "snp-arm64.efi"
+			wantFile = "ipxe-arm64.efi"
 		}
 		switch fw {
-		case fwHTTP:
+		case fwHTTP, fwHTTPARM64:
 			want60 = "HTTPClient"
 		case fwBIOS, fwUEFI, fwARM64:
 			want60, want43 = "PXEClient", true

@@ -50,14 +50,14 @@ func (f Firmware) IsHTTP() bool { return f == FirmwareHTTPx8664 || f == Firmware
 // IsEFI reports whether f runs UEFI firmware.
 func (f Firmware) IsEFI() bool { return f != FirmwareBIOS && f != FirmwareUnknown }
 
-// Binary file names, as Debian's ipxe package names them. BinaryEFIARM64 is
-// not in Debian's package: it is served only if the operator puts it in the
-// TFTP/HTTP directory.
+// Binary file names, as Debian's ipxe package names them (BinaryEFIARM64
+// as the package that has it does, see binaries.go). An operator's file of
+// the same name in the TFTP/HTTP directory is served instead.
 const (
 	BinaryBIOS     = "undionly.kpxe"
 	BinaryEFIx8664 = "ipxe.efi"
 	BinarySNPOnly  = "snponly.efi"
-	BinaryEFIARM64 = "snp-arm64.efi"
+	BinaryEFIARM64 = "ipxe-arm64.efi"
 )
 
 // BinaryFor returns the iPXE binary a client of firmware f should load.

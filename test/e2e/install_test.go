@@ -86,6 +86,7 @@ type osImage struct {
 	makeFlags []string // make-os-image.sh's flags for it
 	file      string   // what it writes to installLab.images for image2disk
 	uefi      bool     // boots on OVMF (else SeaBIOS)
+	arm64     bool     // an ARM64 OS: boots on AAVMF (QEMU's virt board)
 	qemuArgs  []string // the firmware settings its machines boot with
 	// bootConfig is the boot loader's config on the disk's first (FAT)
 	// partition, and bootConfigText what the workflow's writefile action
@@ -136,6 +137,8 @@ type installSpec struct {
 	// sshKey, if set, is the Hardware's one spec.metadata.instance.ssh_keys
 	// entry (an authorized_keys line).
 	sshKey string
+	// arch is the interface's dhcp.arch; "" is x86_64.
+	arch string
 }
 
 // yaml is the Hardware, Template and Workflow of the install.
@@ -156,6 +159,10 @@ func (in installSpec) yaml() string {
 	if in.sshKey != "" {
 		sshKeys = "\n      ssh_keys:\n        - " + strconv.Quote(strings.TrimSpace(in.sshKey))
 	}
+	arch := in.arch
+	if arch == "" {
+		arch = "x86_64"
+	}
 	out := fmt.Sprintf(`apiVersion: tinkerbell.org/v1alpha1
 kind: Hardware
 metadata:
@@ -171,7 +178,7 @@ spec:%[10]s
     - dhcp:
         mac: %[2]s
         hostname: %[1]s
-        arch: x86_64
+        arch: %[12]s
         lease_time: 600
         ip: {address: %[3]s, netmask: 255.255.255.0, gateway: %[4]s}
         name_servers: [%[4]s]%[8]s
@@ -233,7 +240,7 @@ spec:
   hardwareMap:
     device_1: %[2]s%[9]s
 `, in.name, in.mac, in.ip, in.server, in.imageURL, in.os.bootConfig,
-		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle, bmcRef, sshKeys)
+		"                "+strings.Join(in.os.bootConfigText, "\n                "), vlan, toggle, bmcRef, sshKeys, arch)
 	if in.noWorkflow {
 		out, _, _ = strings.Cut(out, "---\napiVersion: tinkerbell.org/v1alpha1\nkind: Workflow\n")
 	}
@@ -313,7 +320,7 @@ func runWorkflowOS(t *testing.T, ns *netns, a *anvil, workflow string, img osIma
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	m.disk, m.uefi, m.stop = disk, img.uefi, failed
+	m.disk, m.uefi, m.arm64, m.stop = disk, img.uefi, img.arm64, failed
 	// The image's QEMU arguments, then the test's own (an -smbios serial).
 	m.qemuArgs = append(slices.Clip(img.qemuArgs), m.qemuArgs...)
 	m.markers = []string{markerAgent, markerInstalled}

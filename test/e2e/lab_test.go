@@ -140,11 +140,20 @@ func buildAssets(dir string) error {
 // buildInitramfs builds the Go program pkg as /init of a newc archive at
 // out, staged in root; extra, if set, adds files to root first.
 func buildInitramfs(root, pkg string, extra func(root string) error, out string) error {
+	return buildInitramfsFor("", root, pkg, extra, out)
+}
+
+// buildInitramfsFor is buildInitramfs with /init built for goarch ("":
+// the host's).
+func buildInitramfsFor(goarch, root, pkg string, extra func(root string) error, out string) error {
 	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
 		return err
 	}
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(root, "init"), pkg)
 	cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "CGO_ENABLED=0")
+	if goarch != "" {
+		cmd.Env = append(cmd.Env, "GOARCH="+goarch)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
 	}
@@ -530,7 +539,17 @@ type vm struct {
 	// diskSerial, if set, is the serial number of the disk (virtio-blk's
 	// serial=), as an inventory reads it.
 	diskSerial string
+	// arm64 makes it an ARM64 UEFI machine: qemu-system-aarch64's virt
+	// board with AAVMF (qemu-efi-aarch64), whose own PXE client loads
+	// iPXE. uefi is then implied.
+	arm64 bool
 }
+
+// AAVMF's firmware and variable store template (Debian's qemu-efi-aarch64).
+const (
+	aavmfCode = "/usr/share/AAVMF/AAVMF_CODE.fd"
+	aavmfVars = "/usr/share/AAVMF/AAVMF_VARS.fd"
+)
 
 // vmResult is how a VM run ended.
 type vmResult struct {
@@ -564,7 +583,11 @@ func (n *netns) boot(m vm, timeout time.Duration) vmResult {
 			}
 		}()
 	}
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.name, "qemu-system-x86_64"}, args...)...)
+	qemu := "qemu-system-x86_64"
+	if m.arm64 {
+		qemu = "qemu-system-aarch64"
+	}
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.name, qemu}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
@@ -600,6 +623,9 @@ func (n *netns) qemuArgs(m vm, dir, serial string) []string {
 	}
 	args := []string{"-accel", "tcg", "-m", strconv.Itoa(mem), "-smp", strconv.Itoa(cpus), "-display", "none",
 		"-serial", serial, "-monitor", "none", "-netdev", netdev}
+	if m.arm64 {
+		return append(append(args, n.arm64Args(m, dir)...), m.qemuArgs...)
+	}
 	switch {
 	case m.disk == "":
 		args = append(args, "-no-reboot")
@@ -644,6 +670,37 @@ func (n *netns) qemuArgs(m vm, dir, serial string) []string {
 	}
 	args = append(args, m.qemuArgs...)
 	return args
+}
+
+// arm64Args are the machine, firmware, NIC and disk arguments of the
+// ARM64 machine m: QEMU's virt board with a Cortex-A57 (cheaper under
+// TCG than -cpu max, whose pointer authentication and SVE are emulated
+// at every instruction), AAVMF with its variables in dir, the NIC first
+// in the boot order, then the disk.
+func (n *netns) arm64Args(m vm, dir string) []string {
+	n.t.Helper()
+	vars := filepath.Join(dir, "AAVMF_VARS.fd")
+	b, err := os.ReadFile(aavmfVars)
+	if err != nil {
+		n.t.Fatalf("AAVMF (apt-get install qemu-efi-aarch64): %v", err)
+	}
+	if err := os.WriteFile(vars, b, 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	args := []string{"-machine", "virt", "-cpu", "cortex-a57",
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + aavmfCode,
+		"-drive", "if=pflash,format=raw,unit=1,file=" + vars,
+		// romfile=: the x86 iPXE ROM QEMU would attach is of no use to
+		// AAVMF, whose own virtio-net driver and PXE client run.
+		"-device", "virtio-net-pci,netdev=n0,mac=" + m.mac + ",romfile=,bootindex=1"}
+	if m.disk == "" {
+		return append(args, "-no-reboot")
+	}
+	dev := "virtio-blk-pci,drive=disk0,bootindex=2"
+	if m.diskSerial != "" {
+		dev += ",serial=" + m.diskSerial
+	}
+	return append(args, "-drive", "file="+m.disk+",format=raw,if=none,id=disk0", "-device", dev)
 }
 
 // watchSerial polls the serial log for markers and records in seen when
