@@ -113,6 +113,14 @@ func (u *UI) machineActionsOf(r *request, hw *model.Hardware, job string) machin
 	if a.CanPower {
 		a.Buttons = powerButtons
 	}
+	// The Job is read before the Machine: the executor writes the
+	// Machine's power state first and the Job's outcome after it, so a
+	// Job read as Completed is never shown beside the power state from
+	// before it (two reads are not one snapshot: the page's stream is
+	// rendered while the executor writes).
+	if job != "" {
+		a.Job = u.powerJobOf(r, ns, a.Machine, job)
+	}
 	obj, err := u.cfg.Store.Get(r.Context(), model.KindMachine, ns, a.Machine)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -125,9 +133,6 @@ func (u *UI) machineActionsOf(r *request, hw *model.Hardware, job string) machin
 		if i := slices.IndexFunc(m.Status.Conditions, func(c model.MachineCondition) bool { return c.Type == model.ConditionContactable }); i >= 0 {
 			a.Contactable = &m.Status.Conditions[i]
 		}
-	}
-	if job != "" {
-		a.Job = u.powerJobOf(r, ns, a.Machine, job)
 	}
 	return a
 }
