@@ -102,7 +102,9 @@ CONTROL
 	stamp "$root"
 	chmod 0755 "$root/usr/bin/anvil" "$root/usr/lib/anvil/anvil-agent" "$root/DEBIAN/postinst" "$root/DEBIAN/prerm" "$root/DEBIAN/postrm"
 	deb=$OUT/anvil_${DEB_VERSION}_$arch.deb
-	dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+	# xz at level 1: 9 s a package here against 57 s at dpkg's default 6,
+	# for 20 MB instead of 18 (TestRelease builds four of them).
+	dpkg-deb --root-owner-group -Zxz -z1 --build "$root" "$deb" >/dev/null
 
 	image=$OUT/anvil-image-linux-$arch.tar
 	"$work/ociimage" -binary "$anvil" -ca-bundle "$CA_BUNDLE" -version "$VERSION" -revision "$COMMIT" \
