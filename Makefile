@@ -81,7 +81,7 @@ FUZZ_TARGETS := \
 	./internal/ui:FuzzSafeNext \
 	./internal/config:FuzzParse
 
-.PHONY: all build binary image test unit fuzz lint labcheck demo bench generate deps tools kernel kube oidc clean ipxe-refresh
+.PHONY: all build binary image release test unit fuzz lint labcheck demo bench generate deps tools kernel kube oidc clean ipxe-refresh
 
 all: build
 
@@ -135,6 +135,14 @@ image: binary
 		-version $(VERSION) -revision $(REVISION) -created $(SOURCE_DATE_EPOCH) \
 		-tag $(IMAGE) -oci-layout bin/image -tarball bin/anvil-image.tar
 
+# release: every release artefact of this commit in dist/ (scripts/release.sh,
+# docs/install.md): static anvil and anvil-agent for linux/amd64 and arm64,
+# a .deb and a container image tarball per architecture, a CycloneDX SBOM
+# for each, SHA256SUMS. The same commit gives the same bytes
+# (test/release checks it); the version is `git describe --tags`.
+release:
+	VERSION=$(VERSION) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) CA_BUNDLE=$(CA_BUNDLE) OUT=dist scripts/release.sh
+
 # labcheck: can this machine run every test (root, namespaces, taps, the
 # tools, the kernel)? Under CI=true a missing piece fails here, before the
 # suite; elsewhere it lists what will be skipped.
@@ -184,4 +192,4 @@ ipxe-refresh:
 	@scripts/refresh-ipxe.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

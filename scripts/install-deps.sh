@@ -104,6 +104,10 @@ APT_PACKAGES+=(jq util-linux)
 # Kubernetes mode's tests (internal/kubetest) run a real kube-apiserver
 # (built by scripts/fetch-kube.sh, `make kube`) against Debian's etcd.
 APT_PACKAGES+=(etcd-server)
+# Release and packaging (scripts/release.sh, test/release, test/pkg): dpkg-deb
+# builds the .deb; debootstrap makes the clean Debian the package is
+# installed in, booted by systemd-container's systemd-nspawn.
+APT_PACKAGES+=(dpkg debootstrap systemd-container)
 # The deployment's container test (deploy/kubernetes TestContainerOnImage)
 # runs the image with the manifest's capabilities through capsh.
 APT_PACKAGES+=(libcap2-bin)

@@ -483,15 +483,26 @@ func findInit(spec string) (path, note string, whole bool, err error) {
 	return path, note, whole, nil
 }
 
+// PackagedAgentDir is where the .deb installs AgentBinary, relative to
+// the directory of anvil (/usr/bin/anvil, /usr/lib/anvil/anvil-agent):
+// the agent is no command a user runs, so it stays out of PATH.
+const PackagedAgentDir = "../lib/anvil"
+
 // chooseInit is the /init binary when none is given, for the running
 // executable exe, and a note saying why: AgentBinary in exe's directory
-// if it is a regular file, else exe itself (whole).
+// (`make build`), else in PackagedAgentDir from it (the .deb), if it is a
+// regular file; else exe itself (whole).
 func chooseInit(exe string) (path, note string, whole bool) {
-	agent := filepath.Join(filepath.Dir(exe), AgentBinary)
-	if fi, err := os.Stat(agent); err == nil && fi.Mode().IsRegular() {
-		return agent, describeInit(agent, "next to "+filepath.Base(exe)), false
+	dir := filepath.Dir(exe)
+	for _, c := range []struct{ path, why string }{
+		{filepath.Join(dir, AgentBinary), "next to " + filepath.Base(exe)},
+		{filepath.Join(dir, PackagedAgentDir, AgentBinary), "where the package installs it"},
+	} {
+		if fi, err := os.Stat(c.path); err == nil && fi.Mode().IsRegular() {
+			return c.path, describeInit(c.path, c.why), false
+		}
 	}
-	return exe, describeInit(exe, fmt.Sprintf("the whole anvil: no %s next to it; `make build` builds both", AgentBinary)), true
+	return exe, describeInit(exe, fmt.Sprintf("the whole anvil: no %s next to it or in %s; `make build` builds both", AgentBinary, PackagedAgentDir)), true
 }
 
 // describeInit is Result.InitNote: the binary's path and size, and why it

@@ -552,36 +552,58 @@ func TestBuildModuleCompression(t *testing.T) {
 }
 
 // TestChooseInit: without Config.Anvil, /init is anvil-agent when it lies
-// next to the running executable, else the executable itself, and the
-// note says which and why.
+// next to the running executable (make build), else in ../lib/anvil from
+// it (the .deb's /usr/bin/anvil and /usr/lib/anvil/anvil-agent), else the
+// executable itself, and the note says which and why.
 func TestChooseInit(t *testing.T) {
 	tests := []struct {
-		name      string
-		agent     func(dir string) // puts (or not) something at dir/anvil-agent
-		wantAgent bool
-		wantNote  string
+		name string
+		// agent puts (or not) something under root, where anvil is
+		// root/bin/anvil, and returns the path chooseInit should pick
+		// ("" for anvil itself).
+		agent    func(root string) string
+		wantNote string
 	}{
-		{"agent next to anvil", func(dir string) {
-			must(os.WriteFile(filepath.Join(dir, AgentBinary), []byte("agent"), 0o755))
-		}, true, "next to anvil"},
-		{"no agent", func(string) {}, false, "the whole anvil: no anvil-agent next to it; `make build` builds both"},
-		{"a directory named like the agent", func(dir string) {
-			must(os.Mkdir(filepath.Join(dir, AgentBinary), 0o755))
-		}, false, "the whole anvil"},
+		{"agent next to anvil", func(root string) string {
+			p := filepath.Join(root, "bin", AgentBinary)
+			must(os.WriteFile(p, []byte("agent"), 0o755))
+			return p
+		}, "next to anvil"},
+		{"agent where the package puts it", func(root string) string {
+			p := filepath.Join(root, "bin", PackagedAgentDir, AgentBinary)
+			must(os.MkdirAll(filepath.Dir(p), 0o755))
+			must(os.WriteFile(p, []byte("agent"), 0o755))
+			return p
+		}, "where the package installs it"},
+		{"both: the one next to anvil wins", func(root string) string {
+			p := filepath.Join(root, "lib", "anvil", AgentBinary)
+			must(os.MkdirAll(filepath.Dir(p), 0o755))
+			must(os.WriteFile(p, []byte("agent"), 0o755))
+			p = filepath.Join(root, "bin", AgentBinary)
+			must(os.WriteFile(p, []byte("agent"), 0o755))
+			return p
+		}, "next to anvil"},
+		{"no agent", func(string) string { return "" }, "the whole anvil: no anvil-agent next to it or in ../lib/anvil; `make build` builds both"},
+		{"a directory named like the agent", func(root string) string {
+			must(os.Mkdir(filepath.Join(root, "bin", AgentBinary), 0o755))
+			must(os.MkdirAll(filepath.Join(root, "lib", "anvil", AgentBinary), 0o755))
+			return ""
+		}, "the whole anvil"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			exe := filepath.Join(dir, "anvil")
+			root := t.TempDir()
+			must(os.Mkdir(filepath.Join(root, "bin"), 0o755))
+			exe := filepath.Join(root, "bin", "anvil")
 			must(os.WriteFile(exe, []byte("anvil"), 0o755))
-			tc.agent(dir)
-			got, note, whole := chooseInit(exe)
-			want := exe
-			if tc.wantAgent {
-				want = filepath.Join(dir, AgentBinary)
+			want := tc.agent(root)
+			wantAgent := want != ""
+			if !wantAgent {
+				want = exe
 			}
-			if got != want || whole == tc.wantAgent {
-				t.Errorf("chooseInit(%s) = %s, whole %v; want %s, whole %v", exe, got, whole, want, !tc.wantAgent)
+			got, note, whole := chooseInit(exe)
+			if got != want || whole == wantAgent {
+				t.Errorf("chooseInit(%s) = %s, whole %v; want %s, whole %v", exe, got, whole, want, !wantAgent)
 			}
 			if !strings.HasPrefix(note, want+" (0.0 MiB, ") || !strings.Contains(note, tc.wantNote) {
 				t.Errorf("chooseInit(%s) note = %q; want %s, its size and %q", exe, note, want, tc.wantNote)

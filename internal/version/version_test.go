@@ -17,3 +17,16 @@ func TestGet(t *testing.T) {
 		t.Errorf("Get() = %+v; want no blank fields", got)
 	}
 }
+
+func TestGetDate(t *testing.T) {
+	oldV, oldD := Version, Date
+	t.Cleanup(func() { Version, Date = oldV, oldD })
+	Version, Date = "v1.2.3", "2026-11-28T12:00:00Z"
+	got := Get()
+	if got.Date != Date {
+		t.Errorf("Get().Date = %q; want %q", got.Date, Date)
+	}
+	if s := got.String(); !strings.Contains(s, " of 2026-11-28T12:00:00Z, ") {
+		t.Errorf("Get().String() = %q; want the commit's date in it", s)
+	}
+}
