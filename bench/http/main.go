@@ -53,6 +53,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/benchproc"
 	"github.com/anvilproj/anvil/internal/benchresult"
+	"github.com/anvilproj/anvil/internal/freeport"
 )
 
 const (
@@ -427,7 +428,7 @@ func startNginx(ctx context.Context, cfg config, work string) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nginx: %w (scripts/install-deps.sh installs nginx-light)", err)
 	}
-	port, err := freePort()
+	port, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -531,15 +532,6 @@ func parentOf(pid int) int {
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func sourceAddrs(n int) []string {

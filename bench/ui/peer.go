@@ -14,6 +14,7 @@ import (
 
 	"github.com/anvilproj/anvil/internal/benchfleet"
 	"github.com/anvilproj/anvil/internal/benchproc"
+	"github.com/anvilproj/anvil/internal/freeport"
 	"github.com/anvilproj/anvil/internal/headless"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/tinkpeer"
@@ -58,7 +59,7 @@ func peerArgs(port int) func(kubeconfig string) []string {
 }
 
 func runPeer(ctx context.Context, o options, chromium string, objs []model.Object, rep *report) error {
-	port, err := freePort()
+	port, err := freeport.Loopback()
 	if err != nil {
 		return err
 	}
@@ -198,17 +199,6 @@ func mustJSON(v any) []byte {
 		panic(err) // objects of the model always marshal
 	}
 	return b
-}
-
-// freePort is a TCP port free on 127.0.0.1 now (the peer binds it
-// itself).
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func waitPort(ctx context.Context, addr string) error {

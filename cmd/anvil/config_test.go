@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 	"github.com/anvilproj/anvil/internal/agentcmd"
 	"github.com/anvilproj/anvil/internal/cli"
 	"github.com/anvilproj/anvil/internal/config"
+	"github.com/anvilproj/anvil/internal/freeport"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
 
@@ -430,12 +430,11 @@ func buildAnvil(t *testing.T, dir string) string {
 // name; anvil takes it again at once.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // writeFile writes a config file of text to a new temporary directory.

@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/anvilproj/anvil/deploy/crds"
+	"github.com/anvilproj/anvil/internal/freeport"
 )
 
 // Bounds that keep a broken start or stop from hanging; they measure
@@ -438,7 +439,7 @@ var loopback = net.IPv4(127, 0, 0, 1)
 // returns the URL it serves.
 func startWithRetry(name string, addr net.IP, start func(ports []int) (started, error)) (string, *Proc, error) {
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(addr, 2)
+		ports, err := freeport.Ports(addr, 2)
 		if err != nil {
 			return "", nil, err
 		}
@@ -475,27 +476,6 @@ func waitReady(p *Proc, ready func() bool) error {
 		}
 	}
 	return nil
-}
-
-// freePorts returns n distinct TCP ports of addr that were free a moment
-// ago (the kernel chose them).
-func freePorts(addr net.IP, n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: addr})
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // randomToken returns 32 random bytes in hex.

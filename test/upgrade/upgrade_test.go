@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,6 +31,7 @@ import (
 
 	v1 "github.com/anvilproj/anvil/api/anvil/v1"
 	"github.com/anvilproj/anvil/api/anvil/v1/anvilv1connect"
+	"github.com/anvilproj/anvil/internal/freeport"
 	"github.com/anvilproj/anvil/internal/model"
 	"github.com/anvilproj/anvil/internal/store/bolt"
 	"github.com/anvilproj/anvil/internal/testtool"
@@ -137,12 +137,11 @@ func TestMain(m *testing.M) {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprint(p)
 }
 
 // server is one `anvil serve` process on loopback.
