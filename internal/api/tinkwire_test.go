@@ -5,19 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/ulikunitz/xz"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	tinkproto "github.com/anvilproj/anvil/api/proto"
+	"github.com/anvilproj/anvil/internal/oci/ocitest"
 )
 
 // Tinkerbell's wire contract, checked against the real tink-agent: its
@@ -26,7 +25,7 @@ import (
 // testdata/tink-agent-descriptors.txt, and api/proto must describe the same
 // messages, fields, numbers, types, enum values and methods. -update
 // regenerates the summary from the binary in ../shared/tinkerbell (or
-// $TINK_AGENT_XZ).
+// $ANVIL_TINKERBELL_DIR).
 
 var update = flag.Bool("update", false, "regenerate testdata/tink-agent-descriptors.txt from the tink-agent binary")
 
@@ -100,28 +99,12 @@ func summarize(fd *descriptorpb.FileDescriptorProto) []string {
 // the tink-agent binary (protoc-gen-go embeds each as a byte string that
 // starts with field 1, the file's name) and writes their summary.
 func writeDescriptorsGolden(t *testing.T) {
-	path := os.Getenv("TINK_AGENT_XZ")
-	if path == "" {
-		path = filepath.Join("..", "..", "..", "shared", "tinkerbell", "tink-agent.xz")
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("-update needs the tink-agent binary: %v", err)
-	}
-	defer f.Close()
-	zr, err := xz.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bin bytes.Buffer
-	if _, err := bin.ReadFrom(zr); err != nil {
-		t.Fatal(err)
-	}
+	bin := ocitest.UpstreamProgram(t, "tink-agent.xz")
 	var lines []string
 	for _, name := range tinkFiles {
-		fd := findFileDescriptor(bin.Bytes(), name)
+		fd := findFileDescriptor(bin, name)
 		if fd == nil {
-			t.Fatalf("no descriptor of %s in %s", name, path)
+			t.Fatalf("no descriptor of %s in tink-agent.xz", name)
 		}
 		lines = append(lines, summarize(fd)...)
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/ulikunitz/xz"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -33,6 +32,7 @@ import (
 
 	tinkproto "github.com/anvilproj/anvil/api/proto"
 	"github.com/anvilproj/anvil/api/proto/tinkprotoconnect"
+	"github.com/anvilproj/anvil/internal/oci/ocitest"
 	"github.com/anvilproj/anvil/internal/testtool"
 )
 
@@ -317,36 +317,13 @@ func forgedReport(t *testing.T, a *anvil, ma *netns) {
 }
 
 // tinkAgent returns the tink-agent binary, decompressed from
-// ../shared/tinkerbell (or $TINK_AGENT_XZ) into the test's temp dir; a
-// missing one fails the test in CI and skips it elsewhere.
+// ../shared/tinkerbell (ocitest.TinkerbellDir: $ANVIL_TINKERBELL_DIR
+// overrides) into the test's temp dir; a missing one fails the test in
+// CI and skips it elsewhere.
 func tinkAgent(t *testing.T) string {
 	t.Helper()
-	src := os.Getenv("TINK_AGENT_XZ")
-	if src == "" {
-		src = filepath.Join(repoRoot, "..", "shared", "tinkerbell", "tink-agent.xz")
-	}
-	f, err := os.Open(src)
-	if err != nil {
-		msg := fmt.Sprintf("Tinkerbell's tink-agent (%v): set TINK_AGENT_XZ to its .xz", err)
-		if testtool.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	defer f.Close()
-	zr, err := xz.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", src, err)
-	}
 	bin := filepath.Join(t.TempDir(), "tink-agent")
-	w, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(w, zr); err != nil {
-		t.Fatalf("decompress %s: %v", src, err)
-	}
-	if err := w.Close(); err != nil {
+	if err := os.WriteFile(bin, ocitest.UpstreamProgram(t, "tink-agent.xz"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return bin

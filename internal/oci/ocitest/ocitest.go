@@ -354,21 +354,31 @@ var (
 
 // UpstreamAction is the upstream program of the Tinkerbell action name
 // ("image2disk", "writefile", "cexec", …), decompressed from
-// action-NAME.xz with xz(1).
+// action-NAME.xz.
 func UpstreamAction(t testing.TB, action string) []byte {
+	t.Helper()
+	return UpstreamProgram(t, "action-"+action+".xz")
+}
+
+// UpstreamProgram is the program file (tink-agent.xz, action-NAME.xz) of
+// TinkerbellDir, decompressed with xz(1), once per test binary. xz(1)
+// reads the file in large blocks: a Go xz reader on the bare file reads
+// it a byte per system call, which on the shared directory's file system
+// took over 13 minutes in a CI run.
+func UpstreamProgram(t testing.TB, file string) []byte {
 	t.Helper()
 	upstreamMu.Lock()
 	defer upstreamMu.Unlock()
-	if b, ok := upstreamCache[action]; ok {
+	if b, ok := upstreamCache[file]; ok {
 		return b
 	}
-	src := filepath.Join(TinkerbellDir(t), "action-"+action+".xz")
+	src := filepath.Join(TinkerbellDir(t), file)
 	xz := testtool.RequireBinary(t, "xz", "xz-utils")
 	b, err := exec.Command(xz, "-dc", src).Output()
 	if err != nil {
 		t.Fatalf("xz -dc %s: %v", src, err)
 	}
-	upstreamCache[action] = b
+	upstreamCache[file] = b
 	return b
 }
 
