@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -139,10 +140,7 @@ func TestUpstreamRootioInContainer(t *testing.T) {
 	dev, backing := loopDisk(t, 16<<20)
 	// rootio asks port 50061 of MIRROR_HOST, a fixed port: the test
 	// takes it on a loopback address of its own.
-	ln, err := net.Listen("tcp", "127.0.0.61:50061")
-	if err != nil {
-		t.Skipf("the metadata port is taken: %v", err)
-	}
+	ln := listenWhenFree(t, "127.0.0.61:50061")
 	layout := map[string]any{"metadata": map[string]any{"instance": map[string]any{"hostname": "node1", "storage": map[string]any{
 		"disks": []any{map[string]any{"device": dev, "wipe_table": true, "partitions": []any{
 			map[string]any{"label": "FAT32_ACTIVE", "number": 1, "size": 4096},
@@ -228,5 +226,25 @@ func TestUpstreamArchive2DiskInContainer(t *testing.T) {
 	}
 	if want := "verified (the tar, decompressed)"; !strings.Contains(out.text(StreamAction), want) {
 		t.Errorf("native archive2disk's lines lack %q:\n%s", want, out.text(StreamAction))
+	}
+}
+
+// listenWhenFree listens on addr, waiting while another test package's
+// server (go test runs packages side by side) holds the port on all
+// addresses; after two minutes it fails naming the holder.
+func listenWhenFree(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			return ln
+		}
+		if time.Now().After(deadline) {
+			_, port, _ := net.SplitHostPort(addr)
+			holder, _ := exec.Command("ss", "-Hltnp", "sport = :"+port).CombinedOutput()
+			t.Fatalf("%s stayed taken for two minutes: %v; held by: %s", addr, err, holder)
+		}
+		time.Sleep(time.Second)
 	}
 }
