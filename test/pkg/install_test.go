@@ -171,11 +171,12 @@ func (c *container) active() string {
 	return ""
 }
 
-// anvil runs the packaged client against the packaged server, as root
-// with the server's admin token and CA.
+// anvil runs the packaged client against the packaged server (on the
+// lab's address), as root with the server's admin token.
 func (c *container) anvil(args ...string) string {
 	c.t.Helper()
-	return c.must(append([]string{"anvil", "--token-file", "/var/lib/anvil/auth/admin.token"}, args...)...)
+	return c.must(append([]string{"anvil", "--server", "http://" + labAddr + ":7080",
+		"--token-file", "/var/lib/anvil/auth/admin.token"}, args...)...)
 }
 
 // release builds this tree's .deb for the host's architecture.
