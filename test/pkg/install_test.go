@@ -285,12 +285,11 @@ func lab(t *testing.T) string {
 	return ns
 }
 
-// background starts argv, killed (by its PID) when the test ends.
+// background starts argv (its output discarded), killed by its PID when
+// the test ends.
 func background(t *testing.T, label string, argv ...string) {
 	t.Helper()
-	var out bytes.Buffer
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", label, err)
 	}
