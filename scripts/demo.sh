@@ -74,18 +74,8 @@ anvil() { in_ns "$ANVIL" --server "$SERVER" --token-file "$DATA/data/auth/admin.
 serve_flags=(--data-dir "$DATA/data" --bind "$ADDR" --log-format text)
 if [ "$netboot" = yes ]; then
   step "preparing: Debian's kernel, the boot environment, the OS image the workflow installs"
-  scripts/fetch-kernel.sh .cache/kernel
   # Built once into .cache/demo and rebuilt only when its inputs change.
-  "$ANVIL" bootenv build --kernel .cache/kernel/vmlinuz --modules .cache/kernel/modules --out .cache/demo/bootenv \
-    | sed 's/^/    /'
-  if [ ! -s .cache/demo/images/os.raw.zst ] || [ test/e2e/testinit/main.go -nt .cache/demo/images/os.raw.zst ]; then
-    mkdir -p "$DATA/os-initramfs/dev"
-    CGO_ENABLED=0 go build -o "$DATA/os-initramfs/init" ./test/e2e/testinit
-    mknod "$DATA/os-initramfs/dev/console" c 5 1
-    (cd "$DATA/os-initramfs" && find . | cpio --quiet -o -H newc) >"$DATA/os-initrd"
-    scripts/make-os-image.sh .cache/demo/images .cache/kernel/vmlinuz "$DATA/os-initrd" 2>&1 | sed 's/^/    /'
-  fi
-  echo "    OS image: .cache/demo/images/os.raw.zst ($(stat -c %s .cache/demo/images/os.raw.zst) bytes; a FAT partition with SYSLINUX, a kernel and a tiny init)"
+  ANVIL=$ANVIL scripts/demo-assets.sh .cache/demo
   serve_flags+=(--bootenv-dir .cache/demo/bootenv --images-dir .cache/demo/images)
   # iPXE waits ~13 s for an IPv6 router advertisement unless one comes.
   in_ns dnsmasq --keep-in-foreground --port=0 --conf-file=/dev/null --pid-file= --interface=br0 \
