@@ -1,8 +1,10 @@
 package kubeproc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"time"
 )
@@ -12,9 +14,44 @@ import (
 
 // PauseAPIServer stops the kube-apiserver with SIGSTOP: its port still
 // accepts connections (the kernel completes the handshake) but nothing
-// answers, as with a network partition or a stalled control plane.
+// answers, as with a network partition or a stalled control plane. It
+// returns once every thread of the process is stopped: kill(2) returns
+// before the threads take the signal, and a thread still running could
+// answer a request sent just after (a fresh-clone CI run saw an Update
+// succeed "with the API server paused").
 func (c *Cluster) PauseAPIServer() error {
-	return c.APIServer.cmd.Process.Signal(syscall.SIGSTOP)
+	pid := c.APIServer.cmd.Process.Pid
+	if err := c.APIServer.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); !allStopped(pid); {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver (pid %d) was sent SIGSTOP but its threads did not all stop within 10s", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// allStopped reports whether every thread of pid is in the stopped state
+// ("T" in /proc/PID/task/TID/stat).
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command's closing parenthesis.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // ResumeAPIServer continues a paused kube-apiserver (SIGCONT).
